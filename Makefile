@@ -1,0 +1,41 @@
+# kfchaos developer entry points. `make demo` and `make test` are the quickstart; both set up what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test demo lint bench compile prometheus clean
+
+setup: $(STAMP)
+
+# Re-install only when the package definition changes, so `make test` is quick when already set up.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+# The Prometheus server the integration tests run (Debian package `prometheus`); skipped with a message
+# where it cannot be installed, except under CI=true where that is a failure.
+prometheus:
+	@bash scripts/ensure-prometheus.sh
+
+test: setup prometheus
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/kfchaos demo $(DEMO_ARGS)
+
+lint: setup
+	$(BIN)/ruff check src tests components pipelines scripts
+	$(BIN)/ruff format --check src tests components pipelines scripts
+	$(BIN)/mypy
+
+bench: setup prometheus
+	$(BIN)/python -m tests.bench $(BENCH_ARGS)
+
+compile: setup
+	$(BIN)/kfchaos compile
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache local_outputs runs

@@ -1,0 +1,5 @@
+import sys
+
+from kfchaos.cli import main
+
+sys.exit(main())

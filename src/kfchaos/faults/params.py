@@ -1,0 +1,229 @@
+"""Parameters of each catalog fault type, as written in an experiment's `faults[].params`.
+
+One model per type; the experiment format (kfchaos.spec) builds its tagged union from `PARAMS_BY_TYPE`,
+so a new fault type is one model here plus its renderer. This module must not import kfchaos.spec.
+Field names are snake_case like the rest of the experiment format; renderers map them to the Chaos Mesh
+CRD's camelCase fields.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from kfchaos.types import Duration, Percent, StrictModel
+
+Direction = Literal["to", "from", "both"]
+HttpTarget = Literal["Request", "Response"]
+_SIZE = re.compile(r"^\d+(\.\d+)?(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB|%)$")
+_BANDWIDTH = re.compile(r"^\d+(\.\d+)?(bps|kbps|mbps|gbps|tbps)$")
+
+
+def _size(value: str) -> str:
+    if not _SIZE.match(value):
+        raise ValueError(f"size {value!r} must be a number with a unit (B, KB, MB, GB, KiB, MiB, GiB) or a percentage")
+    return value
+
+
+Size = Annotated[str, AfterValidator(_size)]
+
+
+class NoParams(StrictModel):
+    pass
+
+
+class PodKillParams(StrictModel):
+    grace_period: Duration = Field(0.0, description="Termination grace period; 0 kills at once")
+
+
+class TargetSelector(StrictModel):
+    """The other side of a partition or directed network fault."""
+
+    namespace: str
+    labels: dict[str, str] = Field(min_length=1)
+
+
+class _NetworkCommon(StrictModel):
+    direction: Direction = "to"
+    target: TargetSelector | None = None
+    external_targets: list[str] = Field(default_factory=list, description="IPs or host names outside the cluster")
+
+
+class NetworkDelayParams(_NetworkCommon):
+    latency: Duration
+    jitter: Duration = 0.0
+    correlation: Percent = 0.0
+
+
+class NetworkLossParams(_NetworkCommon):
+    loss: Percent
+    correlation: Percent = 0.0
+
+
+class NetworkDuplicateParams(_NetworkCommon):
+    duplicate: Percent
+    correlation: Percent = 0.0
+
+
+class NetworkCorruptParams(_NetworkCommon):
+    corrupt: Percent
+    correlation: Percent = 0.0
+
+
+class NetworkBandwidthParams(_NetworkCommon):
+    rate: str = Field(description="e.g. 1mbps")
+    limit: int = Field(ge=1, le=2**32 - 1, description="bytes that can be queued")
+    buffer: int = Field(ge=1, le=2**32 - 1, description="bucket size in bytes")
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        if not _BANDWIDTH.match(value):
+            raise ValueError(f"rate {value!r} must be a number with bps, kbps, mbps, gbps or tbps")
+        return value
+
+
+class NetworkPartitionParams(_NetworkCommon):
+    direction: Direction = "both"
+
+    @model_validator(mode="after")
+    def _has_other_side(self) -> NetworkPartitionParams:
+        if self.target is None and not self.external_targets:
+            raise ValueError("a partition needs a target selector or external_targets")
+        return self
+
+
+class StressMemoryParams(StrictModel):
+    size: Size = Field(description="memory to take per worker: 256MB, 1GiB or a share of the limit such as 80%")
+    workers: int = Field(1, ge=1, le=64)
+    oom_score_adj: int = Field(0, ge=-1000, le=1000)
+
+
+class StressCpuParams(StrictModel):
+    workers: int = Field(1, ge=1, le=64)
+    load: int = Field(100, ge=0, le=100, description="percent load per worker")
+
+
+class _HttpCommon(StrictModel):
+    port: int = Field(ge=1, le=65535)
+    path: str = "*"
+    method: str | None = None
+    code: int | None = Field(None, ge=100, le=599, description="only responses with this status (target Response)")
+    target: HttpTarget = "Request"
+
+
+class HttpAbortParams(_HttpCommon):
+    pass
+
+
+class HttpDelayParams(_HttpCommon):
+    delay: Duration
+
+
+class HttpReplaceParams(_HttpCommon):
+    replace_code: int | None = Field(None, ge=100, le=599)
+    replace_body: str | None = None
+    replace_headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _replaces_something(self) -> HttpReplaceParams:
+        if self.replace_code is None and self.replace_body is None and not self.replace_headers:
+            raise ValueError("http-replace needs replace_code, replace_body or replace_headers")
+        return self
+
+
+class _IoCommon(StrictModel):
+    volume_path: str = Field(description="mount point of the volume inside the container")
+    path: str | None = Field(None, description="files to affect (glob); default: the whole volume")
+    percent: int = Field(100, ge=1, le=100, description="share of IO operations affected")
+    methods: list[str] = Field(default_factory=list)
+
+
+class IoLatencyParams(_IoCommon):
+    delay: Duration
+
+
+class IoFaultParams(_IoCommon):
+    errno: int = Field(ge=1, le=133, description="errno returned, e.g. 5 (EIO) or 28 (ENOSPC)")
+
+
+class IoAttrOverrideParams(_IoCommon):
+    perm: int | None = Field(None, ge=0, le=0o7777)
+    size: int | None = Field(None, ge=0)
+    nlink: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _overrides_something(self) -> IoAttrOverrideParams:
+        if self.perm is None and self.size is None and self.nlink is None:
+            raise ValueError("io-attr-override needs perm, size or nlink")
+        return self
+
+
+class TimeOffsetParams(StrictModel):
+    offset: str = Field(description="Go duration, may be negative: -5m, 1h")
+    clock_ids: list[str] = Field(default_factory=lambda: ["CLOCK_REALTIME"])
+
+    @field_validator("offset")
+    @classmethod
+    def _offset(cls, value: str) -> str:
+        from kfchaos.units import parse_duration
+
+        parse_duration(value.removeprefix("-"))
+        return value
+
+
+class DnsParams(StrictModel):
+    patterns: list[str] = Field(min_length=1, description="domain patterns, e.g. 'redis.*' or '*'")
+
+
+class GpuMemoryPressureParams(StrictModel):
+    share: Percent = Field(description="share of the target GPU's memory to hold, e.g. 30%")
+    method: Literal["pod", "exec"] = Field(
+        "pod",
+        description="pod: a short-lived pod on the target's node (needs GPU sharing); exec: in the target container",
+    )
+    image: str | None = Field(None, description="image with CUDA for the allocator pod; default: the kfchaos image")
+
+
+class LongContextBurstParams(StrictModel):
+    """Traffic-side fault: k concurrent requests with m-token contexts, swelling the KV cache."""
+
+    requests: int = Field(ge=1, le=10_000, description="concurrent long-context requests per burst")
+    context_tokens: int = Field(ge=1, le=2_000_000)
+    max_tokens: int = Field(256, ge=1, le=100_000)
+    start: Duration = Field(0.0, description="offset into each active stage when the first burst starts")
+    every: Duration | None = Field(None, description="repeat the burst at this interval within the stage")
+
+
+PARAMS_BY_TYPE: dict[str, type[StrictModel]] = {
+    "pod-kill": PodKillParams,
+    "pod-failure": NoParams,
+    "container-kill": NoParams,
+    "network-delay": NetworkDelayParams,
+    "network-loss": NetworkLossParams,
+    "network-duplicate": NetworkDuplicateParams,
+    "network-corrupt": NetworkCorruptParams,
+    "network-bandwidth": NetworkBandwidthParams,
+    "network-partition": NetworkPartitionParams,
+    "stress-memory": StressMemoryParams,
+    "stress-cpu": StressCpuParams,
+    "http-abort": HttpAbortParams,
+    "http-delay": HttpDelayParams,
+    "http-replace": HttpReplaceParams,
+    "io-latency": IoLatencyParams,
+    "io-fault": IoFaultParams,
+    "io-attr-override": IoAttrOverrideParams,
+    "time-offset": TimeOffsetParams,
+    "dns-error": DnsParams,
+    "dns-random": DnsParams,
+    "gpu-memory-pressure": GpuMemoryPressureParams,
+    "long-context-burst": LongContextBurstParams,
+}
+
+# Types whose params are all optional: `params` may be left out.
+PARAMS_OPTIONAL = {"pod-kill", "pod-failure", "container-kill", "stress-cpu"}
+
+# Faults the load generator performs itself; they create no cluster object.
+TRAFFIC_SIDE_TYPES = {"long-context-burst"}

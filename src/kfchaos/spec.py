@@ -1,0 +1,601 @@
+"""The experiment format: chaos as code, one YAML file per experiment in Git.
+
+`load_experiment(path)` returns a validated `Experiment` or raises `SpecError` listing every problem as
+FILE:LINE: field.path: message. Validation is strict (unknown fields are errors) and safety rules that
+can be decided from the file alone (protected namespaces, empty selectors, fault durations, stages) are
+enforced here, before anything can reach a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import re
+from pathlib import Path as FsPath
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+
+from pydantic import (
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from kfchaos.errors import Path, Problem, SpecError
+from kfchaos.faults.params import PARAMS_BY_TYPE, PARAMS_OPTIONAL, TRAFFIC_SIDE_TYPES
+from kfchaos.types import DnsLabel, Duration, Percent, StrictModel, check_label
+from kfchaos.units import parse_duration, parse_percent
+from kfchaos.yamlsource import YamlDocument, load_yaml
+
+API_VERSION = "kfchaos.io/v1alpha1"
+DEFAULT_STAGES = (10, 30, 60, 90, 100)
+DEFAULT_PROTECTED_NAMESPACES = (
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "kubeflow",
+    "chaos-mesh",
+    "istio-system",
+    "cert-manager",
+)
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?$")
+
+
+def _context(info: ValidationInfo) -> dict[str, Any]:
+    return info.context if isinstance(info.context, dict) else {}
+
+
+def _refuse_protected(namespace: str, info: ValidationInfo) -> str:
+    protected = _context(info).get("protected_namespaces", DEFAULT_PROTECTED_NAMESPACES)
+    if namespace in protected:
+        raise ValueError(
+            f"namespace {namespace!r} is protected (safety.protected_namespaces); chaos is never injected there"
+        )
+    return namespace
+
+
+def _check_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        check_label(key, value)
+    return labels
+
+
+# ---------------------------------------------------------------- metadata
+
+
+class Metadata(StrictModel):
+    name: DnsLabel = Field(description="Experiment name; also the pipeline name and a Kubernetes label value")
+    version: str = Field(description="Semantic version of the experiment; bump it when the experiment changes")
+    owner: str = Field(min_length=1, description="Team or person on call for this experiment")
+    description: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("version")
+    @classmethod
+    def _semver(cls, value: str) -> str:
+        if not _SEMVER.match(value):
+            raise ValueError(f"version {value!r} must be a semantic version such as 1.0.0")
+        return value
+
+    _labels = field_validator("labels")(classmethod(lambda cls, v: _check_labels(v)))
+
+
+# ---------------------------------------------------------------- target
+
+
+class LabelExpression(StrictModel):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> LabelExpression:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class Selector(StrictModel):
+    """Which pods: labels (and optional set expressions) in one namespace. An empty selector would hit every pod."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    expressions: list[LabelExpression] = Field(default_factory=list)
+
+    _labels = field_validator("labels")(classmethod(lambda cls, v: _check_labels(v)))
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Selector:
+        if not self.labels and not self.expressions:
+            raise ValueError("empty selector refused: it would select every pod in the namespace; give labels")
+        return self
+
+
+class Dependency(StrictModel):
+    name: DnsLabel
+    url: str | None = Field(None, description="HTTP endpoint to probe during the run")
+    latency_query: str | None = Field(None, description="PromQL giving this dependency's P99 latency in seconds")
+
+
+class Auth(StrictModel):
+    """Target credentials come from an environment variable (a Kubernetes Secret in the cluster), never the file."""
+
+    type: Literal["bearer", "header"] = "bearer"
+    env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="environment variable holding the secret")
+    header: str = "Authorization"
+
+
+class Target(StrictModel):
+    namespace: DnsLabel
+    selector: Selector
+    endpoint: str = Field(pattern=r"^https?://[^\s/]+(/\S*)?$", description="base URL the replay sends to")
+    api: Literal["http", "openai-completions", "openai-chat"] = "http"
+    model: str | None = Field(None, description="model name for OpenAI-compatible APIs")
+    timeout: Duration = 30.0
+    auth: Auth | None = None
+    dependencies: list[Dependency] = Field(default_factory=list)
+
+    _protected = field_validator("namespace")(classmethod(lambda cls, v, info: _refuse_protected(v, info)))
+
+    @model_validator(mode="after")
+    def _model_for_llm(self) -> Target:
+        if self.api != "http" and not self.model:
+            raise ValueError(f"api {self.api} needs target.model (the model name sent in each request)")
+        return self
+
+
+# ---------------------------------------------------------------- traffic
+
+
+class TokenLengths(StrictModel):
+    distribution: Literal["fixed", "uniform", "normal", "lognormal"] = "lognormal"
+    mean: float = Field(gt=0)
+    stddev: float = Field(0.0, ge=0)
+    min: int = Field(1, ge=1)
+    max: int = Field(32768, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> TokenLengths:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+class Synthetic(StrictModel):
+    rate: float = Field(gt=0, le=1_000_000, description="requests per second at 100 %")
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: float = Field(1.0, gt=0, description="gamma shape; below 1 is burstier than Poisson")
+    daily_shape: bool = Field(False, description="modulate the rate by a daily curve (peak in the afternoon)")
+    prompt_tokens: TokenLengths = TokenLengths(mean=512, stddev=256)
+    output_tokens: TokenLengths = TokenLengths(mean=128, stddev=64)
+    long_context_share: Percent = 0.0
+    long_context_tokens: int = Field(32768, ge=1)
+    path: str = "/"
+
+
+class Headers(StrictModel):
+    add: dict[str, str] = Field(default_factory=dict)
+    strip: list[str] = Field(default_factory=list)
+    allow_credentials: bool = Field(
+        False, description="keep Authorization and Cookie headers from the recording (stripped by default)"
+    )
+
+
+class Traffic(StrictModel):
+    file: str | None = Field(None, description="recorded traffic, relative to the experiment file")
+    format: Literal["jsonl", "nginx", "envoy", "gor", "sharegpt"] = "jsonl"
+    synthetic: Synthetic | None = None
+    stages: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+        default_factory=lambda: list(DEFAULT_STAGES), min_length=1, description="percent of the recorded rate"
+    )
+    stage_duration: Duration = 1200.0
+    warmup: Duration = 60.0
+    seed: int = Field(0, ge=0)
+    rate_scale: float = Field(1.0, gt=0, le=1000)
+    speed: float = Field(1.0, gt=0, le=1000, description="time compression of the recording")
+    loop: bool = Field(True, description="start the recording again when a stage is longer than it")
+    concurrency_limit: int = Field(10_000, ge=1)
+    max_send_lag_p99: Duration = Field(0.050, description="replayer behind schedule beyond this -> stage INVALID")
+    headers: Headers = Headers()
+
+    @field_validator("stages")
+    @classmethod
+    def _increasing(cls, stages: list[int]) -> list[int]:
+        if any(b <= a for a, b in itertools.pairwise(stages)):
+            raise ValueError(f"stages must be strictly increasing percentages, got {stages}")
+        return stages
+
+    @field_validator("stage_duration")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("stage_duration must be longer than zero")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Traffic:
+        if (self.file is None) == (self.synthetic is None):
+            raise ValueError("give exactly one traffic source: file (a recording) or synthetic")
+        return self
+
+
+# ---------------------------------------------------------------- faults
+
+FaultMode = Literal["one", "all", "fixed", "fixed-percent", "random-max-percent"]
+
+
+class FaultBase(StrictModel):
+    if TYPE_CHECKING:  # set per catalog type by _fault_model
+        type: str
+        params: StrictModel
+
+    name: DnsLabel = Field(description="unique within the experiment; part of the Chaos Mesh object name")
+    selector: Selector | None = Field(None, description="default: the target's selector")
+    namespace: DnsLabel | None = Field(None, description="default: the target's namespace")
+    mode: FaultMode = "one"
+    value: str | None = Field(None, description="count for fixed, percent for the percent modes")
+    containers: list[str] = Field(default_factory=list)
+    duration: Duration | None = Field(None, description="default: the span of the stages it is active in")
+    stages: list[int] | None = Field(None, description="stage percents during which it is active; default all")
+
+    _protected = field_validator("namespace")(
+        classmethod(lambda cls, v, info: v if v is None else _refuse_protected(v, info))
+    )
+
+    @field_validator("duration")
+    @classmethod
+    def _within_safety(cls, value: float | None, info: ValidationInfo) -> float | None:
+        limit = _context(info).get("max_fault_duration")
+        if value is not None and value <= 0:
+            raise ValueError("duration must be longer than zero")
+        if value is not None and limit is not None and value > limit:
+            raise ValueError(f"duration exceeds safety.max_fault_duration ({limit:g}s); shorten it or raise the limit")
+        return value
+
+    @field_validator("stages")
+    @classmethod
+    def _known_stages(cls, value: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        known = _context(info).get("stages")
+        if value is not None and known is not None:
+            unknown = [s for s in value if s not in known]
+            if unknown:
+                raise ValueError(f"stages {unknown} are not among traffic.stages {list(known)}")
+        if value is not None and not value:
+            raise ValueError("stages must not be empty; leave it out for all stages")
+        return value
+
+    @model_validator(mode="after")
+    def _mode_value(self, info: ValidationInfo) -> FaultBase:
+        max_percent = _context(info).get("max_pod_percent", 1.0)
+        if self.mode in ("one", "all"):
+            if self.value is not None:
+                raise ValueError(f"mode {self.mode} takes no value")
+            if self.mode == "all" and max_percent < 1.0:
+                raise ValueError(
+                    f"mode all exceeds safety.max_pod_percent ({max_percent * 100:g}%); "
+                    "use fixed-percent or raise the limit"
+                )
+            return self
+        if self.value is None:
+            raise ValueError(f"mode {self.mode} needs a value")
+        try:
+            number = float(self.value)
+        except ValueError:
+            raise ValueError(f"value {self.value!r} must be a number for mode {self.mode}") from None
+        if self.mode == "fixed":
+            if not self.value.isdigit() or int(self.value) < 1:
+                raise ValueError(f"value {self.value!r} must be a whole number of pods >= 1 for mode fixed")
+        else:
+            if not 0 < number <= 100:
+                raise ValueError(f"value {self.value!r} must be a percentage in (0, 100] for mode {self.mode}")
+            if number / 100 > max_percent:
+                raise ValueError(f"value {self.value}% exceeds safety.max_pod_percent ({max_percent * 100:g}%)")
+        return self
+
+    @property
+    def cluster_side(self) -> bool:
+        """Whether this fault becomes a cluster object (Chaos Mesh or a GPU pod) rather than traffic."""
+        return getattr(self, "type", "") not in TRAFFIC_SIDE_TYPES
+
+
+def _fault_model(fault_type: str, params_model: type[StrictModel]) -> type[FaultBase]:
+    name = "".join(part.capitalize() for part in fault_type.split("-")) + "Fault"
+    params_field: Any = (
+        (params_model, Field(default_factory=params_model)) if fault_type in PARAMS_OPTIONAL else (params_model, ...)
+    )
+    tag: Any = Literal[fault_type]
+    model: type[FaultBase] = create_model(name, __base__=FaultBase, type=(tag, ...), params=params_field)
+    return model
+
+
+FAULT_MODELS: dict[str, type[FaultBase]] = {t: _fault_model(t, m) for t, m in PARAMS_BY_TYPE.items()}
+if TYPE_CHECKING:
+    Fault = FaultBase
+else:
+    Fault = Annotated[Union[tuple(FAULT_MODELS.values())], Field(discriminator="type")]  # noqa: UP007
+
+
+# ---------------------------------------------------------------- SLOs, abort rules
+
+
+class Slo(StrictModel):
+    p99_drift_max: Percent = Field(0.15, description="P99 latency drift allowed against the baseline P99")
+    p99_max: Duration | None = 0.200
+    error_rate_max: Percent = 0.005
+    timeout_rate_max: Percent = 0.01
+    oom_kill_rate_max: Percent = Field(0.00001, description="OOM kills per request served")
+    ttft_p99_max: Duration | None = None
+    itl_p99_max: Duration | None = None
+    tpot_p99_max: Duration | None = None
+    min_samples: int = Field(300, ge=1, description="fewer requests than this in a stage -> INCONCLUSIVE")
+    confidence: Percent = Field(0.95, description="confidence level of the intervals")
+    recovery_max: Duration | None = Field(None, description="longest acceptable time until SLOs hold again")
+
+    @field_validator("confidence")
+    @classmethod
+    def _sane_confidence(cls, value: float) -> float:
+        if not 0.5 <= value < 1:
+            raise ValueError("confidence must be at least 50% and below 100%")
+        return value
+
+
+AbortMetric = Literal["timeout_rate", "error_rate", "p99_latency", "ttft_p99", "dependency_p99", "oom_kills"]
+_RATE_METRICS = {"timeout_rate", "error_rate"}
+
+
+class AbortRule(StrictModel):
+    """Stop the ramp when `metric` is above `above` in `consecutive` windows of length `window`."""
+
+    metric: AbortMetric
+    above: str = Field(description="a percentage for rates, a duration for latencies, a count for oom_kills")
+    window: Duration = 30.0
+    consecutive: int = Field(1, ge=1)
+    dependency: str | None = Field(None, description="for dependency_p99: a dependency name or 'any'")
+
+    @model_validator(mode="after")
+    def _threshold_kind(self) -> AbortRule:
+        if self.metric in _RATE_METRICS:
+            parse_percent(self.above)
+        elif self.metric == "oom_kills":
+            if not self.above.isdigit():
+                raise ValueError(f"above {self.above!r} must be a whole number of OOM kills")
+        else:
+            parse_duration(self.above)
+        if self.metric == "dependency_p99" and not self.dependency:
+            raise ValueError("metric dependency_p99 needs dependency (a name from target.dependencies, or any)")
+        if self.metric != "dependency_p99" and self.dependency:
+            raise ValueError("dependency applies only to metric dependency_p99")
+        return self
+
+    @property
+    def threshold(self) -> float:
+        """The threshold as a number: a fraction, seconds, or a count."""
+        if self.metric in _RATE_METRICS:
+            return parse_percent(self.above)
+        if self.metric == "oom_kills":
+            return float(self.above)
+        return parse_duration(self.above)
+
+
+# ---------------------------------------------------------------- baseline, safety, schedule
+
+
+class TimeWindow(StrictModel):
+    start: str = Field(description="RFC 3339 time, e.g. 2026-11-30T14:00:00Z")
+    end: str
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeWindow:
+        from datetime import datetime
+
+        try:
+            start = datetime.fromisoformat(self.start.replace("Z", "+00:00"))
+            end = datetime.fromisoformat(self.end.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise ValueError(f"times must be RFC 3339 ({exc})") from None
+        if start.tzinfo is None or end.tzinfo is None:
+            raise ValueError("times need a time zone (Z or +01:00): a bare time is ambiguous")
+        if end <= start:
+            raise ValueError("end must be after start")
+        return self
+
+
+class Capture(StrictModel):
+    prometheus: str = Field(pattern=r"^https?://\S+$")
+    days: int = Field(7, ge=1, le=90)
+    end: str | None = Field(None, description="RFC 3339; default: now")
+    step: Duration = 60.0
+    release_windows: list[TimeWindow] = Field(default_factory=list)
+    release_margin: Duration = 1800.0
+    detect_releases: bool = Field(
+        False, description="also exclude windows where kube_deployment_status_observed_generation changed"
+    )
+
+
+class BaselineSource(StrictModel):
+    file: str | None = Field(None, description="a baseline in baselines/, relative to the repository root")
+    capture: Capture | None = None
+
+    @model_validator(mode="after")
+    def _some_source(self) -> BaselineSource:
+        if self.file is None and self.capture is None:
+            raise ValueError("give baseline.file, baseline.capture, or both (capture then writes the file)")
+        return self
+
+
+class Safety(StrictModel):
+    protected_namespaces: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_NAMESPACES))
+    max_fault_duration: Duration = Field(7200.0, description="no fault object lives longer than this")
+    max_pod_percent: Percent = Field(0.5, description="largest share of matching pods a fault may hit")
+    dry_run: bool = Field(False, description="validate everything server-side, inject nothing")
+
+
+class Schedule(StrictModel):
+    cron: str = Field(description="6 fields, seconds first, as KFP's backend reads it: '0 0 2 * * *'")
+    enabled: bool = True
+
+    @field_validator("cron")
+    @classmethod
+    def _six_fields(cls, value: str) -> str:
+        if value.startswith("@"):
+            return value
+        fields = value.split()
+        if len(fields) == 5:
+            raise ValueError(
+                f"cron {value!r} has 5 fields; KFP reads 6 with seconds first, so it would run at the wrong "
+                f"times. Write '0 {value}'"
+            )
+        if len(fields) != 6:
+            raise ValueError(f"cron {value!r} must have 6 fields (seconds minutes hours day month weekday)")
+        return value
+
+
+# ---------------------------------------------------------------- experiment
+
+
+class ExperimentSpec(StrictModel):
+    target: Target
+    traffic: Traffic
+    faults: list[Fault] = Field(default_factory=list)
+    slo: Slo = Slo()
+    abort: list[AbortRule] = Field(default_factory=list)
+    baseline: BaselineSource
+    safety: Safety = Safety()
+    schedule: Schedule | None = None
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ExperimentSpec:
+        names = [f.name for f in self.faults]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"fault names must be unique; repeated: {', '.join(duplicates)}")
+        deps = {d.name for d in self.target.dependencies}
+        for rule in self.abort:
+            if rule.dependency not in (None, "any") and rule.dependency not in deps:
+                raise ValueError(f"abort rule names dependency {rule.dependency!r}, not in target.dependencies")
+        return self
+
+
+class Experiment(StrictModel):
+    apiVersion: Literal["kfchaos.io/v1alpha1"]
+    kind: Literal["Experiment"]
+    metadata: Metadata
+    spec: ExperimentSpec
+
+    def fault_namespace(self, fault: FaultBase) -> str:
+        return fault.namespace or self.spec.target.namespace
+
+    def fault_selector(self, fault: FaultBase) -> Selector:
+        return fault.selector or self.spec.target.selector
+
+    def fault_stages(self, fault: FaultBase) -> list[int]:
+        return list(fault.stages) if fault.stages is not None else list(self.spec.traffic.stages)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _lenient_context(data: Any) -> dict[str, Any]:
+    """Settings that validators of other sections need, read leniently so one bad value reports once."""
+    context: dict[str, Any] = {}
+    spec = data.get("spec") if isinstance(data, dict) else None
+    if not isinstance(spec, dict):
+        return context
+    safety = spec.get("safety")
+    if isinstance(safety, dict):
+        protected = safety.get("protected_namespaces")
+        if isinstance(protected, list) and all(isinstance(n, str) for n in protected):
+            context["protected_namespaces"] = tuple(protected)
+        for key, parse in (("max_fault_duration", parse_duration), ("max_pod_percent", parse_percent)):
+            if key in safety:
+                with contextlib.suppress(ValueError):
+                    context[key] = parse(safety[key])
+    context.setdefault("max_fault_duration", 7200.0)
+    traffic = spec.get("traffic")
+    if isinstance(traffic, dict):
+        stages = traffic.get("stages", list(DEFAULT_STAGES))
+        if isinstance(stages, list) and all(isinstance(s, int) for s in stages):
+            context["stages"] = tuple(stages)
+    return context
+
+
+def _clean_loc(loc: tuple[str | int, ...]) -> Path:
+    """Drop pydantic's union-tag and validator-internal segments so the path matches the YAML."""
+    out: list[str | int] = []
+    for index, part in enumerate(loc):
+        previous = loc[index - 1] if index else None
+        if isinstance(part, str) and part in FAULT_MODELS and isinstance(previous, int):
+            continue
+        if isinstance(part, str) and part.startswith(("function-", "constrained-", "lax-", "json-or-python")):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _message(error: Any) -> str:
+    kind = error["type"]
+    message = str(error["msg"])
+    if kind == "extra_forbidden":
+        return "unknown field (not part of the experiment format; check the spelling)"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "union_tag_invalid":
+        known = ", ".join(sorted(FAULT_MODELS))
+        return f"unknown fault type {error['input'].get('type')!r}; known types: {known}"
+    if kind == "union_tag_not_found":
+        return "fault needs a type"
+    return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+def validation_problems(document: YamlDocument) -> list[Problem]:
+    """Every problem with the document, in file order."""
+    data = document.data
+    if not isinstance(data, dict):
+        kind = type(data).__name__ if data is not None else "null"
+        return [document.problem((), f"expected a mapping (an Experiment document), got {kind}")]
+    try:
+        Experiment.model_validate(data, context=_lenient_context(data))
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            path = _clean_loc(error["loc"])
+            problems.append(document.problem(path, _message(error)))
+        unique = list(dict.fromkeys(problems))
+        return sorted(unique, key=lambda p: p.line)
+    return []
+
+
+def parse_experiment(text: str | bytes, file: str) -> Experiment:
+    document = load_yaml(text, file)
+    problems = validation_problems(document)
+    if problems:
+        raise SpecError(problems)
+    return Experiment.model_validate(document.data, context=_lenient_context(document.data))
+
+
+def load_experiment(path: str | FsPath) -> Experiment:
+    path = FsPath(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError([Problem(str(path), 1, (), f"cannot read file: {exc.strerror or exc}")]) from None
+    return parse_experiment(raw, str(path))
+
+
+def experiment_hash(path: str | FsPath) -> str:
+    """sha256 of the file's bytes: what the audit record and the pipeline version pin."""
+    return "sha256:" + hashlib.sha256(FsPath(path).read_bytes()).hexdigest()
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the experiment format, for editors (YAML language server) and `kfchaos schema`."""
+    schema = TypeAdapter(Experiment).json_schema(mode="validation")
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    schema["$id"] = "https://kfchaos.io/schema/experiment-v1alpha1.json"
+    schema["title"] = "kfchaos Experiment"
+    return schema

@@ -1,0 +1,39 @@
+"""Shared test fixtures: paths, and the rule for tools the integration tests need."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+CRD_DIR = SHARED / "chaos-mesh" / "crds"
+EXPERIMENTS = ROOT / "experiments"
+
+
+def require_tool(name: str, why: str) -> str:
+    """Path of an executable the test needs. Missing: skip with a message, or fail under CI=true."""
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} not found ({why}); `make test` installs it where it can"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Tests that need a real cluster run only when one is configured.
+    has_cluster = bool(os.environ.get("KUBECONFIG") or os.environ.get("KFCHAOS_E2E_CLUSTER"))
+    skip = pytest.mark.skip(reason="needs a real Kubernetes cluster (set KUBECONFIG or KFCHAOS_E2E_CLUSTER)")
+    for item in items:
+        if not has_cluster and ("cluster" in item.keywords or "e2e" in item.keywords):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT
