@@ -32,7 +32,7 @@ lint: setup
 	$(BIN)/mypy
 
 bench: setup prometheus
-	$(BIN)/python -m tests.bench $(BENCH_ARGS)
+	$(BIN)/python -m tests.bench $(BENCH)
 
 compile: setup
 	$(BIN)/kfchaos compile
