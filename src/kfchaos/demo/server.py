@@ -1,0 +1,354 @@
+"""The demo LLM server: an OpenAI-compatible endpoint that behaves like vLLM under load (see engine.py).
+
+`python -m kfchaos.demo.server --port 8000 --max-num-seqs 256 --gpu-memory-utilization 0.95` serves
+/v1/completions and /v1/chat/completions (streaming SSE or not), /v1/models, /health and /metrics with
+vLLM's metric names. When the engine's host memory passes the memory limit the process ends itself with
+SIGKILL, as the kernel's OOM killer would; the supervisor (supervisor.py) restarts it and counts the kill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from kfchaos.demo.engine import Engine, EngineConfig, Sequence
+
+CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+
+
+@dataclass
+class _Request:
+    seq: Sequence
+    queue: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    arrived: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    emitted: int = 0
+
+
+class Metrics:
+    """vLLM's series (names as vLLM exports them), plus the restart and OOM counts the supervisor passes in."""
+
+    def __init__(self, model: str, restarts: int, oom_kills: int) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["model_name"]
+        self.model = model
+        r = self.registry
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "E2E latency", labels, buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT", labels, buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "ITL", labels, buckets=ITL_BUCKETS, registry=r)
+        self.running = Gauge("vllm:num_requests_running", "Requests running", labels, registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", labels, registry=r)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full", labels, registry=r)
+        self.preemptions = Counter("vllm:num_preemptions", "Preemptions", labels, registry=r)
+        self.success = Counter("vllm:request_success", "Finished requests", labels, registry=r)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", labels, registry=r)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", labels, registry=r)
+        self.host_memory = Gauge("process_host_memory_model_bytes", "Modelled host memory in use", registry=r)
+        self.memory_limit = Gauge("process_memory_limit_bytes", "Container memory limit", registry=r)
+        container = ["namespace", "pod", "container"]
+        where = ("demo", "demo-llm-0", "vllm")
+        Gauge("container_oom_events_total", "OOM kills (as cAdvisor counts them)", container, registry=r).labels(
+            *where
+        ).set(oom_kills)
+        Gauge("kube_pod_container_status_restarts_total", "Restarts", container, registry=r).labels(*where).set(
+            restarts
+        )
+
+
+class DemoServer:
+    def __init__(self, config: EngineConfig, model: str, restarts: int = 0, oom_kills: int = 0) -> None:
+        self.config = config
+        self.model = model
+        self.engine = Engine(config)
+        self.metrics = Metrics(model, restarts, oom_kills)
+        self.metrics.memory_limit.set(config.memory_limit_bytes)
+        self.requests: dict[str, _Request] = {}
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ engine loop
+
+    async def run_engine(self) -> None:
+        while True:
+            if not self.engine.running and not self.engine.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+            result = self.engine.step()
+            self._update_gauges()
+            if result.oom:
+                self._die_of_oom()
+            await asyncio.sleep(result.duration_s)
+            now = time.monotonic()
+            labels = self.metrics.model
+            if result.preempted:
+                self.metrics.preemptions.labels(labels).inc(len(result.preempted))
+            for request_id in result.emitted:
+                request = self.requests.get(request_id)
+                if request is None:
+                    continue
+                if request.first_token_at is None:
+                    request.first_token_at = now
+                    self.metrics.ttft.labels(labels).observe(now - request.arrived)
+                elif request.last_token_at is not None:
+                    self.metrics.itl.labels(labels).observe(now - request.last_token_at)
+                request.last_token_at = now
+                request.emitted += 1
+                request.queue.put_nowait(" tok")
+            for request_id in result.finished:
+                request = self.requests.get(request_id)
+                if request is not None:
+                    request.queue.put_nowait(None)
+                    self.metrics.e2e.labels(labels).observe(now - request.arrived)
+                    self.metrics.success.labels(labels).inc()
+                    self.metrics.generation_tokens.labels(labels).inc(request.emitted)
+
+    def _update_gauges(self) -> None:
+        labels = self.metrics.model
+        self.metrics.running.labels(labels).set(len(self.engine.running))
+        self.metrics.waiting.labels(labels).set(len(self.engine.waiting))
+        self.metrics.kv_usage.labels(labels).set(self.engine.kv_cache_usage)
+        self.metrics.host_memory.set(self.engine.host_bytes)
+
+    def _die_of_oom(self) -> None:
+        print(
+            f"demo-llm: host memory {self.engine.host_bytes / 2**30:.2f} GiB over the limit "
+            f"{self.config.memory_limit_bytes / 2**30:.2f} GiB with {len(self.engine.running)} running -> OOM kill",
+            file=sys.stderr,
+            flush=True,
+        )
+        marker = os.environ.get("KFCHAOS_DEMO_OOM_MARKER")
+        if marker:  # tells the supervisor this death was an OOM kill, not a pod kill
+            with open(marker, "w") as handle:
+                handle.write(str(self.engine.host_bytes))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    # ------------------------------------------------------------------ HTTP
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics_handler)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, app: web.Application) -> None:
+        self._loop_task = asyncio.get_running_loop().create_task(self.run_engine())
+
+    async def _stop(self, app: web.Application) -> None:
+        if self._loop_task:
+            self._loop_task.cancel()
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, list):
+            prompt = " ".join(str(p) for p in prompt)
+        if not isinstance(prompt, str):
+            raise _bad_request("prompt must be a string")
+        return await self._generate(request, body, prompt, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad_request("messages must be a non-empty list")
+        parts = [str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in messages]
+        return await self._generate(request, body, "\n\n".join(parts), chat=True)
+
+    async def _generate(
+        self, request: web.Request, body: dict[str, Any], prompt: str, chat: bool
+    ) -> web.StreamResponse:
+        model = body.get("model", self.model)
+        if model != self.model:
+            raise web.HTTPNotFound(
+                text=json.dumps({"error": {"message": f"model {model!r} does not exist", "type": "NotFoundError"}}),
+                content_type="application/json",
+            )
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise _bad_request("max_tokens must be a positive integer")
+        prompt_tokens = max(1, len(prompt) // CHARS_PER_TOKEN)
+        # The shared prefix is everything before the last paragraph: a document and then a question.
+        prefix, _, _ = prompt.rpartition("\n\n")
+        prefix_id = hashlib.sha1(prefix.encode()).hexdigest() if prefix else None
+        request_id = f"cmpl-{uuid.uuid4().hex}"
+        seq = Sequence(request_id, prompt_tokens, max_tokens, prefix_id, len(prefix) // CHARS_PER_TOKEN)
+        state = _Request(seq)
+        self.requests[request_id] = state
+        self.metrics.prompt_tokens.labels(self.model).inc(prompt_tokens)
+        self.engine.add(seq)
+        self._wake.set()
+        try:
+            if body.get("stream"):
+                return await self._stream(request, state, body, chat)
+            text = ""
+            while (token := await state.queue.get()) is not None:
+                text += token
+            return web.json_response(_full_response(request_id, self.model, text, prompt_tokens, state.emitted, chat))
+        finally:
+            self.requests.pop(request_id, None)
+            if not seq.finished:
+                self.engine.abort(request_id)
+
+    async def _stream(
+        self, request: web.Request, state: _Request, body: dict[str, Any], chat: bool
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        request_id = state.seq.request_id
+        first = True
+        while (token := await state.queue.get()) is not None:
+            chunk = _chunk(request_id, self.model, token, chat, first)
+            first = False
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if include_usage:
+            usage = _usage(state.seq.prompt_tokens, state.emitted)
+            final = {
+                "id": request_id,
+                "object": _object(chat, True),
+                "model": self.model,
+                "choices": [],
+                "usage": usage,
+            }
+            await response.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _object(chat: bool, stream: bool) -> str:
+    if chat:
+        return "chat.completion.chunk" if stream else "chat.completion"
+    return "text_completion"
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _chunk(request_id: str, model: str, token: str, chat: bool, first: bool) -> dict[str, Any]:
+    if chat:
+        delta: dict[str, str] = {"content": token}
+        if first:
+            delta["role"] = "assistant"
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
+    else:
+        choice = {"index": 0, "text": token, "finish_reason": None}
+    return {
+        "id": request_id,
+        "object": _object(chat, True),
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+    }
+
+
+def _full_response(
+    request_id: str, model: str, text: str, prompt_tokens: int, emitted: int, chat: bool
+) -> dict[str, Any]:
+    if chat:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "length",
+        }
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": "length"}
+    return {
+        "id": request_id,
+        "object": _object(chat, False),
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(prompt_tokens, emitted),
+    }
+
+
+def _bad_request(message: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(
+        text=json.dumps({"error": {"message": message, "type": "BadRequestError"}}), content_type="application/json"
+    )
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _bad_request("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise _bad_request("request body must be a JSON object")
+    return body
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """vLLM's names for the settings that matter here."""
+    defaults = EngineConfig()
+    parser.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=defaults.gpu_memory_utilization)
+    parser.add_argument("--block-size", type=int, default=defaults.block_size)
+    parser.add_argument("--enable-prefix-caching", action="store_true")
+    parser.add_argument("--memory-limit-gib", type=float, default=defaults.memory_limit_bytes / 2**30)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        max_num_seqs=args.max_num_seqs,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        block_size=args.block_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        memory_limit_bytes=int(args.memory_limit_gib * 2**30),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="kfchaos-demo-llm", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model", default="demo/llama-3-8b-sim")
+    parser.add_argument("--restarts", type=int, default=0, help="set by the supervisor")
+    parser.add_argument("--oom-kills", type=int, default=0, help="set by the supervisor")
+    add_engine_arguments(parser)
+    args = parser.parse_args(argv)
+    server = DemoServer(engine_config(args), args.model, args.restarts, args.oom_kills)
+    web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None, handle_signals=True)
+
+
+if __name__ == "__main__":
+    main()
