@@ -1,0 +1,1 @@
+"""Cleanup component (the exit handler)."""

@@ -1,0 +1,1 @@
+"""Collect-metrics component."""

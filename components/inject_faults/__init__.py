@@ -1,0 +1,1 @@
+"""Inject-faults component."""

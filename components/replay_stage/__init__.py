@@ -1,0 +1,1 @@
+"""Replay-stage component."""

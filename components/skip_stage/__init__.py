@@ -1,0 +1,1 @@
+"""Skip-stage component."""

@@ -1,0 +1,185 @@
+"""The chaos-experiment pipeline: one graph shape for every experiment, built for a given ramp.
+
+Shape (see docs/pipelines.md): an ExitHandler whose exit task `cleanup` removes every fault labelled with the
+run id, whatever failed; inside it preflight -> baseline -> steady state -> [inject] -> gate -> for each stage
+[replay -> collect] -> gate -> remove + recover -> verdict. A bracketed step sits in `dsl.If(previous gate ==
+'continue')` with a `dsl.Else` that records "skipped", and the gate after it reads the branch that ran through
+`dsl.OneOf`: that is the only way KFP lets a task outside an If read its outputs, and it means the UI shows
+exactly how far the ramp got. Each gate appends its step's result to a JSON history it passes on, because the
+verdict cannot take a list built from several tasks' outputs.
+
+Caching is off for every task that touches the cluster or depends on time (all but the pure gate and skip
+steps): KFP's cache key ignores env vars and secrets, so a cached replay would silently report old traffic.
+Retries only where a step is idempotent (preflight, baseline, collect, remove, cleanup).
+"""
+
+# No `from __future__ import annotations`: KFP reads the pipeline signature's annotations as types.
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from components.baseline.component import baseline as baseline_op
+from components.cleanup.component import cleanup as cleanup_op
+from components.collect_metrics.component import collect_metrics as collect_op
+from components.inject_faults.component import inject_faults as inject_op
+from components.preflight.component import preflight as preflight_op
+from components.remove_faults.component import remove_faults as remove_op
+from components.replay_stage.component import replay_stage as replay_op
+from components.skip_stage.component import skip_stage as skip_op
+from components.stage_gate.component import stage_gate as gate_op
+from components.steady_state.component import steady_state as steady_op
+from components.verdict_report.component import verdict_report as verdict_op
+from kfp import dsl, kubernetes
+from kfp.dsl import PipelineTask, graph_component
+
+from kfchaos.kfp.image import component_image
+
+# Stand-in for the pipeline's own IR hash, replaced (same length) by the hash of the file compiled with it,
+# so the IR carries its own verifiable hash (kfchaos.kfp.versioning.seal).
+from kfchaos.kfp.versioning import IR_HASH_PLACEHOLDER
+
+GENERIC_STAGES = (10, 30, 60, 90, 100)
+# Finished runs' pods are removed after a day; their artifacts and the audit record stay in the pipeline root.
+TTL_SECONDS = 24 * 3600
+
+TARGET_SECRET = "kfchaos-target"
+DEFAULT_EXPERIMENT_DIR = "/opt/kfchaos/experiments"
+
+
+@dataclass(frozen=True)
+class PipelineDefaults:
+    """What one compiled pipeline is built for: its name and version, its ramp, and its parameter defaults."""
+
+    name: str
+    version: str
+    description: str
+    stages: Sequence[int]
+    experiment: str = ""
+    baseline: str = ""
+    auth_env: str | None = "KFCHAOS_TARGET_TOKEN"
+
+
+def _no_cache(task: PipelineTask, retries: int = 0) -> PipelineTask:
+    task.set_caching_options(enable_caching=False)
+    if retries:
+        task.set_retry(num_retries=retries, backoff_duration="10s", backoff_factor=2.0)
+    return task
+
+
+def _with_target_secret(task: PipelineTask, auth_env: str | None) -> PipelineTask:
+    # Target credentials come from a Kubernetes Secret, never a parameter (parameters are stored and shown).
+    if auth_env:
+        kubernetes.use_secret_as_env(task, TARGET_SECRET, {"token": auth_env}, optional=True)
+    return task
+
+
+def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent:
+    """The pipeline for one ramp; parameters default to the experiment it was compiled from."""
+    auth_env = defaults.auth_env
+
+    @dsl.pipeline(
+        name=defaults.name,
+        description=defaults.description,
+        pipeline_config=dsl.PipelineConfig(ttl_seconds_after_finished=TTL_SECONDS),
+    )
+    def chaos_experiment(
+        experiment: str = defaults.experiment,
+        baseline: str = defaults.baseline,
+        experiment_dir: str = DEFAULT_EXPERIMENT_DIR,
+        target: str = "",
+    ) -> None:
+        run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+        exit_task = _no_cache(cleanup_op(experiment=experiment, run_id=run_id), retries=2)
+        exit_task.set_display_name("cleanup (exit handler)")
+        with dsl.ExitHandler(exit_task, name="chaos-run"):
+            pre = _no_cache(preflight_op(experiment=experiment, run_id=run_id), retries=2)
+            base = _no_cache(baseline_op(experiment=experiment, baseline=baseline), retries=2).after(pre)
+            baseline_artifact = base.outputs["baseline_out"]
+            steady = _no_cache(
+                steady_op(
+                    experiment=experiment,
+                    experiment_dir=experiment_dir,
+                    target=target,
+                    run_id=run_id,
+                    baseline_in=baseline_artifact,
+                )
+            )
+            _with_target_secret(steady, auth_env)
+            steady_gate = gate_op(stage=0, result=steady.output, history="[]")
+            steady_gate.set_display_name("gate: steady state")
+
+            with dsl.If(steady_gate.outputs["decision"] == "continue", name="inject"):
+                inject = _no_cache(inject_op(experiment=experiment, run_id=run_id))
+            with dsl.Else(name="inject-skipped"):
+                inject_skip = skip_op(stage=0, reason="steady state not reached: nothing injected")
+            gate = gate_op(
+                stage=0,
+                result=dsl.OneOf(inject.output, inject_skip.output),
+                history=steady_gate.outputs["history"],
+            )
+            gate.set_display_name("gate: faults injected")
+
+            for stage in defaults.stages:
+                with dsl.If(gate.outputs["decision"] == "continue", name=f"stage-{stage}"):
+                    replay = _no_cache(
+                        replay_op(
+                            experiment=experiment,
+                            experiment_dir=experiment_dir,
+                            target=target,
+                            run_id=run_id,
+                            stage=stage,
+                        )
+                    )
+                    replay.set_display_name(f"replay {stage}%")
+                    _with_target_secret(replay, auth_env)
+                    collect = _no_cache(
+                        collect_op(
+                            experiment=experiment,
+                            stage=stage,
+                            replay=replay.outputs["Output"],
+                            baseline_in=baseline_artifact,
+                            requests=replay.outputs["requests"],
+                        ),
+                        retries=1,
+                    )
+                    collect.set_display_name(f"metrics {stage}%")
+                with dsl.Else(name=f"stage-{stage}-skipped"):
+                    skipped = skip_op(stage=stage, reason="an earlier gate stopped the ramp")
+                    skipped.set_display_name(f"skipped {stage}%")
+                gate = gate_op(
+                    stage=stage,
+                    result=dsl.OneOf(collect.outputs["Output"], skipped.output),
+                    history=gate.outputs["history"],
+                )
+                gate.set_display_name(f"gate {stage}%")
+
+            remove = _no_cache(
+                remove_op(
+                    experiment=experiment,
+                    experiment_dir=experiment_dir,
+                    target=target,
+                    run_id=run_id,
+                    history=gate.outputs["history"],
+                ),
+                retries=2,
+            )
+            remove.set_display_name("remove faults + recovery")
+            _with_target_secret(remove, auth_env)
+            verdict = _no_cache(
+                verdict_op(
+                    experiment=experiment,
+                    baseline=baseline,
+                    target=target,
+                    run_id=run_id,
+                    pipeline_name=defaults.name,
+                    pipeline_version=defaults.version,
+                    pipeline_ir_hash=IR_HASH_PLACEHOLDER,
+                    image=component_image(),
+                    history=gate.outputs["history"],
+                    recovery=remove.output,
+                    baseline_in=baseline_artifact,
+                )
+            )
+            verdict.set_display_name("verdict + report")
+
+    return chaos_experiment

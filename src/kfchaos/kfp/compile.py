@@ -1,0 +1,209 @@
+"""Compile every pipeline and component deterministically, and check that what is committed is current.
+
+Targets: the generic pipeline (`kfchaos-experiment`, versioned with the package) and one pipeline per
+experiment in experiments/ (named metadata.name, versioned metadata.version, parameters defaulting to the file).
+Outputs: pipelines/compiled/<name>/<version>.yaml, pipelines/versions.lock.yaml, components/<c>/component.yaml.
+
+A compiled version is immutable: once pipelines/compiled/<name>/<version>.yaml exists, a different compile result
+for the same version is refused (and `--check` fails) naming the version to bump, because uploading it would
+silently change what an existing KFP pipeline version means.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kfchaos import __version__
+from kfchaos.errors import KfchaosError, SpecError
+from kfchaos.kfp.versioning import LockEntry, read_lock, render_lock, seal
+from kfchaos.spec import load_experiment
+
+GENERIC_PIPELINE = "kfchaos-experiment"
+LOCK_FILE = Path("pipelines/versions.lock.yaml")
+COMPILED_DIR = Path("pipelines/compiled")
+COMPONENTS_DIR = Path("components")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    version: str
+    version_source: str  # the file to bump the version in
+    defaults: Any  # pipelines.chaos_experiment.PipelineDefaults
+
+    @property
+    def file(self) -> Path:
+        return COMPILED_DIR / self.name / f"{self.version}.yaml"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something stale or inconsistent, with what to do about it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def _import(root: Path, module: str) -> Any:
+    # pipelines/ and components/ live at the repository root, not in the installed package.
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module(module)
+
+
+def _compile_bytes(obj: Any) -> bytes:
+    from kfp import compiler
+
+    with tempfile.TemporaryDirectory(prefix="kfchaos-compile-") as tmp:
+        out = Path(tmp) / "out.yaml"
+        compiler.Compiler().compile(obj, str(out))
+        return out.read_bytes()
+
+
+def _bump_hint(version: str) -> str:
+    parts = version.split("-")[0].split(".")
+    if len(parts) == 3 and all(p.isdigit() for p in parts):
+        return f"{parts[0]}.{parts[1]}.{int(parts[2]) + 1}"
+    return "a new version"
+
+
+def discover(root: Path) -> list[Target]:
+    """The generic pipeline plus one per experiment file, in a stable order; invalid experiments are errors."""
+    module = _import(root, "pipelines.chaos_experiment")
+    defaults_cls = module.PipelineDefaults
+    targets = [
+        Target(
+            name=GENERIC_PIPELINE,
+            version=__version__,
+            version_source="pyproject.toml (project.version)",
+            defaults=defaults_cls(
+                name=GENERIC_PIPELINE,
+                version=__version__,
+                description="kfchaos chaos experiment; pass the experiment YAML as the `experiment` parameter",
+                stages=tuple(module.GENERIC_STAGES),
+            ),
+        )
+    ]
+    problems: list[str] = []
+    seen: dict[str, Path] = {}
+    for path in sorted((root / "experiments").glob("*.yaml")):
+        try:
+            experiment = load_experiment(path)
+        except SpecError as exc:
+            problems.append(str(exc))
+            continue
+        meta = experiment.metadata
+        relative = path.relative_to(root)
+        if meta.name in seen or meta.name == GENERIC_PIPELINE:
+            other = seen.get(meta.name, Path("the generic pipeline"))
+            problems.append(f"{relative}: metadata.name {meta.name!r} is also used by {other}")
+            continue
+        seen[meta.name] = relative
+        baseline = ""
+        if experiment.spec.baseline.file and (root / experiment.spec.baseline.file).is_file():
+            baseline = (root / experiment.spec.baseline.file).read_text()
+        auth = experiment.spec.target.auth
+        targets.append(
+            Target(
+                name=meta.name,
+                version=meta.version,
+                version_source=f"{relative} (metadata.version)",
+                defaults=defaults_cls(
+                    name=meta.name,
+                    version=meta.version,
+                    description=meta.description or f"kfchaos experiment {meta.name}",
+                    stages=tuple(experiment.spec.traffic.stages),
+                    experiment=path.read_text(),
+                    baseline=baseline,
+                    auth_env=auth.env if auth else None,
+                ),
+            )
+        )
+    if problems:
+        raise KfchaosError("cannot compile:\n" + "\n".join(problems))
+    return targets
+
+
+def compile_target(root: Path, target: Target) -> tuple[bytes, str]:
+    """Sealed pipeline YAML and its IR hash."""
+    module = _import(root, "pipelines.chaos_experiment")
+    return seal(_compile_bytes(module.build_pipeline(target.defaults)))
+
+
+def component_outputs(root: Path) -> dict[Path, bytes]:
+    """components/<name>/component.yaml for every component folder, so other pipelines can load them."""
+    out: dict[Path, bytes] = {}
+    for folder in sorted(p for p in (root / COMPONENTS_DIR).iterdir() if (p / "component.py").is_file()):
+        module = _import(root, f"components.{folder.name}.component")
+        out[COMPONENTS_DIR / folder.name / "component.yaml"] = _compile_bytes(getattr(module, folder.name))
+    return out
+
+
+@dataclass
+class Plan:
+    """What compiling would write, and the problems that forbid writing or fail --check."""
+
+    writes: dict[Path, bytes]
+    refusals: list[Problem]  # changed content without a version bump
+    stale: list[Problem]  # out of date; `kfchaos compile` fixes these
+    entries: list[LockEntry]
+
+
+def plan(root: Path) -> Plan:
+    lock = read_lock(root / LOCK_FILE)
+    writes: dict[Path, bytes] = {}
+    refusals: list[Problem] = []
+    stale: list[Problem] = []
+    entries: list[LockEntry] = []
+    for target in discover(root):
+        sealed, digest = compile_target(root, target)
+        entries.append(LockEntry(target.name, target.version, digest, str(target.file), target.version_source))
+        existing = root / target.file
+        if not existing.exists():
+            writes[target.file] = sealed
+            stale.append(Problem(str(target.file), f"missing: {target.name} {target.version} is not compiled yet"))
+        elif existing.read_bytes() != sealed:
+            writes[target.file] = sealed  # written only with --force
+            refusals.append(
+                Problem(
+                    str(target.file),
+                    f"pipeline {target.name} changed but its version {target.version} did not: bump the version in "
+                    f"{target.version_source}, e.g. to {_bump_hint(target.version)}",
+                )
+            )
+        locked = lock.get(target.name)
+        if locked is None or (locked.version, locked.ir_hash) != (target.version, digest):
+            stale.append(Problem(str(LOCK_FILE), f"entry for {target.name} is out of date"))
+    for name in sorted(set(lock) - {e.name for e in entries}):
+        stale.append(Problem(str(LOCK_FILE), f"entry for {name} has no pipeline any more"))
+    for path, data in component_outputs(root).items():
+        current = root / path
+        if not current.exists() or current.read_bytes() != data:
+            writes[path] = data
+            stale.append(Problem(str(path), "out of date"))
+    lock_text = render_lock(entries).encode()
+    lock_path = root / LOCK_FILE
+    if not lock_path.exists() or lock_path.read_bytes() != lock_text:
+        writes[LOCK_FILE] = lock_text
+    return Plan(writes=writes, refusals=refusals, stale=stale, entries=entries)
+
+
+def apply(root: Path, result: Plan) -> list[Path]:
+    """Write what the plan says (refused versions are never overwritten); returns the paths written."""
+    refused = {Path(p.path) for p in result.refusals}
+    written = []
+    for path, data in sorted(result.writes.items()):
+        if path in refused:
+            continue
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+        written.append(path)
+    return written
