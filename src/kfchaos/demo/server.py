@@ -63,6 +63,10 @@ class Metrics:
         self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", labels, registry=r)
         self.host_memory = Gauge("process_host_memory_model_bytes", "Modelled host memory in use", registry=r)
         self.memory_limit = Gauge("process_memory_limit_bytes", "Container memory limit", registry=r)
+        # Export every labelled series from the start, so "no data yet" never looks like a missing series.
+        for series in (self.e2e, self.ttft, self.itl, self.running, self.waiting, self.kv_usage, self.preemptions,
+                       self.success, self.prompt_tokens, self.generation_tokens):  # fmt: skip
+            series.labels(model)
         container = ["namespace", "pod", "container"]
         where = ("demo", "demo-llm-0", "vllm")
         Gauge("container_oom_events_total", "OOM kills (as cAdvisor counts them)", container, registry=r).labels(

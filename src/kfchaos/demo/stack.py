@@ -1,0 +1,174 @@
+"""The embedded demo's processes: demo LLM server (under its supervisor), fault proxy, and Prometheus when
+a binary is available. Started together, torn down together -- on normal exit, on an exception, on
+Ctrl-C and on SIGTERM -- so no process, port or fault is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{process.args[2] if len(process.args) > 2 else process.args} exited early")  # type: ignore[index]
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status < 500:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout:g}s")
+
+
+@dataclass
+class ServerSettings:
+    """vLLM-named settings of the demo server."""
+
+    max_num_seqs: int = 256
+    gpu_memory_utilization: float = 0.95
+    enable_prefix_caching: bool = False
+    restart_delay_s: float = 3.0
+
+    def args(self) -> list[str]:
+        out = ["--max-num-seqs", str(self.max_num_seqs), "--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.enable_prefix_caching:
+            out.append("--enable-prefix-caching")
+        return out
+
+
+@dataclass
+class DemoStack:
+    settings: ServerSettings
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kfchaos-demo-")))
+    with_prometheus: bool = True
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    server_port: int = 0
+    proxy_port: int = 0
+    control_port: int = 0
+    prometheus_port: int = 0
+
+    @property
+    def target_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}"
+
+    @property
+    def server_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://127.0.0.1:{self.control_port}"
+
+    @property
+    def prometheus_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.prometheus_port}" if self.prometheus_port else None
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "server-state.json"
+
+    def _spawn(self, command: list[str], log: str) -> subprocess.Popen[bytes]:
+        with open(self.workdir / log, "ab") as out:
+            # A new session: the whole group can be signalled, and Ctrl-C at the terminal reaches only us.
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes.append(process)
+        return process
+
+    def start(self) -> DemoStack:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.server_port, self.proxy_port, self.control_port = free_port(), free_port(), free_port()
+        python = sys.executable
+        server = self._spawn(
+            [python, "-m", "kfchaos.demo.supervisor", "--port", str(self.server_port), "--state", str(self.state_file),
+             "--restart-delay", str(self.settings.restart_delay_s), *self.settings.args()],
+            "server.log",
+        )  # fmt: skip
+        proxy = self._spawn(
+            [python, "-m", "kfchaos.demo.proxy", "--listen", f"127.0.0.1:{self.proxy_port}",
+             "--control", f"127.0.0.1:{self.control_port}", "--upstream", self.server_url, "--seed", "0"],
+            "proxy.log",
+        )  # fmt: skip
+        wait_http(f"{self.server_url}/health", 30, server)
+        wait_http(f"{self.control_url}/health", 30, proxy)
+        if self.with_prometheus and shutil.which("prometheus"):
+            self._start_prometheus()
+        return self
+
+    def _start_prometheus(self) -> None:
+        self.prometheus_port = free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [
+                {"job_name": "demo-llm", "static_configs": [{"targets": [f"127.0.0.1:{self.server_port}"]}]}
+            ],
+        }
+        config_file = self.workdir / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config))
+        prometheus = self._spawn(
+            [str(shutil.which("prometheus")), f"--config.file={config_file}",
+             f"--storage.tsdb.path={self.workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.prometheus_port}"],
+            "prometheus.log",
+        )  # fmt: skip
+        wait_http(f"{self.prometheus_url}/-/ready", 30, prometheus)
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+        # The supervisor's child is in the supervisor's session; if the supervisor died hard, end it too.
+        try:
+            import json
+
+            pid = json.loads(self.state_file.read_text()).get("pid")
+            if pid:
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        self.processes.clear()
+
+    def __enter__(self) -> DemoStack:
+        self._previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
