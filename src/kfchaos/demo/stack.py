@@ -31,7 +31,7 @@ def wait_http(url: str, timeout: float, process: subprocess.Popen[bytes] | None 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"{process.args[2] if len(process.args) > 2 else process.args} exited early")  # type: ignore[index]
+            raise RuntimeError(f"process {process.pid} ({url}) exited with {process.returncode} before answering")
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 if response.status < 500:
