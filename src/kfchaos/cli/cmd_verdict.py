@@ -1,0 +1,108 @@
+"""`kfchaos verdict`: the SLO verdict from per-request records, a baseline and (optionally) metric series.
+
+Exit code by verdict: 0 PASS, 1 FAIL, 2 INCONCLUSIVE; 3 when an input is bad (named with file and field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kfchaos.baseline import Baseline, load_baseline
+from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
+from kfchaos.errors import KfchaosError
+from kfchaos.metrics.snapshot import MetricsSnapshot
+from kfchaos.spec import load_experiment
+from kfchaos.verdict import Status, Verdict, evaluate
+from kfchaos.verdict.runstate import RunState, load_run_state
+
+EXIT_BY_STATUS = {Status.PASS: EXIT_PASS, Status.FAIL: EXIT_FAIL, Status.INCONCLUSIVE: EXIT_INCONCLUSIVE}
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "verdict", help="SLO verdict from replay records: exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 bad input"
+    )
+    parser.add_argument("--experiment", required=True, metavar="FILE", help="the experiment YAML")
+    parser.add_argument("--records", required=True, metavar="R.parquet", help="per-request records (Parquet)")
+    parser.add_argument(
+        "--baseline", metavar="B.yaml", help="baseline file (default: the experiment's spec.baseline.file)"
+    )
+    parser.add_argument("--metrics", metavar="M.json", help="metric series collected during the run")
+    parser.add_argument(
+        "--run-state",
+        metavar="S.json",
+        help="run facts from the pipeline: faults verified, stage validity, fault removal time",
+    )
+    parser.add_argument(
+        "--faults-verified", action="store_true", help="assert every fault was verified injected (manual runs)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the verdict as JSON (the contract)")
+    parser.add_argument("--out", metavar="DIR", help="write verdict.json, summary.md and report.html here")
+    parser.set_defaults(func=run)
+
+
+def _baseline(
+    args: argparse.Namespace, experiment_file: Path, spec_file: str | None
+) -> tuple[Baseline | None, list[str]]:
+    if args.baseline:
+        return load_baseline(args.baseline)
+    if spec_file is None:
+        return None, ["experiment names no baseline file; P99 drift is INCONCLUSIVE"]
+    # baselines/<name>.yaml is relative to the repository root: try the working directory, then the
+    # experiment's parent folder (experiments/ sits next to baselines/).
+    for candidate in (Path(spec_file), experiment_file.resolve().parent.parent / spec_file):
+        if candidate.is_file():
+            return load_baseline(candidate)
+    return None, [f"baseline file {spec_file} not found; P99 drift is INCONCLUSIVE"]
+
+
+def build(args: argparse.Namespace) -> Verdict:
+    experiment_path = Path(args.experiment)
+    experiment = load_experiment(experiment_path)
+    baseline, warnings = _baseline(args, experiment_path, experiment.spec.baseline.file)
+    metrics = MetricsSnapshot.load(args.metrics) if args.metrics else None
+    state = load_run_state(args.run_state) if args.run_state else RunState()
+    verified = True if args.faults_verified else state.faults_verified
+    return evaluate(
+        args.records,
+        experiment,
+        baseline=baseline,
+        metrics=metrics,
+        faults_verified=verified,
+        stage_valid=state.stage_valid,
+        faults_removed_at=state.faults_removed_at,
+        warnings=warnings,
+    )
+
+
+def _print_summary(verdict: Verdict) -> None:
+    print(f"{verdict.experiment} {verdict.version}: {verdict.status.value}")
+    for stage in verdict.stages:
+        print(f"  stage {stage.stage:>3}%  {stage.status.value:<12} {stage.requests} requests")
+        for check in stage.checks:
+            if check.status is not Status.PASS:
+                print(f"      {check.status.value:<12} {check.name}: {check.reason}")
+    for check in verdict.checks:
+        print(f"  {check.status.value:<12} {check.name}: {check.reason}")
+    for warning in verdict.warnings:
+        print(f"  warning: {warning}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    verdict = build(args)
+    if args.out:
+        from kfchaos.report import write_reports
+
+        try:
+            write_reports(verdict, Path(args.out), records=args.records)
+        except OSError as exc:
+            raise KfchaosError(f"{args.out}: cannot write reports: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps(verdict.to_dict(), indent=2))
+    else:
+        _print_summary(verdict)
+    return EXIT_BY_STATUS[verdict.status]

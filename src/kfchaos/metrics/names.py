@@ -1,0 +1,14 @@
+"""Names of the standard series in a metrics snapshot: the keys the verdict and the report look for."""
+
+from __future__ import annotations
+
+OOM_KILLS = "oom_kills"  # counter: OOM kill events of the target's containers
+RESTARTS = "restarts"  # counter: container restarts of the target's pods
+KV_CACHE_USAGE = "kv_cache_usage"  # gauge 0..1: vLLM KV-cache usage
+REQUESTS_WAITING = "requests_waiting"  # gauge: vLLM queue length
+REQUESTS_RUNNING = "requests_running"
+PREEMPTIONS = "preemptions"  # counter: vLLM preemptions (KV cache full)
+GPU_MEMORY_USED = "gpu_memory_used"  # gauge MiB: DCGM framebuffer used
+GPU_MEMORY_FREE = "gpu_memory_free"
+GPU_UTIL = "gpu_util"  # gauge %: DCGM GPU utilization
+DEPENDENCY_PREFIX = "dependency_p99:"  # gauge seconds: dependency_p99:<dependency name>

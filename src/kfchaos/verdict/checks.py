@@ -1,0 +1,156 @@
+"""The per-stage checks: tail latency against a limit or a baseline, rates, OOM kills, replay validity.
+
+Decision rule for every sampled quantity (docs/verdict.md): PASS when the whole confidence interval is on
+the good side of the threshold, FAIL when the whole interval is beyond it, INCONCLUSIVE when it straddles
+or when there are fewer than `min_samples` requests.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kfchaos.verdict.model import Check, Status
+from kfchaos.verdict.stats import TAIL, clopper_pearson, empirical_quantile_rank, order_statistics, quantile_ranks
+
+QUANTILE = 1.0 - TAIL
+
+
+def _decide(low: float, high: float, limit: float) -> Status:
+    if high <= limit:
+        return Status.PASS
+    if low > limit:
+        return Status.FAIL
+    return Status.INCONCLUSIVE
+
+
+def _p99_with_interval(
+    values: NDArray[np.float64], beyond: int, confidence: float
+) -> tuple[float, tuple[float, float] | None]:
+    """Empirical P99 and its order-statistic interval; `beyond` extra requests count as +inf (timeouts)."""
+    n = len(values) + beyond
+    ranks = quantile_ranks(n, QUANTILE, confidence)
+    point_rank = empirical_quantile_rank(n, QUANTILE)
+    wanted = (point_rank, *(ranks or ()))
+    finite = [r for r in wanted if r <= len(values)]
+    found = dict(zip(finite, order_statistics(values, tuple(finite)), strict=True))
+    at = [found.get(r, math.inf) for r in wanted]
+    return at[0], (at[1], at[2]) if ranks else None
+
+
+def tail_check(
+    name: str,
+    values: NDArray[np.float64],
+    beyond: int,
+    limit: float,
+    *,
+    min_samples: int,
+    confidence: float,
+    what: str,
+) -> Check:
+    """P99 of `values` at most `limit` (seconds), decided by the share of requests above `limit` vs 1 %."""
+    n = len(values) + beyond
+    if n == 0:
+        return Check(name, Status.INCONCLUSIVE, f"no {what} in the records", threshold=limit, unit="s")
+    above = int(np.count_nonzero(values > limit)) + beyond
+    share_ci = clopper_pearson(above, n, confidence)
+    p99, p99_ci = _p99_with_interval(values, beyond, confidence)
+    details = {"above": above, "share_above": above / n, "share_interval": list(share_ci), "tail": TAIL}
+    if n < min_samples:
+        status, reason = Status.INCONCLUSIVE, f"only {n} requests with {what}; need at least {min_samples}"
+    else:
+        status = _decide(share_ci[0], share_ci[1], TAIL)
+        reason = (
+            f"{above}/{n} requests above {limit:.4g}s, {100 * share_ci[0]:.2f}..{100 * share_ci[1]:.2f}% "
+            f"at {100 * confidence:g}% confidence vs {100 * TAIL:g}%"
+        )
+    return Check(name, status, reason, p99, limit, p99_ci, n, "s", details=details)
+
+
+def drift_check(
+    name: str,
+    values: NDArray[np.float64],
+    beyond: int,
+    baseline_p99: float | None,
+    drift_max: float,
+    *,
+    min_samples: int,
+    confidence: float,
+    what: str,
+) -> Check:
+    """P99 drift against the baseline P99: the share above (1 + drift_max) x baseline decides, as in tail_check."""
+    if baseline_p99 is None or not math.isfinite(baseline_p99) or baseline_p99 <= 0:
+        return Check(
+            name, Status.INCONCLUSIVE, f"no baseline P99 for {what}: nothing to compare with", threshold=drift_max
+        )
+    limit = (1.0 + drift_max) * baseline_p99
+    tail = tail_check(name, values, beyond, limit, min_samples=min_samples, confidence=confidence, what=what)
+    value = None if tail.value is None else tail.value / baseline_p99 - 1.0
+    interval = (
+        None if tail.interval is None else (tail.interval[0] / baseline_p99 - 1, tail.interval[1] / baseline_p99 - 1)
+    )
+    details = {**tail.details, "baseline_p99": baseline_p99, "limit_seconds": limit, "candidate_p99": tail.value}
+    return Check(name, tail.status, tail.reason, value, drift_max, interval, tail.samples, "ratio", details=details)
+
+
+def rate_check(name: str, count: int, total: int, limit: float, *, min_samples: int, confidence: float) -> Check:
+    """A share of requests (errors, timeouts) at most `limit`, decided by its Clopper-Pearson interval."""
+    if total == 0:
+        return Check(name, Status.INCONCLUSIVE, "no requests sent", threshold=limit, unit="fraction")
+    low, high = clopper_pearson(count, total, confidence)
+    if total < min_samples:
+        status, reason = Status.INCONCLUSIVE, f"only {total} requests; need at least {min_samples}"
+    else:
+        status = _decide(low, high, limit)
+        reason = f"{count}/{total}, {100 * low:.3f}..{100 * high:.3f}% vs {100 * limit:g}%"
+        if status is Status.INCONCLUSIVE and count == 0:
+            # Zero events still cannot show a small limit: say how many requests would (rule of three).
+            needed = math.ceil(math.log((1 - confidence) / 2) / math.log1p(-limit)) if limit > 0 else 0
+            reason += f"; showing <= {100 * limit:g}% with no events needs >= {needed} requests"
+    return Check(name, status, reason, count / total, limit, (low, high), total, "fraction", details={"count": count})
+
+
+def oom_check(kills: float | None, missing: str | None, served: int, limit: float, confidence: float) -> Check:
+    """OOM kills per request served. Kills are counted, not sampled: the observed rate decides, the interval
+    (Clopper-Pearson on kills/served) is reported for scale."""
+    name = "oom_kill_rate"
+    if missing is not None or kills is None:
+        return Check(name, Status.INCONCLUSIVE, missing or "no OOM series", threshold=limit, unit="fraction")
+    if served == 0:
+        return Check(name, Status.INCONCLUSIVE, "no requests sent", threshold=limit, unit="fraction")
+    count = round(kills)
+    rate = count / served
+    interval = clopper_pearson(min(count, served), served, confidence)
+    status = Status.PASS if rate <= limit else Status.FAIL
+    reason = f"{count} OOM kill(s) / {served} requests = {100 * rate:.4g}% vs {100 * limit:g}%"
+    return Check(name, status, reason, rate, limit, interval, served, "fraction", details={"oom_kills": count})
+
+
+def replay_check(
+    send_lag: NDArray[np.float64],
+    dropped: int,
+    total: int,
+    lag_p99_max: float,
+    replayer_says: bool | str | None,
+    dropped_max: float = 0.01,
+) -> Check:
+    """Whether the load generator kept to its schedule: if it fell behind, what was measured is not the plan."""
+    name = "replay"
+    lag = send_lag[np.isfinite(send_lag)]
+    lag_p99 = float(np.quantile(lag, QUANTILE, method="inverted_cdf")) if len(lag) else math.nan
+    details = {"send_lag_p99": None if math.isnan(lag_p99) else lag_p99, "dropped": dropped}
+    if isinstance(replayer_says, str) or replayer_says is False:
+        why = replayer_says if isinstance(replayer_says, str) else "the replayer marked this stage invalid"
+        return Check(name, Status.INCONCLUSIVE, why, lag_p99, lag_p99_max, None, total, "s", details=details)
+    if not len(lag):
+        return Check(name, Status.INCONCLUSIVE, "no request was sent", None, lag_p99_max, None, total, "s")
+    if lag_p99 > lag_p99_max:
+        reason = f"replayer fell behind: send lag P99 {lag_p99 * 1000:.1f}ms > {lag_p99_max * 1000:g}ms"
+        return Check(name, Status.INCONCLUSIVE, reason, lag_p99, lag_p99_max, None, total, "s", details=details)
+    if total and dropped / total > dropped_max:
+        reason = f"replayer dropped {dropped}/{total} requests at its concurrency limit (> {100 * dropped_max:g}%)"
+        return Check(name, Status.INCONCLUSIVE, reason, lag_p99, lag_p99_max, None, total, "s", details=details)
+    reason = f"send lag P99 {lag_p99 * 1000:.1f}ms <= {lag_p99_max * 1000:g}ms, {dropped} dropped"
+    return Check(name, Status.PASS, reason, lag_p99, lag_p99_max, None, total, "s", details=details)

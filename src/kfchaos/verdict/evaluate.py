@@ -1,0 +1,208 @@
+"""`evaluate()`: per-request records + baseline + the experiment's SLOs and abort rules -> a Verdict.
+
+Missing or insufficient data never passes: each check says INCONCLUSIVE with the reason. A stage is the
+worst of its checks (FAIL > INCONCLUSIVE > PASS); the experiment is the worst of its stages and its
+experiment-wide checks (faults verified, metrics source reachable, recovery time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from kfchaos.baseline import Baseline
+from kfchaos.metrics.names import OOM_KILLS
+from kfchaos.metrics.snapshot import MetricsSnapshot
+from kfchaos.spec import Experiment, Slo
+from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
+from kfchaos.verdict.gate import gate
+from kfchaos.verdict.model import Check, StageResult, Status, Verdict, status_of, worst
+from kfchaos.verdict.recovery import RECOVERY_WINDOW, recovery_check
+from kfchaos.verdict.requests import Requests, load_requests
+
+FaultsVerified = bool | Mapping[str, bool] | None
+
+
+def _tail_sample(requests: Requests, column: np.ndarray) -> tuple[np.ndarray, int]:
+    """Finite values of successful requests, and how many timeouts count as beyond any limit."""
+    ok = requests.succeeded() & np.isfinite(column)
+    return column[ok], int(np.count_nonzero(requests.timed_out()))
+
+
+def _oom(
+    requests: Requests, window: tuple[float, float], metrics: MetricsSnapshot | None, slo: Slo, served: int
+) -> Check:
+    if metrics is None:
+        return oom_check(
+            None, "no metrics given: OOM kills unknown (pass --metrics)", served, slo.oom_kill_rate_max, slo.confidence
+        )
+    why = metrics.missing(OOM_KILLS)
+    kills = None if why else metrics.series[OOM_KILLS].increase(*window)
+    if why is None and kills is None:
+        why = f"series {OOM_KILLS} has fewer than two points around the stage window"
+    return oom_check(kills, why, served, slo.oom_kill_rate_max, slo.confidence)
+
+
+def stage_checks(
+    requests: Requests,
+    experiment: Experiment,
+    baseline: Baseline | None,
+    metrics: MetricsSnapshot | None,
+    replay_valid: bool | str | None,
+    stage: int,
+) -> tuple[list[Check], tuple[float, float]]:
+    slo = experiment.spec.slo
+    samples, confidence = slo.min_samples, slo.confidence
+    sent = requests.was_sent()
+    served = int(np.count_nonzero(sent))
+    finished = np.where(np.isfinite(requests.latency), requests.sent + requests.latency, requests.intended)
+    window = (float(requests.intended.min()), float(np.nanmax(finished)))
+
+    stage_gate = gate(
+        requests,
+        experiment.spec.abort,
+        metrics=metrics,
+        max_send_lag_p99=experiment.spec.traffic.max_send_lag_p99,
+        replay_valid=replay_valid,
+        stage=stage,
+    )
+    checks = list(stage_gate.checks)
+    latency, beyond = _tail_sample(requests, requests.latency)
+    base_p99 = baseline.p99("latency_p99") if baseline else None
+    checks.append(
+        drift_check(
+            "p99_drift",
+            latency,
+            beyond,
+            base_p99,
+            slo.p99_drift_max,
+            what="latency",
+            min_samples=samples,
+            confidence=confidence,
+        )
+    )
+    if slo.p99_max is not None:
+        checks.append(
+            tail_check("p99", latency, beyond, slo.p99_max, what="latency", min_samples=samples, confidence=confidence)
+        )
+    checks.append(
+        rate_check(
+            "error_rate",
+            int(np.count_nonzero(requests.failed() & sent)),
+            served,
+            slo.error_rate_max,
+            min_samples=samples,
+            confidence=confidence,
+        )
+    )
+    checks.append(
+        rate_check(
+            "timeout_rate",
+            int(np.count_nonzero(requests.timed_out())),
+            served,
+            slo.timeout_rate_max,
+            min_samples=samples,
+            confidence=confidence,
+        )
+    )
+    checks.append(_oom(requests, window, metrics, slo, served))
+    for name, limit, column, what in (
+        ("ttft_p99", slo.ttft_p99_max, requests.ttft, "time to first token"),
+        ("itl_p99", slo.itl_p99_max, requests.itl_p99, "inter-token latency"),
+        ("tpot_p99", slo.tpot_p99_max, requests.tpot, "time per output token"),
+    ):
+        if limit is None:
+            continue
+        values, timeouts = _tail_sample(requests, column)
+        # A timeout is beyond any TTFT limit; ITL and TPOT of a request that never finished are unknown.
+        extra = timeouts if name == "ttft_p99" else 0
+        checks.append(tail_check(name, values, extra, limit, what=what, min_samples=samples, confidence=confidence))
+    return checks, window
+
+
+def faults_check(experiment: Experiment, verified: FaultsVerified) -> Check | None:
+    cluster = [f.name for f in experiment.spec.faults if f.cluster_side]
+    if not cluster:
+        return None
+    name = "faults_injected"
+    if verified is None:
+        return Check(name, Status.INCONCLUSIVE, f"injection of {', '.join(cluster)} not verified (no run state)")
+    if isinstance(verified, bool):
+        ok = verified
+        missing = [] if ok else cluster
+    else:
+        missing = [n for n in cluster if not verified.get(n, False)]
+        ok = not missing
+    if ok:
+        return Check(name, Status.PASS, f"{', '.join(cluster)} verified injected", samples=len(cluster))
+    return Check(name, Status.INCONCLUSIVE, f"not verified as injected: {', '.join(missing)}", samples=len(cluster))
+
+
+def evaluate(
+    records: pa.Table | str | Path | Requests,
+    experiment: Experiment,
+    *,
+    baseline: Baseline | None = None,
+    metrics: MetricsSnapshot | None = None,
+    faults_verified: FaultsVerified = None,
+    stage_valid: Mapping[int, bool | str] | None = None,
+    faults_removed_at: float | None = None,
+    recovery_window: float = RECOVERY_WINDOW,
+    warnings: Sequence[str] = (),
+) -> Verdict:
+    requests = records if isinstance(records, Requests) else load_requests(records)
+    spec = experiment.spec
+    notes = list(warnings)
+    planned = list(spec.traffic.stages)
+    present = {int(s) for s in np.unique(requests.stage)}
+    extra = sorted(present - set(planned))
+    if extra:
+        notes.append(f"records for unplanned stage(s) {extra} are not stage-checked (recovery may use them)")
+
+    stages: list[StageResult] = []
+    for percent in planned:
+        mask = requests.stage == percent
+        if not mask.any():
+            check = Check("records", Status.INCONCLUSIVE, "no records for this stage (not run, or skipped by a gate)")
+            stages.append(StageResult(percent, Status.INCONCLUSIVE, 0, None, [check]))
+            continue
+        subset = requests.where(mask)
+        valid = (stage_valid or {}).get(percent)
+        checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent)
+        stages.append(StageResult(percent, status_of(checks), len(subset), window, checks))
+
+    overall: list[Check] = []
+    if not len(requests):
+        overall.append(Check("records", Status.INCONCLUSIVE, "no request records at all"))
+    faults = faults_check(experiment, faults_verified)
+    if faults:
+        overall.append(faults)
+    if metrics is not None and metrics.unreachable:
+        overall.append(
+            Check(
+                "metrics_source",
+                Status.INCONCLUSIVE,
+                f"{metrics.source or 'metrics'} unreachable: {metrics.unreachable}",
+            )
+        )
+    if baseline is None:
+        overall.append(Check("baseline", Status.INCONCLUSIVE, "no baseline: P99 drift cannot be judged"))
+    base_p99 = baseline.p99("latency_p99") if baseline else None
+    recovery = recovery_check(requests, spec.slo, base_p99, removed_at=faults_removed_at, width=recovery_window)
+    if recovery:
+        overall.append(recovery)
+
+    status = worst([s.status for s in stages] + [c.status for c in overall if c.gating])
+    return Verdict(
+        experiment=experiment.metadata.name,
+        version=experiment.metadata.version,
+        status=status,
+        confidence=spec.slo.confidence,
+        stages=stages,
+        checks=overall,
+        baseline=baseline.summary() if baseline else None,
+        warnings=notes,
+    )

@@ -1,0 +1,130 @@
+"""Stage gate: the experiment's abort rules, each over fixed time windows, plus replay validity.
+
+A rule trips when its metric is above the threshold in `consecutive` windows in a row. The ramp goes on
+only when the gate clearly passed: a tripped rule FAILs, and a rule that cannot be evaluated (its series is
+missing, Prometheus is unreachable) is INCONCLUSIVE, which also stops the ramp -- blind is not safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from kfchaos.metrics.names import DEPENDENCY_PREFIX, OOM_KILLS
+from kfchaos.metrics.snapshot import MetricsSnapshot
+from kfchaos.spec import AbortRule
+from kfchaos.verdict.checks import replay_check
+from kfchaos.verdict.model import Check, GateResult, Status, status_of
+from kfchaos.verdict.requests import DROPPED, Requests, from_table
+from kfchaos.verdict.windows import Windows, windows
+
+
+def _longest_run(above: NDArray[np.bool_]) -> tuple[int, int]:
+    """Length of the longest run of True and the index where it ends."""
+    best, best_end, run = 0, -1, 0
+    for index, flag in enumerate(above.tolist()):  # one entry per window: a few hundred at most
+        run = run + 1 if flag else 0
+        if run > best:
+            best, best_end = run, index
+    return best, best_end
+
+
+def _series_per_window(
+    snapshot: MetricsSnapshot, names: list[str], grid: Windows, counter: bool
+) -> NDArray[np.float64]:
+    values = np.full(len(grid), np.nan)
+    for index in range(len(grid)):
+        start, end = grid.bounds(index)
+        found = [
+            snapshot.series[n].increase(start, end) if counter else snapshot.series[n].max_between(start, end)
+            for n in names
+        ]
+        present = [v for v in found if v is not None]
+        if present:
+            values[index] = sum(present) if counter else max(present)
+    return values
+
+
+def _rule_values(
+    rule: AbortRule, grid: Windows, metrics: MetricsSnapshot | None
+) -> tuple[NDArray[np.float64] | None, str | None]:
+    """Per-window value of the rule's metric, or why it cannot be had."""
+    if rule.metric == "error_rate":
+        return grid.error_rate(), None
+    if rule.metric == "timeout_rate":
+        return grid.timeout_rate(), None
+    if rule.metric == "p99_latency":
+        return grid.p99, None
+    if rule.metric == "ttft_p99":
+        return grid.ttft_p99, None
+    snapshot = metrics or MetricsSnapshot()
+    if rule.metric == "oom_kills":
+        why = snapshot.missing(OOM_KILLS)
+        return (None, why) if why else (_series_per_window(snapshot, [OOM_KILLS], grid, counter=True), None)
+    # dependency_p99: one gauge per dependency, named dependency_p99:<name>
+    if rule.dependency == "any":
+        names = sorted(n for n in snapshot.series if n.startswith(DEPENDENCY_PREFIX))
+        if not names:
+            return None, snapshot.missing(f"{DEPENDENCY_PREFIX}*") or "no dependency_p99:* series in the metrics"
+    else:
+        names = [f"{DEPENDENCY_PREFIX}{rule.dependency}"]
+        why = snapshot.missing(names[0])
+        if why:
+            return None, why
+    return _series_per_window(snapshot, names, grid, counter=False), None
+
+
+def rule_check(rule: AbortRule, requests: Requests, metrics: MetricsSnapshot | None) -> Check:
+    name = f"abort.{rule.metric}" + (f".{rule.dependency}" if rule.dependency else "")
+    threshold = rule.threshold
+    grid = windows(requests, rule.window)
+    values, why = _rule_values(rule, grid, metrics)
+    base = {"window": rule.window, "consecutive": rule.consecutive}
+    if values is None:
+        return Check(name, Status.INCONCLUSIVE, why or "no data", threshold=threshold, details=base)
+    measured = np.isfinite(values)
+    if not measured.any():
+        return Check(name, Status.INCONCLUSIVE, "no window had data", threshold=threshold, details=base)
+    above = measured & (values > threshold)
+    run, end = _longest_run(above)
+    worst = float(np.nanmax(values))
+    details = {**base, "windows": len(grid), "windows_measured": int(measured.sum()), "longest_run_above": run}
+    if run >= rule.consecutive:
+        start_index = end - rule.consecutive + 1
+        tripped_at = grid.bounds(end)[1]
+        details |= {"tripped_at": tripped_at, "first_window_start": grid.bounds(start_index)[0]}
+        reason = (
+            f"above {rule.above} in {run} consecutive {rule.window:g}s window(s) (rule: {rule.consecutive}); "
+            f"worst {worst:.4g}"
+        )
+        return Check(name, Status.FAIL, reason, worst, threshold, None, int(grid.sent.sum()), details=details)
+    reason = f"never above {rule.above} in {rule.consecutive} consecutive {rule.window:g}s window(s); worst {worst:.4g}"
+    return Check(name, Status.PASS, reason, worst, threshold, None, int(grid.sent.sum()), details=details)
+
+
+def gate(
+    stage_records: pa.Table | Requests,
+    rules: Sequence[AbortRule],
+    *,
+    metrics: MetricsSnapshot | None = None,
+    max_send_lag_p99: float = 0.050,
+    replay_valid: bool | str | None = None,
+    stage: int | None = None,
+) -> GateResult:
+    """Decide whether the ramp may go on after this stage's records (one stage: filter before calling)."""
+    requests = stage_records if isinstance(stage_records, Requests) else from_table(stage_records)
+    checks = [rule_check(rule, requests, metrics) for rule in rules]
+    sent = requests.was_sent()
+    checks.append(
+        replay_check(
+            np.where(sent, requests.sent - requests.intended, np.nan),
+            int(np.count_nonzero(requests.error == DROPPED)),
+            len(requests),
+            max_send_lag_p99,
+            replay_valid,
+        )
+    )
+    return GateResult(stage, status_of(checks), checks)

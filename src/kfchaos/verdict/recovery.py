@@ -1,0 +1,105 @@
+"""Recovery time: after the faults are removed, how long until the SLOs hold again (MTTR, from the records).
+
+The records after removal are cut into windows starting at the removal time. A window holds when it has
+requests and its error rate, timeout rate and P99 are within the SLOs (point values: a window is short,
+this is a timeline, not a test). Recovery time = start of the first window of the final run of holding
+windows - removal time; if the last window does not hold, the service did not recover while observed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kfchaos.spec import Slo
+from kfchaos.verdict.model import Check, Status
+from kfchaos.verdict.requests import Requests
+from kfchaos.verdict.windows import windows
+
+RECOVERY_WINDOW = 10.0
+
+
+def removal_time(requests: Requests) -> float | None:
+    """When faults ended, inferred from the records: the last send with a fault active, if any came after it."""
+    active = requests.fault_active
+    if not active.any():
+        return None
+    last_active = float(requests.intended[active].max())
+    after = ~active & (requests.intended > last_active)
+    return last_active if after.any() else None
+
+
+def latency_limit(slo: Slo, baseline_p99: float | None) -> float:
+    limits = [slo.p99_max] if slo.p99_max is not None else []
+    if baseline_p99 is not None and baseline_p99 > 0:
+        limits.append((1.0 + slo.p99_drift_max) * baseline_p99)
+    return min(limits) if limits else math.inf
+
+
+def recovery_check(
+    requests: Requests,
+    slo: Slo,
+    baseline_p99: float | None,
+    *,
+    removed_at: float | None = None,
+    width: float = RECOVERY_WINDOW,
+) -> Check | None:
+    """None when there is nothing to report (no faults ended and no recovery limit is set)."""
+    name = "recovery"
+    limit_s = slo.recovery_max
+    gating = limit_s is not None
+    at = removed_at if removed_at is not None else removal_time(requests)
+    if at is None:
+        if not gating:
+            return None
+        return Check(name, Status.INCONCLUSIVE, "no records after the faults were removed", threshold=limit_s, unit="s")
+    after = requests.where(requests.intended >= at)
+    if not len(after):
+        return Check(
+            name,
+            Status.INCONCLUSIVE,
+            "no records after the faults were removed",
+            threshold=limit_s,
+            unit="s",
+            gating=gating,
+        )
+    grid = windows(after, width, start=at)
+    latency_max = latency_limit(slo, baseline_p99)
+    measured = grid.sent > 0
+    with np.errstate(invalid="ignore"):
+        holds = (
+            measured
+            & (grid.error_rate() <= slo.error_rate_max)
+            & (grid.timeout_rate() <= slo.timeout_rate_max)
+            & (grid.p99 <= latency_max)
+        )
+    observed = float(len(grid) * width)
+    indices = np.nonzero(measured)[0]
+    details = {"removed_at": at, "window": width, "windows": len(grid), "latency_limit": latency_max}
+    if not holds[indices[-1]]:
+        reason = f"SLOs did not hold again within the {observed:g}s observed after removal"
+        status = Status.FAIL if gating and limit_s is not None and observed > limit_s else Status.INCONCLUSIVE
+        return Check(name, status, reason, None, limit_s, None, int(grid.sent.sum()), "s", gating, details)
+    failing = indices[~holds[indices]]
+    first_good = int(indices[indices > failing[-1]][0]) if len(failing) else int(indices[0])
+    seconds = first_good * width
+    interval = (max(0.0, seconds - width), seconds)  # the true moment lies within one window of the estimate
+    details["holding_since"] = at + seconds
+    if not gating:
+        return Check(
+            name,
+            Status.PASS,
+            f"SLOs held again {seconds:g}s after removal (no recovery_max set)",
+            seconds,
+            None,
+            interval,
+            int(grid.sent.sum()),
+            "s",
+            False,
+            details,
+        )
+    assert limit_s is not None
+    status = Status.PASS if seconds <= limit_s else Status.FAIL
+    reason = f"SLOs held again {seconds:g}s after removal vs recovery_max {limit_s:g}s"
+    return Check(name, status, reason, seconds, limit_s, interval, int(grid.sent.sum()), "s", True, details)

@@ -1,0 +1,134 @@
+"""Per-request records as numpy columns: read once (only the columns the verdict needs), classify once.
+
+Every later step is a boolean mask over these arrays, so 10 million records cost a few hundred MB and a
+few vectorized passes, not a Python loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from kfchaos.errors import KfchaosError
+from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA
+
+NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
+NO_ERROR = -1
+_KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
+TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED = (_KIND_CODE[k] for k in ERROR_KINDS)
+
+
+class RecordsError(KfchaosError):
+    """The records file cannot be used: unreadable, or a column is missing or of the wrong type."""
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Columns of the records; floats hold NaN where the record has null."""
+
+    stage: NDArray[np.int16]
+    intended: NDArray[np.float64]
+    sent: NDArray[np.float64]
+    status: NDArray[np.float64]
+    error: NDArray[np.int8]  # index into ERROR_KINDS, NO_ERROR when null
+    latency: NDArray[np.float64]
+    ttft: NDArray[np.float64]
+    itl_p99: NDArray[np.float64]
+    tpot: NDArray[np.float64]
+    fault_active: NDArray[np.bool_]
+
+    def __len__(self) -> int:
+        return len(self.stage)
+
+    def where(self, mask: NDArray[np.bool_]) -> Requests:
+        return Requests(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})
+
+    # Classes of request, as the checks count them (docs/verdict.md defines each).
+    def was_sent(self) -> NDArray[np.bool_]:
+        """Sent and not cut off by the stage ending: the denominator of every rate."""
+        return (self.error != DROPPED) & (self.error != CANCELLED) & ~np.isnan(self.sent)
+
+    def timed_out(self) -> NDArray[np.bool_]:
+        return self.error == TIMEOUT
+
+    def failed(self) -> NDArray[np.bool_]:
+        """Errors other than timeouts: connection, protocol, HTTP >= 500 (timeouts have their own check)."""
+        by_kind = (self.error == CONNECT) | (self.error == HTTP) | (self.error == PROTOCOL)
+        return by_kind | (np.nan_to_num(self.status, nan=0.0) >= 500)
+
+    def succeeded(self) -> NDArray[np.bool_]:
+        return self.was_sent() & ~self.failed() & ~self.timed_out()
+
+
+def _float(table: pa.Table, name: str) -> NDArray[np.float64]:
+    column = table.column(name)
+    return np.asarray(column.cast(pa.float64()).to_numpy(), dtype=np.float64)
+
+
+def _error_codes(column: pa.ChunkedArray) -> NDArray[np.int8]:
+    """Dictionary-encoded error kinds -> small ints, chunk by chunk, never materializing the strings."""
+    out = np.full(len(column), NO_ERROR, dtype=np.int8)
+    offset = 0
+    for chunk in column.chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = chunk.cast(pa.string()).dictionary_encode()
+        lookup = np.array([_KIND_CODE.get(str(v), HTTP) for v in chunk.dictionary.to_pylist()] + [NO_ERROR])
+        indices = chunk.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
+        out[offset : offset + len(chunk)] = lookup[indices].astype(np.int8)
+        offset += len(chunk)
+    return out
+
+
+def from_table(table: pa.Table, source: str = "records") -> Requests:
+    missing = [name for name in NEEDED if name not in table.column_names]
+    if missing:
+        raise RecordsError(
+            f"{source}: column(s) {', '.join(missing)} missing; records must follow kfchaos.records.REQUEST_SCHEMA"
+        )
+    for name in NEEDED:
+        want = REQUEST_SCHEMA.field(name).type
+        have = table.schema.field(name).type
+        numeric_ok = pa.types.is_integer(have) or pa.types.is_floating(have)
+        if name == "error":
+            ok = pa.types.is_dictionary(have) or pa.types.is_string(have) or pa.types.is_null(have)
+        elif name == "fault_active":
+            ok = pa.types.is_boolean(have)
+        else:
+            ok = numeric_ok or pa.types.is_null(have)
+        if not ok:
+            raise RecordsError(f"{source}: column {name} has type {have}, expected {want}")
+    stage = table.column("stage")
+    if stage.null_count:
+        raise RecordsError(f"{source}: column stage has {stage.null_count} null value(s); every record needs its stage")
+    return Requests(
+        stage=np.asarray(stage.cast(pa.int16()).to_numpy(), dtype=np.int16),
+        intended=_float(table, "intended"),
+        sent=_float(table, "sent"),
+        status=_float(table, "status"),
+        error=_error_codes(table.column("error")),
+        latency=_float(table, "latency"),
+        ttft=_float(table, "ttft"),
+        itl_p99=_float(table, "itl_p99"),
+        tpot=_float(table, "tpot"),
+        fault_active=np.asarray(table.column("fault_active").fill_null(False).to_numpy(), dtype=np.bool_),
+    )
+
+
+def load_requests(source: pa.Table | str | Path) -> Requests:
+    """Records from a pyarrow Table or a Parquet file (or a folder of them), reading only the needed columns."""
+    if isinstance(source, pa.Table):
+        return from_table(source)
+    path = Path(source)
+    try:
+        table = pq.read_table(path, columns=list(NEEDED))
+    except FileNotFoundError:
+        raise RecordsError(f"{path}: no such records file") from None
+    except (pa.ArrowInvalid, OSError, KeyError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RecordsError(f"{path}: cannot read as Parquet records: {message}") from None
+    return from_table(table, str(path))

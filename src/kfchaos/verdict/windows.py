@@ -1,0 +1,84 @@
+"""Requests bucketed into fixed time windows by intended send time, with per-window counts and P99s.
+
+Used by the abort rules (a stage gate) and by recovery time. One sort per call, no Python loop over
+requests: windows are integer bins, counts come from bincount.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kfchaos.verdict.requests import Requests
+from kfchaos.verdict.stats import TAIL
+
+
+@dataclass(frozen=True)
+class Windows:
+    start: float  # time of window 0
+    width: float
+    sent: NDArray[np.int64]
+    failed: NDArray[np.int64]
+    timeouts: NDArray[np.int64]
+    p99: NDArray[np.float64]  # latency P99 (timeouts count as +inf); NaN in an empty window
+    ttft_p99: NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return len(self.sent)
+
+    def bounds(self, index: int) -> tuple[float, float]:
+        return (self.start + index * self.width, self.start + (index + 1) * self.width)
+
+    def error_rate(self) -> NDArray[np.float64]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.sent > 0, self.failed / np.maximum(self.sent, 1), np.nan)
+
+    def timeout_rate(self) -> NDArray[np.float64]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.sent > 0, self.timeouts / np.maximum(self.sent, 1), np.nan)
+
+
+def grouped_p99(bins: NDArray[np.int64], values: NDArray[np.float64], count: int) -> NDArray[np.float64]:
+    """Empirical P99 (inverted CDF) of `values` in each bin 0..count-1, NaN where a bin is empty."""
+    out = np.full(count, np.nan)
+    if not len(values):
+        return out
+    order = np.lexsort((values, bins))
+    sizes = np.bincount(bins, minlength=count)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    present = sizes > 0
+    rank = np.ceil((1.0 - TAIL) * sizes[present] - 1e-9).astype(np.int64)
+    picks = starts[present] + np.maximum(rank, 1) - 1
+    out[present] = values[order][picks]
+    return out
+
+
+def windows(requests: Requests, width: float, start: float | None = None) -> Windows:
+    if width <= 0 or not math.isfinite(width):
+        raise ValueError(f"window width must be positive, got {width}")
+    sent = requests.was_sent()
+    times = requests.intended
+    origin = float(times.min()) if start is None and len(times) else (start or 0.0)
+    index = np.floor((times - origin) / width).astype(np.int64)
+    keep = sent & (index >= 0)
+    count = int(index[keep].max()) + 1 if keep.any() else 0
+    failed = requests.failed() & keep
+    timeouts = requests.timed_out() & keep
+    ok = requests.succeeded() & keep & np.isfinite(requests.latency)
+    # Latency sample: successful responses, with timeouts as +inf (slower than any limit below the timeout).
+    lat_mask = ok | timeouts
+    latency = np.where(timeouts, np.inf, requests.latency)[lat_mask]
+    ttft_mask = (requests.succeeded() & keep & np.isfinite(requests.ttft)) | timeouts
+    ttft = np.where(timeouts, np.inf, requests.ttft)[ttft_mask]
+    return Windows(
+        start=origin,
+        width=width,
+        sent=np.bincount(index[keep], minlength=count),
+        failed=np.bincount(index[failed], minlength=count),
+        timeouts=np.bincount(index[timeouts], minlength=count),
+        p99=grouped_p99(index[lat_mask], latency, count),
+        ttft_p99=grouped_p99(index[ttft_mask], ttft, count),
+    )
