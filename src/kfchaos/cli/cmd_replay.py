@@ -1,0 +1,162 @@
+"""`kfchaos replay TRAFFIC --target URL ...`: replay one stage open-loop, print its summary, write records.
+
+Exit codes: 0 the stage ran and is valid; 2 the stage is INVALID (the replayer fell behind, or no
+requests), so any verdict on it would be INCONCLUSIVE; 3 input or usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kfchaos.cli import EXIT_INCONCLUSIVE, EXIT_PASS
+from kfchaos.errors import KfchaosError
+from kfchaos.spec import load_experiment
+from kfchaos.traffic.api import run_stage
+from kfchaos.traffic.formats import FORMATS
+from kfchaos.traffic.plan import APIS, ReplayPlan, ReplaySettings, settings_from_experiment
+from kfchaos.traffic.progress import Progress
+from kfchaos.traffic.summary import StageSummary
+from kfchaos.traffic.tagging import HeaderPolicy
+from kfchaos.units import parse_duration
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, slash, count = text.partition("/")
+    if not slash or not index.isdigit() or not count.isdigit() or not 0 <= int(index) < int(count):
+        raise argparse.ArgumentTypeError(f"{text!r} is not i/n with 0 <= i < n (e.g. 0/4)")
+    return int(index), int(count)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay recorded traffic open-loop against a target; records to Parquet, summary printed",
+        description="Replay one stage of recorded (or synthetic) traffic open-loop. Exit 2 when the stage is "
+        "INVALID because the replayer fell behind its schedule.",
+    )
+    parser.add_argument("traffic", nargs="?", metavar="TRAFFIC", help="traffic file (default: the experiment's)")
+    parser.add_argument("--target", required=True, metavar="URL", help="base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--format", choices=FORMATS, help="traffic file format (default jsonl)")
+    parser.add_argument("--stage", type=int, metavar="P", help="percent of the recorded rate (default 100)")
+    parser.add_argument("--duration", type=_duration, metavar="D", help="stage length, e.g. 90s (default: file once)")
+    parser.add_argument("--seed", type=int, metavar="S", help="sampling seed (default 0)")
+    parser.add_argument("--shard", type=_shard, metavar="i/n", help="replay shard i of n (hash partition)")
+    parser.add_argument("--api", choices=APIS, help="http (as recorded), openai-completions or openai-chat")
+    parser.add_argument("--model", metavar="M", help="model name for the OpenAI APIs")
+    parser.add_argument("--speed", type=float, help="time compression of the recording (default 1)")
+    parser.add_argument("--rate", type=float, help="arrivals per second at 100 %% for prompt sets (sharegpt)")
+    parser.add_argument("--timeout", type=_duration, help="per-request timeout (default 30s)")
+    parser.add_argument("--concurrency", type=int, metavar="N", help="in-flight limit; beyond it requests drop")
+    parser.add_argument("--max-lag", type=_duration, help="p99 send lag above this makes the stage INVALID")
+    parser.add_argument("--no-loop", action="store_true", help="do not restart the recording within --duration")
+    parser.add_argument("--header", type=_header, action="append", default=[], metavar="'K: V'", help="add header")
+    parser.add_argument("--strip-header", action="append", default=[], metavar="NAME", help="remove header")
+    parser.add_argument("--allow-credentials", action="store_true", help="keep recorded Authorization/Cookie")
+    parser.add_argument("--out", metavar="FILE", help="write the per-request records here (Parquet)")
+    parser.add_argument("--experiment", metavar="FILE", help="take traffic, target API, faults and SLOs from it")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.set_defaults(func=run)
+
+
+def build_settings(args: argparse.Namespace) -> ReplaySettings:
+    overrides: dict[str, Any] = {}
+    if args.experiment:
+        experiment = load_experiment(args.experiment)
+        stage = args.stage if args.stage is not None else experiment.spec.traffic.stages[-1]
+        settings = settings_from_experiment(experiment, stage, Path(args.experiment).parent)
+        if args.traffic:
+            overrides.update(source=args.traffic, synthetic=None)
+    else:
+        if not args.traffic:
+            raise KfchaosError("replay: give a TRAFFIC file, or --experiment")
+        settings = ReplaySettings(stage=args.stage if args.stage is not None else 100, source=args.traffic)
+    for option, name in (
+        ("format", "format"),
+        ("duration", "duration"),
+        ("seed", "seed"),
+        ("api", "api"),
+        ("model", "model"),
+        ("speed", "speed"),
+        ("rate", "prompt_rate"),
+        ("timeout", "timeout"),
+        ("concurrency", "concurrency_limit"),
+        ("max_lag", "max_send_lag_p99"),
+    ):
+        value = getattr(args, option)
+        if value is not None:
+            overrides[name] = value
+    if args.shard:
+        overrides["shard"], overrides["shards"] = args.shard
+    if args.no_loop:
+        overrides["loop"] = False
+    if args.header or args.strip_header or args.allow_credentials:
+        policy = settings.headers
+        overrides["headers"] = HeaderPolicy(
+            add=policy.add + tuple(args.header),
+            strip=policy.strip | {h.lower() for h in args.strip_header},
+            allow_credentials=policy.allow_credentials or args.allow_credentials,
+            credential=policy.credential,
+        )
+    return replace(settings, **overrides)
+
+
+def format_summary(summary: StageSummary) -> str:
+    def ms(dist: dict[str, float] | None, key: str = "p99") -> str:
+        return f"{dist[key] * 1000:.1f} ms" if dist else "-"
+
+    lines = [
+        f"stage {summary.stage}% shards {summary.shards or '-'}: "
+        + ("VALID" if summary.valid else f"INVALID ({summary.invalid_reason})"),
+        f"  requests  intended {summary.intended}  sent {summary.sent}  completed {summary.completed}  "
+        f"ok {summary.ok}  dropped {summary.dropped}",
+        f"  rate      intended {summary.intended_rate:.1f}/s  achieved {summary.achieved_rate:.1f}/s "
+        f"over {summary.duration:.1f} s",
+        f"  latency   p50 {ms(summary.latency, 'p50')}  p99 {ms(summary.latency)}  "
+        f"from intended p99 {ms(summary.latency_intended)}",
+        f"  send lag  p50 {ms(summary.send_lag, 'p50')}  p99 {ms(summary.send_lag)}  max {ms(summary.send_lag, 'max')}",
+        f"  errors    {', '.join(f'{k} {v}' for k, v in sorted(summary.errors.items())) or 'none'}",
+    ]
+    if summary.ttft is not None or summary.goodput is not None:
+        lines.append(
+            f"  llm       TTFT p99 {ms(summary.ttft)}  TPOT p99 {ms(summary.tpot)}  ITL p99 {ms(summary.itl_p99)}  "
+            f"output {summary.output_tokens} tokens  goodput {summary.goodput or 0:.2f}/s"
+        )
+    if summary.long_context_requests:
+        lines.append(f"  long-context burst requests {summary.long_context_requests}")
+    lines.append(f"  plan      {summary.plan_hash}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = ReplayPlan(build_settings(args))
+    progress = None if args.quiet else Progress(sys.stderr)
+    result = run_stage(plan, args.target, out=args.out, progress=progress)
+    for line in result.report.describe():
+        print(line, file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.summary.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(format_summary(result.summary))
+        if result.path:
+            print(f"  records   {result.path} ({result.table.num_rows} rows)")
+    return EXIT_PASS if result.summary.valid else EXIT_INCONCLUSIVE

@@ -1,0 +1,313 @@
+"""The open-loop replay engine: every request goes out at its intended time, whatever earlier responses do.
+
+One coroutine walks the plan's schedule and writes each request when its time comes, from a plain
+call (no task per request) onto an idle keep-alive connection, or a new one. Responses end in callbacks
+that write a record. The send time is taken when the bytes are handed to the socket, so the lag
+(sent - intended) is the replayer's own delay; latency is recorded from both times, which makes
+coordinated omission visible instead of hiding it. When `concurrency_limit` requests are in flight,
+a due request is dropped and recorded as `dropped`, never queued (queueing would bend the schedule).
+
+Timing: uvloop timers have 1 ms resolution, so the scheduler sleeps until ~1 ms before a request is due
+and then yields to the event loop (handling I/O) until the due time. Time comes from the loop's
+perf_counter clock (uvloop's loop.time() counts whole milliseconds), mapped once to epoch seconds for the records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from kfchaos.traffic.http1 import Exchange, Pool, Target, parse_target
+from kfchaos.traffic.plan import Planned, ReplayPlan
+from kfchaos.traffic.progress import Progress, Snapshot
+from kfchaos.traffic.recorder import Recorder, write_parquet
+from kfchaos.traffic.source import SourceReport
+from kfchaos.traffic.sse import SseTimer
+from kfchaos.traffic.summary import StageSummary, summarize
+from kfchaos.traffic.tagging import new_trace_id
+from kfchaos.traffic.wire import RequestBuilder
+
+SPIN = 0.001  # wake this long before a request is due (timer resolution), then yield until it is
+SWEEP = 0.05  # how often timeouts are checked
+YIELD_EVERY = 32  # when behind schedule, still let responses in after this many sends
+START_DELAY = 0.05  # the first request is due this long after the engine starts
+
+
+@dataclass
+class StageResult:
+    summary: StageSummary
+    table: pa.Table
+    report: SourceReport
+    path: Path | None = None
+
+
+def _itl(gaps: list[float]) -> tuple[float, float, float]:
+    if not gaps:
+        return (math.nan, math.nan, math.nan)
+    ordered = sorted(gaps)
+    p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+    return (sum(gaps) / len(gaps), p99, ordered[-1])
+
+
+class _Stage:
+    def __init__(
+        self,
+        plan: ReplayPlan,
+        target: Target,
+        loop: asyncio.AbstractEventLoop,
+        fault_active: bool | Callable[[float], bool],
+    ) -> None:
+        s = plan.settings
+        self.plan = plan
+        self.settings = s
+        self.loop = loop
+        self.clock = time.perf_counter  # uvloop's loop.time() has only millisecond resolution
+        self.epoch = time.time() - time.perf_counter()  # clock -> epoch seconds
+        self.fault_active = fault_active
+        self.recorder = Recorder(s.stage, s.shard)
+        self.pool = Pool(target, loop, self._done)
+        self.builder = RequestBuilder(target.host_header, target.base_path, s.stage, s.api, s.model, s.headers)
+        self.streaming = s.api != "http"
+        self.pending: deque[tuple[float, Exchange]] = deque()
+        self.in_flight = 0
+        self.scheduled = 0
+        self.sent = 0
+        self.done = 0
+        self.errors = 0
+        self.dropped = 0
+        self.recent: list[float] = []
+        self.start = 0.0
+        self.stopped = False
+
+    # ------------------------------------------------------------ sending
+
+    def _dispatch(self, planned: Planned, due: float) -> None:
+        self.scheduled += 1
+        trace_id = new_trace_id()
+        request = planned.request
+        active = (
+            self.fault_active(due + self.epoch) if callable(self.fault_active) else self.fault_active
+        ) or request.long_context
+        if self.in_flight >= self.settings.concurrency_limit:
+            self.dropped += 1
+            self.recorder.add(
+                planned.record_id, trace_id, due + self.epoch, error="dropped",
+                long_context=request.long_context, fault_active=active,
+            )  # fmt: skip
+            return
+        exchange = Exchange(
+            planned, trace_id, self.builder.build(request, trace_id), SseTimer() if self.streaming else None
+        )
+        exchange.ended = due  # until it ends: the intended time, read back by _done
+        self.in_flight += 1
+        self.pending.append((self.clock() + self.settings.timeout, exchange))
+        self.pool.submit(exchange)
+
+    def _done(self, exchange: Exchange) -> None:
+        self.in_flight -= 1
+        self.done += 1
+        planned: Planned = exchange.planned
+        request = planned.request
+        intended = self.start + planned.offset
+        error = exchange.error
+        status = exchange.status
+        if error is None and status >= 500:
+            error = "http"
+        sse = exchange.sse
+        if error is None and sse is not None and 200 <= status < 300 and not sse.done:
+            error = "protocol"  # the stream ended without data: [DONE]
+        if error is not None:
+            self.errors += 1
+        sent = exchange.sent
+        if sent:
+            self.sent += 1
+        latency = exchange.ended - sent if status >= 0 and error in (None, "http") else math.nan
+        if latency == latency:
+            self.recent.append(latency)
+        ttft = tpot = math.nan
+        itl = (math.nan, math.nan, math.nan)
+        prompt_tokens = request.prompt_tokens if request.prompt_tokens is not None else -1
+        output_tokens = -1
+        if sse is not None and sse.first is not None and sse.last is not None:
+            ttft = sse.first - sent
+            itl = _itl(sse.gaps)
+            out = sse.output_tokens
+            if out is not None:
+                output_tokens = out
+                if out > 1:
+                    tpot = (sse.last - sse.first) / (out - 1)
+            if sse.prompt_tokens is not None:
+                prompt_tokens = sse.prompt_tokens
+        active = (
+            self.fault_active(intended + self.epoch) if callable(self.fault_active) else self.fault_active
+        ) or request.long_context
+        self.recorder.add(
+            planned.record_id,
+            exchange.trace_id,
+            intended + self.epoch,
+            sent=sent + self.epoch if sent else math.nan,
+            status=status,
+            error=error,
+            latency=latency,
+            ttft=ttft,
+            itl=itl,
+            tpot=tpot,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            bytes_sent=exchange.bytes_sent if sent else -1,
+            bytes_received=exchange.bytes_received,
+            long_context=request.long_context,
+            fault_active=active,
+        )
+
+    def _sweep(self) -> None:
+        now = self.clock()
+        pending = self.pending
+        while pending:
+            deadline, exchange = pending[0]
+            if exchange.complete:
+                pending.popleft()
+            elif deadline <= now:
+                pending.popleft()
+                self.pool.expire(exchange, "timeout")
+            else:
+                break
+
+    def cancel_all(self) -> None:
+        while self.pending:
+            _, exchange = self.pending.popleft()
+            if not exchange.complete:
+                self.pool.expire(exchange, "cancelled")
+
+    # ------------------------------------------------------------ running
+
+    async def run(self, stop: asyncio.Event | None, progress: Progress | None, warm: int) -> None:
+        if warm:
+            await self.pool.warm(warm)
+        sweeper = asyncio.ensure_future(self._every(SWEEP, self._sweep))
+        reporter = (
+            asyncio.ensure_future(self._every(progress.interval, lambda: self._show(progress))) if progress else None
+        )
+        self.start = self.clock() + START_DELAY
+        try:
+            await self._send_all(stop)
+            if not self.stopped:
+                end = self.clock() + self.settings.timeout + 2 * SWEEP
+                while self.in_flight and self.clock() < end and not (stop and stop.is_set()):
+                    await asyncio.sleep(SWEEP)
+        finally:
+            sweeper.cancel()
+            if reporter:
+                reporter.cancel()
+            self.cancel_all()
+            self.pool.close()
+            if progress:
+                self._show(progress)
+                progress.end()
+
+    async def _send_all(self, stop: asyncio.Event | None) -> None:
+        clock, start = self.clock, self.start
+        since_yield = 0
+        sleep = asyncio.sleep
+        for planned in self.plan.schedule():
+            due = start + planned.offset
+            wait = due - clock()
+            if wait > 0:
+                if wait > 2 * SPIN:
+                    await sleep(wait - SPIN)
+                while clock() < due:
+                    await sleep(0)
+                since_yield = 0
+            elif since_yield >= YIELD_EVERY:
+                await sleep(0)
+                since_yield = 0
+            if stop is not None and stop.is_set():
+                self.stopped = True
+                return
+            self._dispatch(planned, due)
+            since_yield += 1
+
+    async def _every(self, interval: float, action: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            action()
+
+    def _show(self, progress: Progress) -> None:
+        recent, self.recent = self.recent, []
+        p99 = sorted(recent)[max(0, math.ceil(0.99 * len(recent)) - 1)] if recent else None
+        progress.show(
+            Snapshot(
+                stage=self.settings.stage,
+                elapsed=max(0.0, self.clock() - self.start),
+                duration=self.settings.duration,
+                scheduled=self.scheduled,
+                sent=self.sent,
+                done=self.done,
+                errors=self.errors,
+                dropped=self.dropped,
+                in_flight=self.in_flight,
+                p99_recent=p99,
+            )
+        )
+
+
+async def replay(
+    plan: ReplayPlan,
+    target: str,
+    *,
+    fault_active: bool | Callable[[float], bool] = False,
+    stop: asyncio.Event | None = None,
+    progress: Progress | None = None,
+    warm_connections: int = 0,
+) -> StageResult:
+    """Replay one stage against `target` (base URL) and return its records and summary.
+
+    `fault_active`: whether a (cluster) fault is active, or a function of the epoch send time; burst
+    requests are always marked. `stop`: set it to end the stage early (abort); requests in flight are
+    recorded as cancelled.
+    """
+    stage = _Stage(plan, parse_target(target), asyncio.get_running_loop(), fault_active)
+    await stage.run(stop, progress, warm_connections)
+    table = stage.recorder.table()
+    s = plan.settings
+    summary = summarize(
+        table,
+        stage=s.stage,
+        duration=s.duration,
+        max_send_lag_p99=s.max_send_lag_p99,
+        goodput=s.goodput,
+        streaming=stage.streaming,
+    )
+    summary.plan_hash = plan.hash
+    summary.source = plan.report.to_dict()
+    if stage.stopped:
+        summary.notes.append("stopped early (abort)")
+    return StageResult(summary, table, plan.report)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop where it is installed (it is a dependency); the standard loop otherwise."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a declared dependency
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_stage(plan: ReplayPlan, target: str, out: str | Path | None = None, **options: object) -> StageResult:
+    """Synchronous `replay` on a fresh uvloop; writes the records to `out` (Parquet) when given."""
+    loop = new_event_loop()
+    try:
+        result = loop.run_until_complete(replay(plan, target, **options))  # type: ignore[arg-type]
+    finally:
+        loop.close()
+    if out is not None:
+        result.path = write_parquet(result.table, out)
+    return result

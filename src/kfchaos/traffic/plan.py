@@ -1,0 +1,327 @@
+"""The replay plan of one stage: which requests, at which offsets, from which source; and its hash.
+
+A plan is a recipe, not a list: `schedule()` streams `Planned` requests (intended offset from the stage
+start, the request, its record id) from the source, so a ten-million-request file is never in memory.
+Recorded timestamps are kept (relative to the first request), divided by the speed factor; a stage at
+p % keeps the deterministic hash subset of kfchaos.traffic.sampling; the recording starts again when
+the stage is longer than it (loop). Records slightly out of time order are re-sorted within a window
+of REORDER_DEPTH records (as GoReplay's --input-file-read-depth); later stragglers are sent at their
+turn and counted. `plan.hash` covers the settings and the source file's bytes: same hash, same requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from kfchaos.errors import KfchaosError
+from kfchaos.faults.params import LongContextBurstParams
+from kfchaos.spec import Experiment, Synthetic, load_experiment
+from kfchaos.traffic.formats import FORMATS, READERS
+from kfchaos.traffic.formats.sharegpt import read_sharegpt
+from kfchaos.traffic.request import TrafficRequest
+from kfchaos.traffic.sampling import select
+from kfchaos.traffic.source import SourceReport
+from kfchaos.traffic.synthetic import synthetic_requests
+from kfchaos.traffic.tagging import HeaderPolicy, credential_from_env
+
+REORDER_DEPTH = 1000
+APIS = ("http", "openai-completions", "openai-chat")
+API_PATHS = {"openai-completions": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+
+
+class Planned(NamedTuple):
+    offset: float  # seconds after the stage start when it should be sent
+    request: TrafficRequest
+    record_id: str  # the request id, with `~k` appended on the k-th loop of the recording
+
+
+@dataclass(frozen=True)
+class BurstFault:
+    """A long-context-burst fault as the replayer performs it."""
+
+    name: str
+    params: LongContextBurstParams
+
+
+@dataclass(frozen=True)
+class GoodputSlo:
+    """Per-request limits a request must all meet to count as good (DistServe / vLLM `--goodput`)."""
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2e: float | None = None
+
+
+NO_GOODPUT_SLO = GoodputSlo()
+NO_HEADER_CHANGES = HeaderPolicy()
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    stage: int  # percent of the recorded rate, 1..100
+    source: str | None = None  # traffic file; None with `synthetic`
+    format: str = "jsonl"
+    synthetic: Synthetic | None = None
+    seed: int = 0
+    speed: float = 1.0
+    rate_scale: float = 1.0
+    loop: bool = True
+    duration: float | None = None  # None: the recording once
+    shard: int = 0
+    shards: int = 1
+    api: str = "http"
+    model: str | None = None
+    timeout: float = 30.0
+    concurrency_limit: int = 10_000
+    max_send_lag_p99: float = 0.050
+    headers: HeaderPolicy = NO_HEADER_CHANGES
+    bursts: tuple[BurstFault, ...] = ()
+    prompt_rate: float = 1.0  # arrivals per second for prompt sets (format sharegpt) at 100 %
+    goodput: GoodputSlo = NO_GOODPUT_SLO
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 1 <= self.stage <= 100:
+            problems.append(f"stage {self.stage} must be a percentage from 1 to 100")
+        if (self.source is None) == (self.synthetic is None):
+            problems.append("give exactly one traffic source: a file or synthetic settings")
+        if self.source is not None and self.format not in FORMATS:
+            problems.append(f"format {self.format!r} is not one of {', '.join(FORMATS)}")
+        if not 0 <= self.shard < self.shards:
+            problems.append(f"shard {self.shard}/{self.shards}: the index must be below the count")
+        if self.api not in APIS:
+            problems.append(f"api {self.api!r} is not one of {', '.join(APIS)}")
+        if self.api != "http" and not self.model:
+            problems.append(f"api {self.api} needs a model name")
+        if self.speed <= 0 or self.rate_scale <= 0 or self.prompt_rate <= 0:
+            problems.append("speed, rate_scale and prompt_rate must be above zero")
+        if self.synthetic is not None and self.duration is None:
+            problems.append("synthetic traffic needs a duration (it never ends by itself)")
+        if self.duration is not None and self.duration <= 0:
+            problems.append("duration must be above zero")
+        if problems:
+            raise KfchaosError("replay settings: " + "; ".join(problems))
+
+    @property
+    def fraction(self) -> float:
+        """Share of the source's requests kept: stage x rate_scale, capped at all of them."""
+        return min(1.0, self.stage / 100.0 * self.rate_scale)
+
+    @property
+    def time_scale(self) -> float:
+        """Recorded seconds per replayed second. A rate above 100 % of the recording compresses time."""
+        return self.speed * max(1.0, self.stage / 100.0 * self.rate_scale)
+
+    def describe(self) -> dict[str, Any]:
+        """Everything that decides which requests go out when; the input of the plan hash (no credential)."""
+        data = asdict(self)
+        data["headers"] = {
+            "add": [list(h) for h in self.headers.add],
+            "strip": sorted(self.headers.strip),
+            "allow_credentials": self.headers.allow_credentials,
+            "credential_header": self.headers.credential[0] if self.headers.credential else None,
+        }
+        data["synthetic"] = self.synthetic.model_dump() if self.synthetic else None
+        data["bursts"] = [{"name": b.name, **b.params.model_dump()} for b in self.bursts]
+        return data
+
+
+def file_digest(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class ReplayPlan:
+    settings: ReplaySettings
+    report: SourceReport = field(init=False)
+    _hash: str | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        source = self.settings.source
+        if source is not None and not Path(source).is_file():
+            raise KfchaosError(f"traffic file {source}: not found")
+        self.report = SourceReport(source or "synthetic", self.settings.format if source else "synthetic")
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the settings and the source bytes; the audit record keeps it."""
+        if self._hash is None:
+            content = file_digest(self.settings.source) if self.settings.source else None
+            text = json.dumps({"settings": self.settings.describe(), "source": content}, sort_keys=True)
+            self._hash = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        return self._hash
+
+    def _open(self, report: SourceReport) -> Iterator[TrafficRequest]:
+        s = self.settings
+        if s.synthetic is not None:
+            return synthetic_requests(s.synthetic, s.seed)
+        assert s.source is not None
+        if s.format == "sharegpt":
+            return read_sharegpt(s.source, report, rate=s.prompt_rate, seed=s.seed)
+        return READERS[s.format](s.source, report)
+
+    def _ordered(self, report: SourceReport) -> Iterator[TrafficRequest]:
+        """Requests in timestamp order, within a bounded reorder window."""
+        heap: list[tuple[float, int, TrafficRequest]] = []
+        counter = itertools.count()
+        last = float("-inf")
+        for request in self._open(report):
+            heapq.heappush(heap, (request.timestamp, next(counter), request))
+            if len(heap) > REORDER_DEPTH:
+                _, _, first = heapq.heappop(heap)
+                if first.timestamp < last:
+                    report.out_of_order += 1
+                    first = replace(first, timestamp=last)
+                last = first.timestamp
+                yield first
+        while heap:
+            yield heapq.heappop(heap)[2]
+
+    def _recorded(self) -> Iterator[Planned]:
+        s = self.settings
+        fraction, scale, end = s.fraction, s.time_scale, s.duration
+        t0: float | None = None
+        span = 0.0
+        for lap in itertools.count():
+            report = self.report if lap == 0 else SourceReport(self.report.path, self.report.format)
+            count = 0
+            last = 0.0
+            for request in self._ordered(report):
+                if t0 is None:
+                    t0 = request.timestamp
+                count += 1
+                last = request.timestamp - t0
+                offset = (lap * span + last) / scale
+                if end is not None and offset >= end:
+                    return
+                if select(request.id, s.seed, fraction, s.shard, s.shards):
+                    yield Planned(offset, request, request.id if lap == 0 else f"{request.id}~{lap}")
+            if lap == 0:
+                if count == 0 or s.synthetic is not None:
+                    return
+                # One mean gap after the last request, so the seam of the loop keeps the recorded rate.
+                span = last + (last / (count - 1) if count > 1 else 1.0)
+            if not s.loop or end is None:
+                return
+
+    def _bursts(self) -> Iterator[Planned]:
+        s = self.settings
+        index = 0
+        for burst in s.bursts:
+            p = burst.params
+            starts = [p.start]
+            if p.every and s.duration is not None:
+                starts = [p.start + k * p.every for k in range(int((s.duration - p.start) // p.every) + 1)]
+            for k, start in enumerate(starts):
+                if s.duration is not None and start >= s.duration:
+                    break
+                for j in range(p.requests):
+                    mine = index % s.shards == s.shard
+                    index += 1
+                    if not mine:
+                        continue
+                    request = TrafficRequest(
+                        id=f"burst-{burst.name}-{k}-{j}",
+                        timestamp=start,
+                        method="POST",
+                        path=API_PATHS.get(s.api, "/"),
+                        prompt_tokens=p.context_tokens,
+                        max_tokens=p.max_tokens,
+                        long_context=True,
+                    )
+                    yield Planned(start, request, request.id)
+
+    def schedule(self) -> Iterator[Planned]:
+        """The stage's requests in intended-send order."""
+        if not self.settings.bursts:
+            return self._recorded()
+        return heapq.merge(self._recorded(), self._bursts(), key=lambda p: p.offset)
+
+
+def _bursts_for(experiment: Experiment, stage: int) -> tuple[BurstFault, ...]:
+    out = []
+    for fault in experiment.spec.faults:
+        if fault.type == "long-context-burst" and stage in experiment.fault_stages(fault):
+            assert isinstance(fault.params, LongContextBurstParams)
+            out.append(BurstFault(fault.name, fault.params))
+    return tuple(out)
+
+
+def settings_from_experiment(
+    experiment: Experiment, stage: int, base_dir: str | Path = ".", **overrides: Any
+) -> ReplaySettings:
+    """Replay settings for one stage of an experiment; keyword overrides win (e.g. shard, duration)."""
+    spec = experiment.spec
+    traffic, target = spec.traffic, spec.target
+    if stage not in traffic.stages:
+        raise KfchaosError(f"stage {stage} is not among spec.traffic.stages {traffic.stages}")
+    credential = None
+    if target.auth is not None:
+        credential = credential_from_env(target.auth.env, target.auth.type, target.auth.header)
+    policy = HeaderPolicy(
+        add=tuple(traffic.headers.add.items()),
+        strip=frozenset(h.lower() for h in traffic.headers.strip),
+        allow_credentials=traffic.headers.allow_credentials,
+        credential=credential,
+    )
+    values: dict[str, Any] = {
+        "stage": stage,
+        "source": str(Path(base_dir) / traffic.file) if traffic.file else None,
+        "format": traffic.format,
+        "synthetic": traffic.synthetic,
+        "seed": traffic.seed,
+        "speed": traffic.speed,
+        "rate_scale": traffic.rate_scale,
+        "loop": traffic.loop,
+        "duration": traffic.stage_duration,
+        "api": target.api,
+        "model": target.model,
+        "timeout": target.timeout,
+        "concurrency_limit": traffic.concurrency_limit,
+        "max_send_lag_p99": traffic.max_send_lag_p99,
+        "headers": policy,
+        "bursts": _bursts_for(experiment, stage),
+        "goodput": GoodputSlo(spec.slo.ttft_p99_max, spec.slo.tpot_p99_max, spec.slo.p99_max),
+    }
+    values.update(overrides)
+    return ReplaySettings(**values)
+
+
+def plan_stage(
+    experiment_or_settings: Experiment | ReplaySettings | str | Path,
+    stage_percent: int | None = None,
+    *,
+    base_dir: str | Path | None = None,
+    **overrides: Any,
+) -> ReplayPlan:
+    """The plan of one stage.
+
+    Give an experiment file path (traffic paths resolve against its folder), an `Experiment` with
+    `base_dir`, or ready `ReplaySettings`. Overrides: any ReplaySettings field, e.g. shard=1, shards=4,
+    duration=60.0, seed=7.
+    """
+    if isinstance(experiment_or_settings, ReplaySettings):
+        settings = replace(experiment_or_settings, **overrides)
+        if stage_percent is not None:
+            settings = replace(settings, stage=stage_percent)
+        return ReplayPlan(settings)
+    if isinstance(experiment_or_settings, str | Path):
+        path = Path(experiment_or_settings)
+        experiment = load_experiment(path)
+        base_dir = path.parent if base_dir is None else base_dir
+    else:
+        experiment = experiment_or_settings
+    if stage_percent is None:
+        raise KfchaosError("plan_stage needs stage_percent with an experiment")
+    return ReplayPlan(settings_from_experiment(experiment, stage_percent, base_dir or ".", **overrides))

@@ -1,0 +1,74 @@
+"""Headers on the wire: tags that let the server side find replayed requests, and the credential rules.
+
+Every request carries `X-Traffic-Stage: stage-N`, a unique `X-Trace-ID` (32 hex digits) and a W3C
+`traceparent` with the same trace id, so traces, logs and the per-request records join on one key.
+Authorization and Cookie headers from a recording are dropped unless the experiment allows them; the
+target's own credential comes from an environment variable, is added last, and is never logged.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kfchaos.errors import KfchaosError
+
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+# Framing headers are the client's own business: a recorded value would corrupt the request.
+HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "upgrade"})
+STAGE_HEADER = "X-Traffic-Stage"
+TRACE_HEADER = "X-Trace-ID"
+
+_random = random.Random()  # trace ids need uniqueness, not secrecy: a fast PRNG seeded from the OS
+
+
+def new_trace_id() -> bytes:
+    """16 random bytes, never all zero (an all-zero trace id is invalid in W3C Trace Context)."""
+    value = _random.getrandbits(128) or 1
+    return value.to_bytes(16, "big")
+
+
+def traceparent(trace_id: bytes) -> str:
+    span = (_random.getrandbits(64) or 1).to_bytes(8, "big")
+    return f"00-{trace_id.hex()}-{span.hex()}-01"
+
+
+@dataclass(frozen=True)
+class HeaderPolicy:
+    add: tuple[tuple[str, str], ...] = ()
+    strip: frozenset[str] = frozenset()
+    allow_credentials: bool = False
+    credential: tuple[str, str] | None = field(default=None, repr=False)  # (header, value); never printed
+
+    def __repr__(self) -> str:  # the credential must not appear in logs or tracebacks
+        return (
+            f"HeaderPolicy(add={self.add!r}, strip={sorted(self.strip)!r}, "
+            f"allow_credentials={self.allow_credentials}, credential={'set' if self.credential else 'none'})"
+        )
+
+    def drops(self, name: str) -> bool:
+        lower = name.lower()
+        return (
+            lower in HOP_HEADERS or lower in self.strip or (lower in CREDENTIAL_HEADERS and not self.allow_credentials)
+        )
+
+    def apply(self, recorded: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Recorded headers minus the stripped ones, then the configured additions, then the credential."""
+        replaced = {name.lower() for name, _ in self.add}
+        if self.credential:
+            replaced.add(self.credential[0].lower())
+        out = [(n, v) for n, v in recorded if not self.drops(n) and n.lower() not in replaced]
+        out.extend(self.add)
+        if self.credential:
+            out.append(self.credential)
+        return out
+
+
+def credential_from_env(env: str, kind: str, header: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(header, value) for spec.target.auth. A missing variable is an input error naming the variable only."""
+    value = (os.environ if environ is None else environ).get(env)
+    if not value:
+        raise KfchaosError(f"target credential: environment variable {env} is not set (spec.target.auth.env)")
+    return (header, f"Bearer {value}" if kind == "bearer" else value)
