@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo lint bench compile prometheus clean
+.PHONY: setup test demo lint bench compile prometheus e2e clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,11 @@ bench: setup prometheus
 
 compile: setup
 	$(BIN)/kfchaos compile
+
+# A real cluster end to end (needs Docker, kind, helm, kubectl): see README "Running on your cluster".
+e2e: setup
+	bash scripts/e2e-kind.sh
+	KFCHAOS_E2E_CLUSTER=1 $(BIN)/python -m pytest -m e2e tests/e2e
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache local_outputs runs

@@ -89,3 +89,19 @@ def test_argocd_application_syncs_this_folder() -> None:
     # Standard object metadata still validates against the Kubernetes schema for ObjectMeta.
     meta_only = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": app["metadata"]}
     kubernetes_validate.validate(meta_only, K8S_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_demo_target_validates_and_matches_the_e2e_experiment(version: str) -> None:
+    from kfchaos.spec import load_experiment
+
+    objects = kustomize_build(MANIFESTS / "demo-target")
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+    experiment = load_experiment(ROOT / "scripts" / "e2e" / "experiment.yaml")
+    (deployment,) = _by_kind(objects, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert experiment.spec.target.selector.labels.items() <= pod_labels.items()
+    assert deployment["metadata"]["namespace"] == experiment.spec.target.namespace
+    (service,) = _by_kind(objects, "Service")
+    assert f"//{service['metadata']['name']}.{experiment.spec.target.namespace}.svc:" in experiment.spec.target.endpoint

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# End to end on a real (kind) cluster, for a user with Docker: kind + Chaos Mesh (helm) + KFP standalone,
+# the demo LLM server as a Deployment, manifests/ applied, an experiment uploaded and run, the verdict
+# asserted, and no chaos object left behind. `make e2e` runs it. Tested with the versions below.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CLUSTER="${KFCHAOS_E2E_CLUSTER_NAME:-kfchaos-e2e}"
+KFP_VERSION="${KFP_VERSION:-2.5.0}"
+CHAOS_MESH_VERSION="${CHAOS_MESH_VERSION:-2.7.2}"
+VERSION="$(.venv/bin/python -c 'import kfchaos; print(kfchaos.__version__)')"
+IMAGE="${KFCHAOS_IMAGE:-ghcr.io/kfchaos/kfchaos:${VERSION}}"
+EXPERIMENT="scripts/e2e/experiment.yaml"
+KFP_PORT="${KFP_PORT:-8888}"
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "e2e: '$1' is required ($2)" >&2; exit 3; }; }
+need docker "builds the kfchaos image"
+need kind "creates the cluster: https://kind.sigs.k8s.io"
+need helm "installs Chaos Mesh"
+need kubectl "talks to the cluster"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "kind cluster ${CLUSTER}"
+kind get clusters | grep -qx "${CLUSTER}" || kind create cluster --name "${CLUSTER}" --wait 120s
+kubectl config use-context "kind-${CLUSTER}"
+
+step "kfchaos image ${IMAGE}"
+docker build -t "${IMAGE}" .
+kind load docker-image "${IMAGE}" --name "${CLUSTER}"
+
+step "Chaos Mesh ${CHAOS_MESH_VERSION}"
+helm repo add chaos-mesh https://charts.chaos-mesh.org >/dev/null 2>&1 || true
+helm repo update chaos-mesh >/dev/null
+helm upgrade --install chaos-mesh chaos-mesh/chaos-mesh --namespace chaos-mesh --create-namespace \
+  --version "${CHAOS_MESH_VERSION}" \
+  --set chaosDaemon.runtime=containerd --set chaosDaemon.socketPath=/run/containerd/containerd.sock \
+  --set controllerManager.enableFilterNamespace=true --set dashboard.create=false --wait --timeout 10m
+
+step "KFP standalone ${KFP_VERSION}"
+kubectl apply -k "github.com/kubeflow/pipelines/manifests/kustomize/cluster-scoped-resources?ref=${KFP_VERSION}"
+kubectl wait --for condition=established --timeout=120s crd/applications.app.k8s.io
+kubectl apply -k "github.com/kubeflow/pipelines/manifests/kustomize/env/platform-agnostic?ref=${KFP_VERSION}"
+kubectl -n kubeflow wait --for=condition=Available --timeout=15m deployment --all
+
+step "kfchaos RBAC, namespaces and the demo target"
+kubectl apply -k manifests/
+kubectl apply -k manifests/demo-target/
+kubectl -n llm-serving rollout status deployment/demo-llm --timeout=5m
+
+step "KFP API on localhost:${KFP_PORT}"
+kubectl -n kubeflow port-forward svc/ml-pipeline-ui "${KFP_PORT}:80" >/dev/null 2>&1 &
+FORWARD=$!
+trap 'kill ${FORWARD} 2>/dev/null || true' EXIT
+for _ in $(seq 60); do curl -fsS "http://localhost:${KFP_PORT}/apis/v2beta1/healthz" >/dev/null 2>&1 && break; sleep 2; done
+HOST="http://localhost:${KFP_PORT}"
+
+step "upload and run ${EXPERIMENT}"
+export KFCHAOS_IMAGE="${IMAGE}"
+.venv/bin/kfchaos compile
+.venv/bin/kfchaos upload --host "${HOST}"
+set +e
+.venv/bin/kfchaos run "${EXPERIMENT}" --host "${HOST}" --service-account kfchaos-runner --wait
+verdict=$?
+set -e
+echo "verdict exit code: ${verdict} (0 pass, 1 fail, 2 inconclusive)"
+
+step "no chaos object may remain"
+left=$(kubectl get podchaos,networkchaos,stresschaos,httpchaos,iochaos,timechaos,dnschaos -A \
+  -l app.kubernetes.io/managed-by=kfchaos -o name 2>/dev/null | wc -l)
+if [ "${left}" -ne 0 ]; then
+  echo "e2e: ${left} chaos object(s) left behind" >&2
+  exit 1
+fi
+[ "${verdict}" -le 2 ] || { echo "e2e: run did not produce a verdict" >&2; exit 1; }
+echo "e2e: ok"
