@@ -15,7 +15,7 @@ from tests.verdict.fixtures import LN100, baseline, exponential
 EXPERIMENT = experiment("p99_drift_max: 15%", stages=[10])
 
 
-def drift(scale: float, n: int, **slo: str):  # noqa: ANN201 - a Check
+def drift(scale: float, n: int, **slo: str):
     spec = experiment("\n".join(["p99_drift_max: 15%", *(f"{k}: {v}" for k, v in slo.items())]), stages=[10])
     verdict = evaluate(records(10, exponential(scale, n)), spec, baseline=baseline())
     return verdict.stage(10).check("p99_drift")

@@ -1,9 +1,10 @@
 """Recovery time: after the faults are removed, how long until the SLOs hold again (MTTR, from the records).
 
 The records after removal are cut into windows starting at the removal time. A window holds when it has
-requests and its error rate, timeout rate and P99 are within the SLOs (point values: a window is short,
-this is a timeline, not a test). Recovery time = start of the first window of the final run of holding
-windows - removal time; if the last window does not hold, the service did not recover while observed.
+at least MIN_WINDOW_REQUESTS requests and its error rate, timeout rate and P99 are within the SLOs (point
+values: a window is short, this is a timeline, not a test). Recovery time = start of the first window of
+the final run of holding windows - removal time; if the last window does not hold, the service did not
+recover while observed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kfchaos.verdict.requests import Requests
 from kfchaos.verdict.windows import windows
 
 RECOVERY_WINDOW = 10.0
+MIN_WINDOW_REQUESTS = 20  # fewer requests in a window say nothing about it (e.g. the last, partial one)
 
 
 def removal_time(requests: Requests) -> float | None:
@@ -66,7 +68,7 @@ def recovery_check(
         )
     grid = windows(after, width, start=at)
     latency_max = latency_limit(slo, baseline_p99)
-    measured = grid.sent > 0
+    measured = grid.sent >= MIN_WINDOW_REQUESTS
     with np.errstate(invalid="ignore"):
         holds = (
             measured
@@ -76,6 +78,9 @@ def recovery_check(
         )
     observed = float(len(grid) * width)
     indices = np.nonzero(measured)[0]
+    if not len(indices):
+        reason = f"fewer than {MIN_WINDOW_REQUESTS} requests in every {width:g}s window after removal"
+        return Check(name, Status.INCONCLUSIVE, reason, None, limit_s, None, int(grid.sent.sum()), "s", gating)
     details = {"removed_at": at, "window": width, "windows": len(grid), "latency_limit": latency_max}
     if not holds[indices[-1]]:
         reason = f"SLOs did not hold again within the {observed:g}s observed after removal"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
 from numpy.typing import NDArray
 
 from kfchaos.errors import KfchaosError
@@ -125,7 +125,9 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
         return from_table(source)
     path = Path(source)
     try:
-        table = pq.read_table(path, columns=list(NEEDED))
+        dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
+        names = set(dataset.schema.names)
+        table = dataset.to_table(columns=[n for n in NEEDED if n in names])
     except FileNotFoundError:
         raise RecordsError(f"{path}: no such records file") from None
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
