@@ -169,15 +169,16 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
                 verdict_op(
                     experiment=experiment,
                     baseline=baseline,
+                    experiment_dir=experiment_dir,
                     target=target,
                     run_id=run_id,
                     pipeline_name=defaults.name,
                     pipeline_version=defaults.version,
                     pipeline_ir_hash=IR_HASH_PLACEHOLDER,
                     image=component_image(),
+                    preflight=pre.output,
                     history=gate.outputs["history"],
                     recovery=remove.output,
-                    baseline_in=baseline_artifact,
                 )
             )
             verdict.set_display_name("verdict + report")

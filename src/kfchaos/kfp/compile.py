@@ -59,13 +59,24 @@ def _import(root: Path, module: str) -> Any:
     return importlib.import_module(module)
 
 
+def comment_header(text: str) -> str:
+    """Repair KFP's header comment: it prints multi-line parameter defaults (our experiment YAML) without '#'
+    on the continuation lines, which makes the file invalid YAML. Everything before the spec's first key
+    (`components:`, keys are sorted) is header; comment each line of it that is not a comment yet."""
+    head, marker, body = text.partition("\ncomponents:\n")
+    if not marker:
+        return text
+    lines = [line if line.startswith("#") else f"#    {line}".rstrip() for line in head.split("\n")]
+    return "\n".join(lines) + marker + body
+
+
 def _compile_bytes(obj: Any) -> bytes:
     from kfp import compiler
 
     with tempfile.TemporaryDirectory(prefix="kfchaos-compile-") as tmp:
         out = Path(tmp) / "out.yaml"
         compiler.Compiler().compile(obj, str(out))
-        return out.read_bytes()
+        return comment_header(out.read_text(encoding="utf-8")).encode("utf-8")
 
 
 def _bump_hint(version: str) -> str:

@@ -1,0 +1,158 @@
+"""The audit record of one run, and its verification.
+
+A run writes one JSON record: run id, pipeline name/version/IR hash, image, git commit, the parameters it ran
+with (so `kfchaos rerun` can resubmit it), the experiment and baseline with their hashes, the replay plan hash
+of every stage, every chaos object applied with its events, timestamps, every step's result and the verdict.
+`record_hash` covers all of it (canonical JSON), so an edited record is detected; `verify` recomputes every
+hash it can from the record itself, plus the IR hash from the compiled pipeline file when the repository has it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kfchaos.errors import KfchaosError
+
+RECORD_KIND = "kfchaos.AuditRecord"
+RECORD_VERSION = 1
+
+
+def canonical(value: Any) -> bytes:
+    """The bytes that are hashed: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+def sha256_text(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sha256_json(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
+
+
+def chaos_object_entry(obj: dict[str, Any]) -> dict[str, Any]:
+    """An applied object as the record keeps it: the manifest, its hash, when and what happened."""
+    manifest = obj.get("manifest", {})
+    return {**obj, "manifest_sha256": sha256_json(manifest)}
+
+
+def build_record(
+    *,
+    run_id: str,
+    pipeline: dict[str, str],
+    image: str,
+    git_commit: str,
+    parameters: dict[str, str],
+    steps: list[dict[str, Any]],
+    recovery: dict[str, Any] | None,
+    verdict: dict[str, Any],
+    started_at: float | None,
+    finished_at: float,
+) -> dict[str, Any]:
+    """The sealed record. `parameters` must hold the run's pipeline parameters, `experiment` among them."""
+    experiment_text = parameters.get("experiment", "")
+    baseline_text = parameters.get("baseline", "")
+    chaos_objects = [
+        chaos_object_entry(obj)
+        for step in steps
+        if step.get("step") == "inject"
+        for obj in step.get("detail", {}).get("chaos_objects", [])
+    ]
+    plans = [
+        {"stage": step["stage"], "plan_hash": step.get("detail", {}).get("plan_hash")}
+        for step in steps
+        if step.get("step") == "stage" and step.get("status") != "SKIPPED"
+    ]
+    record: dict[str, Any] = {
+        "kind": RECORD_KIND,
+        "version": RECORD_VERSION,
+        "run": {"id": run_id, "started_at": started_at, "finished_at": finished_at},
+        "pipeline": pipeline,
+        "image": image,
+        "git_commit": git_commit,
+        "parameters": parameters,
+        "experiment": {"sha256": sha256_text(experiment_text)},
+        "baseline": {"sha256": sha256_text(baseline_text) if baseline_text.strip() else None},
+        "replay_plans": plans,
+        "chaos_objects": chaos_objects,
+        "steps": steps,
+        "recovery": recovery,
+        "verdict": verdict,
+    }
+    record["record_hash"] = sha256_json(record)
+    return record
+
+
+def write_record(record: dict[str, Any], path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def load_record(path: str | Path) -> dict[str, Any]:
+    """The record in `path`; KfchaosError (exit 3) when unreadable or not a kfchaos audit record."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise KfchaosError(f"{path}: cannot read audit record: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise KfchaosError(f"{path}:{getattr(exc, 'lineno', 1)}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
+        raise KfchaosError(f"{path}:1: kind: not a {RECORD_KIND}")
+    for key in ("record_hash", "parameters", "pipeline", "experiment", "chaos_objects", "run"):
+        if key not in data:
+            raise KfchaosError(f"{path}:1: {key}: required field is missing")
+    return data
+
+
+@dataclass(frozen=True)
+class Finding:
+    what: str
+    ok: bool
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{'ok      ' if self.ok else 'MISMATCH'} {self.what}: {self.detail}"
+
+
+def _compare(what: str, recorded: Any, computed: Any) -> Finding:
+    if recorded == computed:
+        return Finding(what, True, str(computed))
+    return Finding(what, False, f"recorded {recorded}, computed {computed}")
+
+
+def verify(record: dict[str, Any], root: Path | None = None) -> list[Finding]:
+    """Recompute every hash; with `root`, also the IR hash of pipelines/compiled/<name>/<version>.yaml."""
+    findings: list[Finding] = []
+    body = {k: v for k, v in record.items() if k != "record_hash"}
+    findings.append(_compare("record_hash", record.get("record_hash"), sha256_json(body)))
+    parameters = record.get("parameters", {})
+    findings.append(
+        _compare("experiment.sha256", record["experiment"].get("sha256"), sha256_text(parameters.get("experiment", "")))
+    )
+    baseline_text = parameters.get("baseline", "")
+    findings.append(
+        _compare(
+            "baseline.sha256",
+            record.get("baseline", {}).get("sha256"),
+            sha256_text(baseline_text) if baseline_text.strip() else None,
+        )
+    )
+    for index, obj in enumerate(record.get("chaos_objects", [])):
+        name = f"chaos_objects[{index}] {obj.get('kind')}/{obj.get('name')}"
+        findings.append(_compare(name, obj.get("manifest_sha256"), sha256_json(obj.get("manifest", {}))))
+    pipeline = record.get("pipeline", {})
+    if root is not None and pipeline.get("name") and pipeline.get("version"):
+        compiled = root / "pipelines" / "compiled" / pipeline["name"] / f"{pipeline['version']}.yaml"
+        if compiled.is_file():
+            from kfchaos.kfp.versioning import ir_hash
+
+            findings.append(
+                _compare(f"pipeline.ir_hash ({compiled})", pipeline.get("ir_hash"), ir_hash(compiled.read_bytes()))
+            )
+        else:
+            findings.append(Finding("pipeline.ir_hash", True, f"not checked: {compiled} not in this repository"))
+    return findings

@@ -1,0 +1,31 @@
+"""`kfchaos audit verify RECORD`: recompute the hashes in a run's audit record."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from kfchaos.cli import EXIT_FAIL, EXIT_PASS
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("audit", help="audit records of runs")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
+    verify = actions.add_parser(
+        "verify", help="recompute every hash in RECORD (exit 0 ok, 1 mismatch, 3 unreadable record)"
+    )
+    verify.add_argument("record", type=Path, metavar="RECORD")
+    verify.add_argument(
+        "--root", default=".", type=Path, help="repository with pipelines/compiled/, to check the IR hash"
+    )
+    verify.set_defaults(func=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from kfchaos.audit import load_record, verify
+
+    findings = verify(load_record(args.record), root=args.root.resolve())
+    for finding in findings:
+        print(finding)
+    return EXIT_PASS if all(f.ok for f in findings) else EXIT_FAIL

@@ -1,0 +1,60 @@
+"""`kfchaos run EXPERIMENT --host URL | --local`: submit the experiment's pipeline version, or run it here."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from kfchaos.cli import EXIT_PASS
+from kfchaos.errors import KfchaosError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run an experiment: submit its uploaded pipeline version (--host) or run it with kfp.local (--local)",
+    )
+    parser.add_argument("experiment", type=Path, metavar="EXPERIMENT")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--local", action="store_true", help="run the pipeline on this machine (kfp.local)")
+    mode.add_argument("--host", help="KFP API URL to submit to")
+    parser.add_argument("--target", default="", help="override spec.target.endpoint (e.g. a local demo server)")
+    parser.add_argument("--run-name", help="default: <experiment>-<version>")
+    parser.add_argument("--kfp-experiment", default="kfchaos", help="KFP experiment (run folder) for --host")
+    parser.add_argument("--experiment-dir", help="where traffic paths resolve in the run (--host default: the image's)")
+    parser.add_argument("--root", default=".", type=Path, help="repository root, for baselines (default: .)")
+    parser.add_argument("--output", default="runs/local", type=Path, help="pipeline root for --local")
+    # --host sits in the mode group above, so the shared connection options are spelled out here.
+    group = parser.add_argument_group("KFP authentication")
+    group.add_argument("--token", help="bearer token (default: env KFCHAOS_KFP_TOKEN); never stored")
+    group.add_argument("--kube-context", help="use this kube context's credentials")
+    group.add_argument("--namespace", default="kubeflow", help="KFP namespace (multi-user: your profile)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kfchaos.kfp import runs
+
+    if args.local:
+        outcome = runs.run_local(
+            args.experiment, root=args.root.resolve(), target=args.target, pipeline_root=args.output.resolve()
+        )
+        print(outcome.summary())
+        return outcome.exit_code
+    from kfchaos.kfp import client as kfp_client
+    from kfchaos.kfp.cliargs import connection_from
+
+    if args.token and not args.host:
+        raise KfchaosError("--token needs --host")
+    run_id = runs.submit_experiment(
+        kfp_client.connect(connection_from(args)),
+        args.experiment,
+        root=args.root.resolve(),
+        target=args.target,
+        experiment_dir=args.experiment_dir,
+        run_name=args.run_name,
+        kfp_experiment=args.kfp_experiment,
+    )
+    print(f"submitted run {run_id}")
+    return EXIT_PASS

@@ -1,0 +1,133 @@
+"""The KFP client side: connect, upload a pipeline version idempotently, submit a run.
+
+Authentication is what `kfp.Client` supports: in cluster (no host: the SDK finds the service), a bearer token
+(`--token` or env KFCHAOS_KFP_TOKEN, passed as `existing_token`), or a kube context (`--kube-context`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kfchaos.errors import KfchaosError
+from kfchaos.kfp.versioning import LockEntry
+
+TOKEN_ENV = "KFCHAOS_KFP_TOKEN"
+DEFAULT_EXPERIMENT = "kfchaos"
+
+
+@dataclass(frozen=True)
+class Connection:
+    host: str | None = None
+    token: str | None = None
+    namespace: str = "kubeflow"
+    kube_context: str | None = None
+
+
+def connect(connection: Connection) -> Any:
+    """A `kfp.Client` for the connection; the constructor checks /apis/v2beta1/healthz."""
+    import kfp
+
+    token = connection.token or os.environ.get(TOKEN_ENV) or None
+    try:
+        return kfp.Client(
+            host=connection.host,
+            existing_token=token,
+            namespace=connection.namespace,
+            kube_context=connection.kube_context,
+        )
+    except Exception as exc:  # the SDK raises many kinds; all mean "cannot reach or authenticate"
+        raise KfchaosError(f"cannot connect to KFP at {connection.host or '(in cluster)'}: {exc}") from None
+
+
+def _filter(key: str, value: str) -> str:
+    import json
+
+    return json.dumps({"predicates": [{"operation": "EQUALS", "key": key, "string_value": value}]})
+
+
+def find_version(client: Any, pipeline_id: str, version: str) -> str | None:
+    """The id of the version named `version` of the pipeline, if any."""
+    response = client.list_pipeline_versions(pipeline_id, page_size=100, filter=_filter("display_name", version))
+    for item in response.pipeline_versions or []:
+        if item.display_name == version:
+            return str(item.pipeline_version_id)
+    return None
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    name: str
+    version: str
+    pipeline_id: str
+    version_id: str
+    created: bool  # False when that version already existed
+
+
+def upload(client: Any, entry: LockEntry, root: Path, description: str | None = None) -> Uploaded:
+    """Create the pipeline or add the version named after `entry.version`; nothing when it already exists.
+
+    KFP names a new pipeline's first version after the pipeline, whatever you ask (kubeflow/pipelines#5881), so a
+    new pipeline is uploaded, its version named by our version is added, and the auto-named one is deleted.
+    """
+    package = str(root / entry.file)
+    if not Path(package).is_file():
+        raise KfchaosError(f"{entry.file}: compiled pipeline missing; run `kfchaos compile`")
+    pipeline_id = client.get_pipeline_id(entry.name)
+    if pipeline_id is not None:
+        existing = find_version(client, pipeline_id, entry.version)
+        if existing:
+            return Uploaded(entry.name, entry.version, pipeline_id, existing, created=False)
+        version = client.upload_pipeline_version(
+            package, pipeline_version_name=entry.version, pipeline_id=pipeline_id, description=description
+        )
+        return Uploaded(entry.name, entry.version, pipeline_id, version.pipeline_version_id, created=True)
+    pipeline = client.upload_pipeline(package, pipeline_name=entry.name, description=description)
+    pipeline_id = pipeline.pipeline_id
+    version = client.upload_pipeline_version(
+        package, pipeline_version_name=entry.version, pipeline_id=pipeline_id, description=description
+    )
+    if entry.version != entry.name:
+        auto = find_version(client, pipeline_id, entry.name)
+        if auto:
+            client.delete_pipeline_version(pipeline_id, auto)
+    return Uploaded(entry.name, entry.version, pipeline_id, version.pipeline_version_id, created=True)
+
+
+def resolve_version(client: Any, name: str, version: str) -> tuple[str, str]:
+    """(pipeline id, version id) of an uploaded version, or a KfchaosError saying to upload it."""
+    pipeline_id = client.get_pipeline_id(name)
+    version_id = find_version(client, pipeline_id, version) if pipeline_id else None
+    if not pipeline_id or not version_id:
+        raise KfchaosError(f"pipeline {name} version {version} is not uploaded to this KFP; run `kfchaos upload`")
+    return str(pipeline_id), version_id
+
+
+def experiment_id(client: Any, name: str) -> str:
+    """KFP experiment (a run folder, not a kfchaos experiment) by name; created when missing."""
+    return str(client.create_experiment(name).experiment_id)
+
+
+def submit(
+    client: Any,
+    name: str,
+    version: str,
+    parameters: dict[str, Any],
+    *,
+    run_name: str,
+    kfp_experiment: str = DEFAULT_EXPERIMENT,
+    service_account: str | None = None,
+) -> str:
+    """Start a run of an uploaded pipeline version; returns the run id."""
+    pipeline_id, version_id = resolve_version(client, name, version)
+    run = client.run_pipeline(
+        experiment_id=experiment_id(client, kfp_experiment),
+        job_name=run_name,
+        params=parameters,
+        pipeline_id=pipeline_id,
+        version_id=version_id,
+        service_account=service_account,
+    )
+    return str(run.run_id)

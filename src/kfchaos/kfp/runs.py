@@ -1,0 +1,105 @@
+"""Running an experiment's pipeline: submitted to KFP by version, or here through kfp.local."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kfchaos.errors import KfchaosError
+from kfchaos.kfp import client as kfp_client
+from kfchaos.spec import Experiment, load_experiment
+
+EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
+
+
+def parameters_for(
+    experiment_path: Path, experiment: Experiment, root: Path, target: str, experiment_dir: str | None
+) -> dict[str, str]:
+    """The run parameters: the experiment YAML, its committed baseline, where traffic resolves, the target."""
+    baseline = ""
+    if experiment.spec.baseline.file and (root / experiment.spec.baseline.file).is_file():
+        baseline = (root / experiment.spec.baseline.file).read_text()
+    parameters = {"experiment": experiment_path.read_text(), "baseline": baseline, "target": target}
+    if experiment_dir is not None:
+        parameters["experiment_dir"] = experiment_dir
+    return parameters
+
+
+def submit_experiment(
+    client: Any,
+    experiment_path: Path,
+    *,
+    root: Path,
+    target: str = "",
+    experiment_dir: str | None = None,
+    run_name: str | None = None,
+    kfp_experiment: str = kfp_client.DEFAULT_EXPERIMENT,
+) -> str:
+    experiment = load_experiment(experiment_path)
+    meta = experiment.metadata
+    return kfp_client.submit(
+        client,
+        meta.name,
+        meta.version,
+        parameters_for(experiment_path, experiment, root, target, experiment_dir),
+        run_name=run_name or f"{meta.name}-{meta.version}",
+        kfp_experiment=kfp_experiment,
+    )
+
+
+@dataclass(frozen=True)
+class LocalOutcome:
+    status: str  # PASS, FAIL, INCONCLUSIVE, or ERROR when the run failed before a verdict
+    run_dir: Path
+    audit: Path | None
+    message: str
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FOR.get(self.status, 2)  # a run that failed before its verdict is inconclusive, never a pass
+
+    def summary(self) -> str:
+        where = f"audit record {self.audit}" if self.audit else f"outputs in {self.run_dir}"
+        return f"{self.status}: {self.message} ({where})"
+
+
+def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: Path) -> LocalOutcome:
+    """Run the experiment's pipeline with kfp.local (SubprocessRunner, current environment)."""
+    from kfp import local
+
+    from kfchaos.kfp.compile import discover
+
+    experiment = load_experiment(experiment_path)
+    targets = {t.name: t for t in discover(root)}
+    if experiment.metadata.name not in targets:
+        raise KfchaosError(f"{experiment_path}: not among {root}/experiments; local runs use the compiled experiments")
+    from kfchaos.kfp.compile import _import  # the pipeline module lives at the repository root
+
+    module = _import(root, "pipelines.chaos_experiment")
+    pipeline = module.build_pipeline(targets[experiment.metadata.name].defaults)
+    pipeline_root.mkdir(parents=True, exist_ok=True)
+    local.init(local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
+    started = time.time()
+    parameters = parameters_for(experiment_path, experiment, root, target, str(experiment_path.resolve().parent))
+    pipeline(**parameters)
+    return read_local_outcome(pipeline_root, experiment.metadata.name, since=started)
+
+
+def read_local_outcome(pipeline_root: Path, name: str, since: float) -> LocalOutcome:
+    runs = sorted(
+        (p for p in pipeline_root.glob(f"{name}-*") if p.is_dir() and p.stat().st_mtime >= since - 1),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not runs:
+        raise KfchaosError(f"kfp.local wrote no run folder for {name} under {pipeline_root}")
+    run_dir = runs[-1]
+    audit = run_dir / "verdict-report" / "audit"
+    if not audit.is_file():
+        return LocalOutcome("ERROR", run_dir, None, "the run failed before its verdict (see the task logs above)")
+    record = json.loads(audit.read_text())
+    verdict = record["verdict"]
+    reasons = "; ".join(verdict["reasons"]) or "all checks passed"
+    return LocalOutcome(verdict["status"], run_dir, audit, reasons)

@@ -1,0 +1,157 @@
+"""Verdict and report: the overall verdict from every step's result, the reports, and the audit record."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kfchaos import audit
+from kfchaos.steps import seams
+from kfchaos.steps.results import StepResult, load_history
+
+GIT_COMMIT_ENV = "KFCHAOS_GIT_COMMIT"  # baked into the image by the Dockerfile (build arg)
+
+
+@dataclass
+class Outcome:
+    verdict: str
+    figures: dict[str, float] = field(default_factory=dict)
+    document: dict[str, Any] = field(default_factory=dict)
+
+
+_RANK = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
+
+
+def _judge_step(result: StepResult) -> tuple[str, str | None] | None:
+    """(status, reason) a step contributes to the overall verdict; None when it contributes nothing."""
+    if result.status == "SKIPPED":
+        if result.proceed:  # a stage outside this experiment's ramp (generic pipeline)
+            return None
+        return "INCONCLUSIVE", f"{_label(result)} skipped: {'; '.join(result.reasons)}"
+    if result.step == "steady_state" and result.status != "PASS":
+        # Faults were never injected, so nothing about resilience was learned: INCONCLUSIVE, not FAIL.
+        return "INCONCLUSIVE", f"{_label(result)}: {'; '.join(result.reasons)}"
+    reason = None if result.status == "PASS" else f"{_label(result)}: {'; '.join(result.reasons)}"
+    return result.status, reason
+
+
+def _label(result: StepResult) -> str:
+    return f"stage {result.stage}%" if result.step == "stage" else result.step.replace("_", " ")
+
+
+def overall(results: list[StepResult], recovery: dict[str, Any] | None) -> tuple[str, list[str]]:
+    """Worst of the steps (FAIL > INCONCLUSIVE > PASS); no stage results at all is INCONCLUSIVE."""
+    statuses: list[str] = []
+    reasons: list[str] = []
+    for result in results:
+        judged = _judge_step(result)
+        if judged is None:
+            continue
+        statuses.append(judged[0])
+        if judged[1]:
+            reasons.append(judged[1])
+    if not any(r.step == "stage" and r.status != "SKIPPED" for r in results):
+        statuses.append("INCONCLUSIVE")
+        reasons.append("no stage ran: nothing was measured under faults")
+    check = (recovery or {}).get("recovery")
+    if check:
+        statuses.append(check["status"])
+        if check["status"] != "PASS":
+            reasons.append(f"recovery: {check['reason']}")
+    status = max(statuses, key=_RANK.__getitem__) if statuses else "INCONCLUSIVE"
+    return status, reasons
+
+
+def _markdown(document: dict[str, Any]) -> str:
+    lines = [
+        f"# {document['experiment']} {document['version']}: **{document['status']}**",
+        "",
+        f"Run `{document['run_id']}`, pipeline {document['pipeline']['name']} {document['pipeline']['version']}.",
+        "",
+        "| step | status | reasons |",
+        "|---|---|---|",
+    ]
+    for step in document["steps"]:
+        label = f"stage {step['stage']}%" if step["step"] == "stage" else step["step"]
+        lines.append(f"| {label} | {step['status']} | {'; '.join(step['reasons']) or '-'} |")
+    if document["reasons"]:
+        lines += ["", "## Why", *[f"- {r}" for r in document["reasons"]]]
+    return "\n".join(lines) + "\n"
+
+
+def _html(markdown: str) -> str:
+    return f"<!doctype html><meta charset='utf-8'><title>kfchaos report</title><pre>{html.escape(markdown)}</pre>\n"
+
+
+def conclude(
+    *,
+    experiment_text: str,
+    baseline_text: str,
+    experiment_dir: str,
+    target: str,
+    run_id: str,
+    pipeline_name: str,
+    pipeline_version: str,
+    pipeline_ir_hash: str,
+    image: str,
+    preflight: str,
+    history: str,
+    recovery: str,
+    markdown_path: str,
+    html_path: str,
+    audit_path: str,
+) -> Outcome:
+    from kfchaos.steps.context import experiment_from_text
+
+    experiment = experiment_from_text(experiment_text)
+    results = load_history(history)
+    recovery_data = json.loads(recovery) if recovery else None
+    status, reasons = overall(results, recovery_data)
+    steps = [json.loads(r.to_json()) for r in results]
+    pipeline = {"name": pipeline_name, "version": pipeline_version, "ir_hash": pipeline_ir_hash}
+    document: dict[str, Any] = {
+        "kind": "kfchaos.RunVerdict",
+        "experiment": experiment.metadata.name,
+        "version": experiment.metadata.version,
+        "run_id": run_id,
+        "pipeline": pipeline,
+        "status": status,
+        "reasons": reasons,
+        "steps": steps,
+        "recovery": recovery_data,
+    }
+    rendered = seams.render_report(document, {"experiment": experiment})
+    markdown, page = rendered if rendered else (_markdown(document), _html(_markdown(document)))
+    for path, text in ((markdown_path, markdown), (html_path, page)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    started = json.loads(preflight).get("started_at") if preflight else None
+    record = audit.build_record(
+        run_id=run_id,
+        pipeline=pipeline,
+        image=image,
+        git_commit=os.environ.get(GIT_COMMIT_ENV, "unknown"),
+        parameters={
+            "experiment": experiment_text,
+            "baseline": baseline_text,
+            "experiment_dir": experiment_dir,
+            "target": target,
+        },
+        steps=steps,
+        recovery=recovery_data,
+        verdict={"status": status, "reasons": reasons},
+        started_at=started,
+        finished_at=time.time(),
+    )
+    audit.write_record(record, audit_path)
+    figures = {
+        "stages_run": float(sum(1 for r in results if r.step == "stage" and r.status != "SKIPPED")),
+        "verdict_pass": 1.0 if status == "PASS" else 0.0,
+        "verdict_fail": 1.0 if status == "FAIL" else 0.0,
+    }
+    return Outcome(status, figures, document)

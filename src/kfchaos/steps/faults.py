@@ -1,0 +1,113 @@
+"""Inject, remove + recover, cleanup: the steps that create and delete chaos objects.
+
+Every object carries the run id as a label (kfchaos.faults.naming), so removal and the exit handler's cleanup
+work by label and cannot miss an object whose creation response was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kfchaos.steps import seams
+from kfchaos.steps.context import experiment_from_text
+from kfchaos.steps.results import Status, StepResult, load_history
+
+
+def _describe(value: Any) -> Any:
+    """A JSON-able view of whatever the backend returns (handles, event lists, dataclasses)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _describe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_describe(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return _describe(value.to_dict())
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return _describe(asdict(value))
+    return repr(value)
+
+
+def inject(experiment_text: str, run_id: str) -> str:
+    """Apply every cluster-side fault and wait until each is verifiably injected. Unverified -> stop."""
+    experiment = experiment_from_text(experiment_text)
+    manifests = seams.render_faults(experiment, run_id)
+    applied: list[dict[str, Any]] = []
+    if not manifests:
+        detail = {"chaos_objects": [], "note": "no cluster-side faults (traffic-side faults run in the replay)"}
+        return StepResult("inject", 0, "PASS", True, [], detail).to_json()
+    backend = seams.fault_backend(experiment)
+    reasons: list[str] = []
+    for manifest in manifests:
+        applied_at = time.time()
+        handle = backend.apply(manifest)
+        injected = backend.wait_injected(handle)
+        entry = {
+            "kind": manifest["kind"],
+            "namespace": manifest["metadata"].get("namespace"),
+            "name": manifest["metadata"]["name"],
+            "manifest": manifest,
+            "applied_at": applied_at,
+            "injected_at": time.time(),
+            "injection": _describe(injected),
+            "events": _describe(getattr(handle, "events", None) or getattr(injected, "events", None) or []),
+        }
+        applied.append(entry)
+        ok = bool(getattr(injected, "ok", injected))
+        if not ok:
+            reasons.append(f"{manifest['kind']}/{manifest['metadata']['name']} not verified as injected")
+    status: Status = "PASS" if not reasons else "INCONCLUSIVE"
+    return StepResult("inject", 0, status, not reasons, reasons, {"chaos_objects": applied}).to_json()
+
+
+def remove_and_recover(experiment_text: str, experiment_dir: str, target: str, run_id: str, history: str) -> str:
+    """Delete the run's faults, wait until recovered, then probe the target to measure time until SLOs hold."""
+    from kfchaos.verdict import load_requests
+    from kfchaos.verdict.recovery import recovery_check
+
+    experiment = experiment_from_text(experiment_text)
+    results = load_history(history)
+    injected = any(r.step == "inject" and r.detail.get("chaos_objects") for r in results)
+    if not injected:
+        return json.dumps({"removed": [], "recovery": None, "note": "nothing was injected"}, sort_keys=True)
+    backend = seams.fault_backend(experiment)
+    removed = _describe(backend.sweep(run_id))
+    removed_at = time.time()
+    slo = experiment.spec.slo
+    probe = min(slo.recovery_max or 60.0, experiment.spec.traffic.stage_duration)
+    stage = experiment.spec.traffic.stages[0]
+    with tempfile.TemporaryDirectory(prefix="kfchaos-recovery-") as tmp:
+        records = str(Path(tmp) / "recovery.parquet")
+        summary = seams.replay_stage(experiment, stage, experiment_dir, target, records, duration=probe)
+        requests = load_requests(records)
+    check = recovery_check(requests, slo, None, removed_at=removed_at)
+    return json.dumps(
+        {
+            "removed": removed,
+            "removed_at": removed_at,
+            "probe": summary,
+            "recovery": check.to_dict() if check else None,
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+def cleanup(experiment_text: str, run_id: str, record_path: str) -> str:
+    """The exit handler: remove every object labelled with the run id, whatever happened before."""
+    experiment = experiment_from_text(experiment_text)
+    record: dict[str, Any] = {"run_id": run_id, "started_at": time.time()}
+    if seams.render_faults(experiment, run_id):
+        record["swept"] = _describe(seams.fault_backend(experiment).sweep(run_id))
+    else:
+        record["swept"] = []
+    record["finished_at"] = time.time()
+    Path(record_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(record_path).write_text(json.dumps(record, sort_keys=True, default=str))
+    return json.dumps(record, sort_keys=True, default=str)

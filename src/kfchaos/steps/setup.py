@@ -1,0 +1,57 @@
+"""Preflight and baseline: the steps before anything touches the target."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kfchaos.steps import seams
+from kfchaos.steps.context import experiment_from_text
+
+if TYPE_CHECKING:
+    from kfchaos.baseline import Baseline
+
+
+def preflight(experiment_text: str, run_id: str) -> str:
+    """Spec valid, faults render and pass the safety guards, cluster checks pass; raises on any problem."""
+    experiment = experiment_from_text(experiment_text)
+    manifests = seams.render_faults(experiment, run_id)
+    if manifests:
+        seams.fault_backend(experiment).preflight(manifests)
+    return json.dumps(
+        {
+            "experiment": experiment.metadata.name,
+            "version": experiment.metadata.version,
+            "run_id": run_id,
+            "started_at": time.time(),
+            "chaos_objects": [f"{m['kind']}/{m['metadata']['name']}" for m in manifests],
+        },
+        sort_keys=True,
+    )
+
+
+def baseline(experiment_text: str, baseline_text: str, out_path: str) -> str:
+    """Write the baseline for later steps; returns its content hash, or '' when there is none.
+
+    No baseline is not an error here: the verdict then reports P99 drift INCONCLUSIVE, never PASS.
+    """
+    from kfchaos.baseline import load_baseline
+
+    experiment_from_text(experiment_text)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(baseline_text)
+    if not baseline_text.strip():
+        return ""
+    loaded, _warnings = load_baseline(out_path)  # checks content_hash: an edited baseline is refused
+    return str(loaded.content_hash)
+
+
+def load_optional_baseline(path: str) -> Baseline | None:
+    """The baseline written by `baseline`, or None when the run has none."""
+    from kfchaos.baseline import load_baseline
+
+    if not Path(path).is_file() or not Path(path).read_text().strip():
+        return None
+    return load_baseline(path)[0]
