@@ -32,6 +32,7 @@ class Seen:
 class LoopbackServer:
     tokens: int = 5
     gap_ms: float = 5.0
+    truncate: bool = False  # end streams without usage and [DONE]
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
@@ -52,6 +53,14 @@ class LoopbackServer:
             ready.set()
             loop.run_forever()
             server.close()
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+
+            async def drain() -> None:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+            loop.run_until_complete(drain())
             loop.run_until_complete(server.wait_closed())
             loop.close()
 
@@ -115,6 +124,10 @@ class LoopbackServer:
             choice = {"index": 0, "delta": {"content": f"t{i} "}} if chat else {"index": 0, "text": f"t{i} "}
             writer.write(event(json.dumps({"choices": [choice], "usage": None})))
             await writer.drain()
+        if self.truncate:
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return
         usage = {"prompt_tokens": 7, "completion_tokens": self.tokens, "total_tokens": 7 + self.tokens}
         writer.write(event(json.dumps({"choices": [], "usage": usage})))
         writer.write(event("[DONE]") + b"0\r\n\r\n")
