@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,15 +17,26 @@ from kfchaos.verdict.requests import Requests
 from kfchaos.verdict.stats import TAIL
 
 
-@dataclass(frozen=True)
+@dataclass
 class Windows:
     start: float  # time of window 0
     width: float
     sent: NDArray[np.int64]
     failed: NDArray[np.int64]
     timeouts: NDArray[np.int64]
-    p99: NDArray[np.float64]  # latency P99 (timeouts count as +inf); NaN in an empty window
-    ttft_p99: NDArray[np.float64]
+    # (window index, value) of the latency and TTFT samples; the P99s are computed only when asked for,
+    # because the per-window sort is the one costly step.
+    latency_sample: tuple[NDArray[np.int64], NDArray[np.float64]]
+    ttft_sample: tuple[NDArray[np.int64], NDArray[np.float64]]
+
+    @cached_property
+    def p99(self) -> NDArray[np.float64]:
+        """Latency P99 per window (timeouts count as +inf); NaN in an empty window."""
+        return grouped_p99(*self.latency_sample, len(self.sent))
+
+    @cached_property
+    def ttft_p99(self) -> NDArray[np.float64]:
+        return grouped_p99(*self.ttft_sample, len(self.sent))
 
     def __len__(self) -> int:
         return len(self.sent)
@@ -79,6 +91,6 @@ def windows(requests: Requests, width: float, start: float | None = None) -> Win
         sent=np.bincount(index[keep], minlength=count),
         failed=np.bincount(index[failed], minlength=count),
         timeouts=np.bincount(index[timeouts], minlength=count),
-        p99=grouped_p99(index[lat_mask], latency, count),
-        ttft_p99=grouped_p99(index[ttft_mask], ttft, count),
+        latency_sample=(index[lat_mask], latency),
+        ttft_sample=(index[ttft_mask], ttft),
     )
