@@ -1,0 +1,87 @@
+"""`kfchaos compile`: deterministic across processes, versions immutable, the lock check names what to bump."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from kfp.components import load_component_from_file
+
+from kfchaos.kfp.versioning import embedded_ir_hash, ir_hash, read_lock
+from tests.conftest import ROOT
+from tests.kfp_glue.conftest import copy_sources, kfchaos
+
+
+def _outputs(root: Path) -> dict[str, bytes]:
+    files = [*root.glob("pipelines/compiled/*/*.yaml"), root / "pipelines/versions.lock.yaml"]
+    files += root.glob("components/*/component.yaml")
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
+
+
+def test_compile_is_byte_identical_across_processes_and_matches_the_committed_files(tmp_path: Path) -> None:
+    first, second = copy_sources(tmp_path / "a"), copy_sources(tmp_path / "b")
+    for root in (first, second):
+        done = kfchaos("compile", "--root", str(root))
+        assert done.returncode == 0, done.stderr
+    a, b = _outputs(first), _outputs(second)
+    assert len(a) >= 1 + 1 + 10 and a == b
+    # The committed outputs are what the sources compile to (what CI's `kfchaos compile --check` enforces).
+    assert a == {name: (ROOT / name).read_bytes() for name in a}
+
+
+def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path / "repo")
+    assert kfchaos("compile", "--root", str(root)).returncode == 0
+    assert kfchaos("compile", "--check", "--root", str(root)).returncode == 0
+
+    component = root / "components/replay_stage/component.py"
+    component.write_text(
+        component.read_text().replace("from kfchaos.steps import stages", "import kfchaos.steps.stages as stages")
+    )
+    compiled = root / "pipelines/compiled/vllm-network-delay/1.0.0.yaml"
+    before = compiled.read_bytes()
+
+    check = kfchaos("compile", "--check", "--root", str(root))
+    assert check.returncode == 1
+    assert "pipeline vllm-network-delay changed but its version 1.0.0 did not" in check.stderr
+    assert "experiments/vllm-network-delay.yaml (metadata.version), e.g. to 1.0.1" in check.stderr
+    assert "pipeline kfchaos-experiment changed" in check.stderr and "pyproject.toml" in check.stderr
+
+    # Compiling without --force refuses to rewrite a released version.
+    refused = kfchaos("compile", "--root", str(root))
+    assert refused.returncode == 1 and compiled.read_bytes() == before
+
+    # Bumping the experiment's version compiles a new file and leaves the old version untouched.
+    experiment = root / "experiments/vllm-network-delay.yaml"
+    experiment.write_text(experiment.read_text().replace("version: 1.0.0", "version: 1.0.1", 1))
+    kfchaos("compile", "--root", str(root))
+    assert (root / "pipelines/compiled/vllm-network-delay/1.0.1.yaml").is_file()
+    assert compiled.read_bytes() == before
+    assert read_lock(root / "pipelines/versions.lock.yaml")["vllm-network-delay"].version == "1.0.1"
+
+
+def test_check_fails_when_compiled_output_is_missing(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path / "repo")
+    check = kfchaos("compile", "--check", "--root", str(root))
+    assert check.returncode == 1
+    assert "pipelines/compiled/vllm-network-delay/1.0.0.yaml: missing" in check.stderr
+    assert not (root / "pipelines/compiled").exists()  # --check writes nothing
+
+
+def test_committed_pipelines_are_valid_yaml_and_carry_their_own_ir_hash() -> None:
+    lock = read_lock(ROOT / "pipelines/versions.lock.yaml")
+    assert {"kfchaos-experiment", "vllm-network-delay"} <= set(lock)
+    for entry in lock.values():
+        data = (ROOT / entry.file).read_bytes()
+        documents = list(yaml.safe_load_all(data))  # KFP's own header breaks on multi-line defaults; ours must not
+        assert documents[0]["pipelineInfo"]["name"] == entry.name
+        assert ir_hash(data) == embedded_ir_hash(data) == entry.ir_hash
+
+
+def test_every_component_yaml_loads_for_reuse_in_other_pipelines() -> None:
+    folders = sorted(p for p in (ROOT / "components").iterdir() if (p / "component.py").is_file())
+    assert len(folders) == 11
+    for folder in folders:
+        component = load_component_from_file(str(folder / "component.yaml"))
+        assert component.name == folder.name.replace("_", "-")
+        assert (folder / "README.md").is_file()
