@@ -35,7 +35,7 @@ class Recorded:
     path: str
     query: dict[str, list[str]]
     body: Any
-    headers: dict[str, str]
+    headers: dict[str, str]  # names lower-cased
 
 
 @dataclass
@@ -87,7 +87,7 @@ class KfpApiServer:
                 try:
                     with server._lock:
                         code, payload = server.handle(
-                            method, split.path, query, body, self.headers.get("Content-Type", ""), dict(self.headers)
+                            method, split.path, query, body, self.headers.get("Content-Type", ""), {k.lower(): v for k, v in self.headers.items()}
                         )
                 except ApiError as exc:
                     code, payload = exc.code, {"error": str(exc), "code": exc.code, "message": str(exc)}

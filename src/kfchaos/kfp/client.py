@@ -7,6 +7,7 @@ Authentication is what `kfp.Client` supports: in cluster (no host: the SDK finds
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,15 @@ def connect(connection: Connection) -> Any:
 
     token = connection.token or os.environ.get(TOKEN_ENV) or None
     try:
-        return kfp.Client(
-            host=connection.host,
-            existing_token=token,
-            namespace=connection.namespace,
-            kube_context=connection.kube_context,
-        )
+        with warnings.catch_warnings():
+            # "This client only works with KFP v2.0.0-beta.2 and later": true of every server we support.
+            warnings.simplefilter("ignore", FutureWarning)
+            return kfp.Client(
+                host=connection.host,
+                existing_token=token,
+                namespace=connection.namespace,
+                kube_context=connection.kube_context,
+            )
     except Exception as exc:  # the SDK raises many kinds; all mean "cannot reach or authenticate"
         raise KfchaosError(f"cannot connect to KFP at {connection.host or '(in cluster)'}: {exc}") from None
 

@@ -46,8 +46,11 @@ class ScheduleEntry(StrictModel):
     @field_validator("cron")
     @classmethod
     def _six_fields(cls, value: str) -> str:
-        # Same rule as an experiment's schedule.cron; one implementation.
-        return Schedule(cron=value).cron
+        # Same rule as an experiment's schedule.cron; one implementation, its message without pydantic's nesting.
+        try:
+            return Schedule(cron=value).cron
+        except ValidationError as exc:
+            raise ValueError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
 
 
 class SchedulesFile(StrictModel):
