@@ -74,8 +74,9 @@ class NetworkCorruptParams(_NetworkCommon):
 
 class NetworkBandwidthParams(_NetworkCommon):
     rate: str = Field(description="e.g. 1mbps")
-    limit: int = Field(ge=1, le=2**32 - 1, description="bytes that can be queued")
-    buffer: int = Field(ge=1, le=2**32 - 1, description="bucket size in bytes")
+    # The CRD declares both int32; the API server refuses larger values.
+    limit: int = Field(ge=1, le=2**31 - 1, description="bytes that can be queued")
+    buffer: int = Field(ge=1, le=2**31 - 1, description="bucket size in bytes")
 
     @field_validator("rate")
     @classmethod
@@ -152,7 +153,7 @@ class IoFaultParams(_IoCommon):
 class IoAttrOverrideParams(_IoCommon):
     perm: int | None = Field(None, ge=0, le=0o7777)
     size: int | None = Field(None, ge=0)
-    nlink: int | None = Field(None, ge=0)
+    nlink: int | None = Field(None, ge=0, le=2**31 - 1)  # int32 in the CRD
 
     @model_validator(mode="after")
     def _overrides_something(self) -> IoAttrOverrideParams:

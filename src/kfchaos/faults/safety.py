@@ -1,0 +1,137 @@
+"""Safety guards applied to every fault right before it is rendered, and so before anything is sent.
+
+kfchaos.spec enforces the same rules while loading a file; they are checked again here because an
+`Experiment` can also be built in code (a pipeline component, a test), and a guard that can be skipped
+is no guard. Each refusal is a `FaultSafetyError` naming the rule and the field.
+"""
+
+from __future__ import annotations
+
+from kfchaos.errors import KfchaosError, Path, SafetyError
+from kfchaos.faults.params import TargetSelector
+from kfchaos.spec import Experiment, FaultBase
+
+RULE_PROTECTED_NAMESPACE = "protected-namespace"
+RULE_EMPTY_SELECTOR = "empty-selector"
+RULE_MODE_VALUE = "mode-value"
+RULE_MAX_POD_PERCENT = "max-pod-percent"
+RULE_MAX_FAULT_DURATION = "max-fault-duration"
+
+
+class FaultSafetyError(SafetyError):
+    """A refusal that knows which field of the experiment caused it, so the CLI can name FILE:LINE."""
+
+    def __init__(self, rule: str, message: str, path: Path) -> None:
+        self.path = path
+        super().__init__(rule, message)
+
+
+class FaultInputError(KfchaosError):
+    """A fault the cluster would reject (not a safety matter), with the field to fix."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+def fault_path(experiment: Experiment, fault: FaultBase) -> Path:
+    for index, candidate in enumerate(experiment.spec.faults):
+        if candidate is fault or candidate == fault:
+            return ("spec", "faults", index)
+    return ("spec", "faults", fault.name)
+
+
+def check_fault(experiment: Experiment, fault: FaultBase) -> None:
+    """Raise FaultSafetyError on the first rule `fault` breaks."""
+    safety = experiment.spec.safety
+    protected = set(safety.protected_namespaces)
+    base = fault_path(experiment, fault)
+
+    namespaces: list[tuple[str, Path]] = [
+        (experiment.spec.target.namespace, ("spec", "target", "namespace")),
+        (experiment.fault_namespace(fault), (*base, "namespace")),
+    ]
+    other_side = getattr(getattr(fault, "params", None), "target", None)
+    if not isinstance(other_side, TargetSelector):  # HTTP faults use `target` for Request/Response
+        other_side = None
+    if other_side is not None:
+        namespaces.append((other_side.namespace, (*base, "params", "target", "namespace")))
+    for namespace, path in namespaces:
+        if namespace in protected:
+            raise FaultSafetyError(
+                RULE_PROTECTED_NAMESPACE,
+                f"namespace {namespace!r} is in safety.protected_namespaces; chaos is never injected there",
+                path,
+            )
+
+    selector = experiment.fault_selector(fault)
+    if not selector.labels and not selector.expressions:
+        raise FaultSafetyError(
+            RULE_EMPTY_SELECTOR,
+            "the selector is empty and would select every pod in the namespace",
+            (*base, "selector"),
+        )
+    if other_side is not None and not other_side.labels:
+        raise FaultSafetyError(
+            RULE_EMPTY_SELECTOR,
+            "the partition target selector is empty and would cut off every pod in its namespace",
+            (*base, "params", "target", "labels"),
+        )
+
+    _check_mode(fault, safety.max_pod_percent, base)
+
+    if fault.duration is not None and fault.duration > safety.max_fault_duration:
+        raise FaultSafetyError(
+            RULE_MAX_FAULT_DURATION,
+            f"duration {fault.duration:g}s exceeds safety.max_fault_duration ({safety.max_fault_duration:g}s)",
+            (*base, "duration"),
+        )
+    if fault.duration is not None and fault.duration <= 0:
+        raise FaultSafetyError(RULE_MAX_FAULT_DURATION, "duration must be longer than zero", (*base, "duration"))
+
+
+def _check_mode(fault: FaultBase, max_pod_percent: float, base: Path) -> None:
+    path = (*base, "value")
+    if fault.mode in ("one", "all"):
+        if fault.value is not None:
+            raise FaultSafetyError(RULE_MODE_VALUE, f"mode {fault.mode} takes no value", path)
+        if fault.mode == "all" and max_pod_percent < 1.0:
+            raise FaultSafetyError(
+                RULE_MAX_POD_PERCENT,
+                f"mode all hits every matching pod, above safety.max_pod_percent ({max_pod_percent * 100:g}%)",
+                (*base, "mode"),
+            )
+        return
+    if fault.value is None:
+        raise FaultSafetyError(RULE_MODE_VALUE, f"mode {fault.mode} needs a value", path)
+    if fault.mode == "fixed":
+        if not fault.value.isdigit() or int(fault.value) < 1:
+            raise FaultSafetyError(RULE_MODE_VALUE, f"value {fault.value!r} must be a whole number >= 1", path)
+        return
+    try:
+        percent = float(fault.value)
+    except ValueError:
+        raise FaultSafetyError(RULE_MODE_VALUE, f"value {fault.value!r} must be a percentage number", path) from None
+    if not 0 < percent <= 100:
+        raise FaultSafetyError(RULE_MODE_VALUE, f"value {fault.value!r} must be in (0, 100]", path)
+    if percent / 100 > max_pod_percent:
+        raise FaultSafetyError(
+            RULE_MAX_POD_PERCENT,
+            f"value {fault.value}% exceeds safety.max_pod_percent ({max_pod_percent * 100:g}%)",
+            path,
+        )
+
+
+def fault_duration(experiment: Experiment, fault: FaultBase) -> float:
+    """Seconds the fault object lives: its own duration, or the span of its active stages, capped by safety.
+
+    The span runs from the start of the first active stage to the end of the last (a fault is applied
+    once), so stages [60, 90] of 10→30→60→90→100 last two stage durations.
+    """
+    limit = experiment.spec.safety.max_fault_duration
+    if fault.duration is not None:
+        return min(fault.duration, limit)
+    stages = experiment.spec.traffic.stages
+    active = [stages.index(s) for s in experiment.fault_stages(fault) if s in stages] or [0, len(stages) - 1]
+    span = (max(active) - min(active) + 1) * experiment.spec.traffic.stage_duration
+    return min(span, limit)

@@ -1,0 +1,1 @@
+"""Test helpers shared across areas: the loopback Kubernetes API server (kubeapi)."""

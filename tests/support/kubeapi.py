@@ -1,0 +1,715 @@
+"""A loopback Kubernetes API server for tests: real HTTP on 127.0.0.1, driven by the real kubernetes client.
+
+It stores objects and serves the REST paths kfchaos calls: CRDs (apiextensions.k8s.io/v1, the real Chaos
+Mesh CRDs read from ../shared/chaos-mesh/crds/), namespaced and cluster-wide custom objects of
+chaos-mesh.org/v1alpha1 (create with dryRun=All, get, list with labelSelector, merge-patch, delete), pods
+(create, get, list, delete) and events. Created chaos objects are validated against their CRD's schema with
+unknown fields as errors, as the API server does under fieldValidation=Strict.
+
+It also plays the Chaos Mesh controller, computed lazily from clocks so no background thread is needed:
+`Selected`/`AllInjected` turn True `inject_delay` seconds after creation, `status.experiment.containerRecords`
+list the matching pods, a finalizer keeps a deleted object (with a deletionTimestamp) for `finalizer_delay`
+seconds, and an object whose `spec.duration` ran out is recovered (AllRecovered, desiredPhase Stop).
+Created pods turn Running and ready after `inject_delay`.
+
+And it fails on request: `fail(status, ...)` injects 409/429/500/503/... responses (optionally after the
+request took effect, as when a response is lost), `forbid(verb, plural)` answers 403, and `installed`
+chooses which CRDs exist.
+
+    with KubeApiServer(inject_delay=0.2) as server:
+        api = kubernetes_client(server.url)
+        ...
+        assert server.objects("networkchaos") == []
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import jsonschema
+import kubernetes.client
+import yaml
+
+CRD_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "chaos-mesh" / "crds"
+CHAOS_GROUP = "chaos-mesh.org"
+CHAOS_VERSION = "v1alpha1"
+CHAOS_FINALIZER = "chaos-mesh/records"
+ONE_SHOT_ACTIONS = {"pod-kill", "container-kill"}
+
+# ---------------------------------------------------------------- CRD schemas, strictly
+
+
+@functools.cache
+def load_crds(crd_dir: Path = CRD_DIR) -> dict[str, dict[str, Any]]:
+    """Every CRD document in `crd_dir`, by plural (`networkchaos`)."""
+    crds: dict[str, dict[str, Any]] = {}
+    for path in sorted(crd_dir.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if isinstance(document, dict) and document.get("kind") == "CustomResourceDefinition":
+                crds[document["spec"]["names"]["plural"]] = document
+    if not crds:
+        raise FileNotFoundError(f"no CRDs in {crd_dir}")
+    return crds
+
+
+def strict_schema(schema: Any) -> Any:
+    """The schema with `additionalProperties: false` wherever an object lists `properties` and says nothing
+    about others: what fieldValidation=Strict does (jsonschema would otherwise accept unknown fields)."""
+    if isinstance(schema, list):
+        return [strict_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: strict_schema(value) for key, value in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def _int_range(bits: int) -> Callable[[object], bool]:
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return lambda value: not isinstance(value, int) or low <= value <= high
+
+
+def _base64(value: object) -> bool:
+    import base64
+    import binascii
+
+    if not isinstance(value, str):
+        return True
+    try:
+        base64.b64decode(value, validate=True)
+    except binascii.Error:
+        return False
+    return True
+
+
+_FORMATS = jsonschema.FormatChecker(formats=())
+_FORMATS.checks("int32")(_int_range(32))
+_FORMATS.checks("int64")(_int_range(64))
+_FORMATS.checks("byte")(_base64)
+
+
+@functools.cache
+def _validator(plural: str, crd_dir: Path = CRD_DIR) -> jsonschema.protocols.Validator:
+    crd = load_crds(crd_dir)[plural]
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == CHAOS_VERSION)["schema"]["openAPIV3Schema"]
+    return jsonschema.Draft7Validator(strict_schema(schema), format_checker=_FORMATS)
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def validate_chaos_object(manifest: dict[str, Any], crd_dir: Path = CRD_DIR) -> list[str]:
+    """Problems with a chaos-mesh.org object, as the API server would report them; [] when it is valid."""
+    problems: list[str] = []
+    kind = manifest.get("kind")
+    plural = next((p for p, c in load_crds(crd_dir).items() if c["spec"]["names"]["kind"] == kind), None)
+    if plural is None:
+        return [f"kind {kind!r} is not a Chaos Mesh kind"]
+    if manifest.get("apiVersion") != f"{CHAOS_GROUP}/{CHAOS_VERSION}":
+        problems.append(f"apiVersion {manifest.get('apiVersion')!r} is not {CHAOS_GROUP}/{CHAOS_VERSION}")
+    for error in sorted(_validator(plural, crd_dir).iter_errors(manifest), key=lambda e: list(e.absolute_path)):
+        where = ".".join(str(p) for p in error.absolute_path) or "(object)"
+        problems.append(f"{where}: {error.message}")
+    metadata = manifest.get("metadata") or {}
+    name = metadata.get("name", "")
+    if not isinstance(name, str) or not name or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        problems.append(f"metadata.name: {name!r} is not a valid DNS-1123 subdomain")
+    for key, value in (metadata.get("labels") or {}).items():
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            problems.append(f"metadata.labels.{key}: {value!r} is not a valid label value")
+    return problems
+
+
+# ---------------------------------------------------------------- label selectors
+
+
+def _split_selector(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    if current.strip():
+        parts.append(current.strip())
+    return parts
+
+
+def label_selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+    """Kubernetes label selector syntax: `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`."""
+    if not selector:
+        return True
+    for term in _split_selector(selector):
+        set_match = re.match(r"^([^\s!=]+)\s+(in|notin)\s+\((.*)\)$", term)
+        if set_match:
+            key, op, raw = set_match.groups()
+            values = {v.strip() for v in raw.split(",")}
+            if (op == "in") != (labels.get(key) in values) or (op == "in" and key not in labels):
+                return False
+        elif "!=" in term:
+            key, value = (s.strip() for s in term.split("!=", 1))
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = (s.strip() for s in term.replace("==", "=").split("=", 1))
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _chaos_selector_matches(selector: dict[str, Any], namespace: str, labels: dict[str, str]) -> bool:
+    if selector.get("namespaces") and namespace not in selector["namespaces"]:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("labelSelectors") or {}).items()):
+        return False
+    for expression in selector.get("expressionSelectors") or []:
+        key, op, values = expression["key"], expression["operator"], set(expression.get("values") or [])
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- the server
+
+
+@dataclass
+class FailureRule:
+    """Answer matching requests with `status` instead of serving them (or after serving, if after_commit)."""
+
+    status: int
+    method: str | None = None
+    path_contains: str | None = None
+    times: int = 1  # how many matching requests fail; -1 for all of them
+    after_commit: bool = False  # the request takes effect, then the response is an error (a lost reply)
+    retry_after: int | None = None
+    hits: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.times >= 0 and self.hits >= self.times:
+            return False
+        if self.method is not None and self.method != method:
+            return False
+        return self.path_contains is None or self.path_contains in path
+
+
+@dataclass
+class _Stored:
+    body: dict[str, Any]
+    created: float  # monotonic
+    deleting: float | None = None
+
+
+_VERB_OF_METHOD = {"GET": "get", "POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}
+_REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "AlreadyExists",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+@dataclass
+class KubeApiServer:
+    """A threaded loopback API server. Use as a context manager; settings may be changed while it runs."""
+
+    inject_delay: float = 0.0
+    finalizer_delay: float = 0.0
+    installed: Iterable[str] | None = None  # CRD plurals present; None: every CRD in crd_dir
+    crd_dir: Path = CRD_DIR
+    validate: bool = True
+    requests: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._crds = load_crds(self.crd_dir)
+        self.installed = set(self._crds if self.installed is None else self.installed)
+        self._store: dict[tuple[str, str, str], _Stored] = {}
+        self._events: list[dict[str, Any]] = []
+        self._rules: list[FailureRule] = []
+        self._forbidden: set[tuple[str, str]] = set()
+        self._lock = threading.RLock()
+        self._versions = itertools.count(1000)
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> KubeApiServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        handler = functools.partial(_Handler, self)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="kubeapi", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    # ------------------------------------------------------------ test controls
+
+    def fail(
+        self,
+        status: int,
+        method: str | None = None,
+        path_contains: str | None = None,
+        times: int = 1,
+        after_commit: bool = False,
+        retry_after: int | None = None,
+    ) -> FailureRule:
+        rule = FailureRule(status, method, path_contains, times, after_commit, retry_after)
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
+    def clear_failures(self) -> None:
+        with self._lock:
+            self._rules.clear()
+            self._forbidden.clear()
+
+    def forbid(self, verb: str, plural: str) -> None:
+        """403 for `verb` (get, list, create, delete, patch) on `plural`, like a missing RBAC rule."""
+        with self._lock:
+            self._forbidden.add((verb, plural))
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        labels: dict[str, str],
+        node: str = "gpu-node-1",
+        phase: str = "Running",
+        containers: Iterable[str] = ("main",),
+    ) -> dict[str, Any]:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "spec": {"nodeName": node, "containers": [{"name": c, "image": "example"} for c in containers]},
+            "status": {"phase": phase},
+        }
+        with self._lock:
+            self._stamp(pod)
+            self._store[("pods", namespace, name)] = _Stored(pod, time.monotonic() - self.inject_delay)
+        return pod
+
+    def objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Live objects of `plural` (objects with a pending finalizer included), with their current status."""
+        with self._lock:
+            return [
+                self._view(key, stored)
+                for key, stored in self._live()
+                if key[0] == plural and (namespace is None or key[1] == namespace)
+            ]
+
+    def chaos_objects(self) -> list[dict[str, Any]]:
+        """Every live chaos-mesh.org object, any kind, any namespace."""
+        with self._lock:
+            return [self._view(key, stored) for key, stored in self._live() if key[0] in self._crds]
+
+    def add_event(self, namespace: str, reason: str, message: str, involved: dict[str, Any]) -> None:
+        with self._lock:
+            self._events.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {"name": f"{involved.get('name', 'x')}.{uuid.uuid4().hex[:8]}", "namespace": namespace},
+                    "involvedObject": involved,
+                    "reason": reason,
+                    "message": message,
+                    "type": "Normal",
+                    "lastTimestamp": _now(),
+                }
+            )
+
+    # ------------------------------------------------------------ storage and the controller
+
+    def _stamp(self, body: dict[str, Any]) -> None:
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", _now())
+        meta["resourceVersion"] = str(next(self._versions))
+        meta.setdefault("generation", 1)
+
+    def _live(self) -> Iterator[tuple[tuple[str, str, str], _Stored]]:
+        now = time.monotonic()
+        for key, stored in list(self._store.items()):
+            if stored.deleting is not None and now - stored.deleting >= self.finalizer_delay:
+                del self._store[key]  # the finalizer ran
+                continue
+            yield key, stored
+
+    def _view(self, key: tuple[str, str, str], stored: _Stored) -> dict[str, Any]:
+        body = copy.deepcopy(stored.body)
+        age = time.monotonic() - stored.created
+        if key[0] == "pods":
+            if body.get("status", {}).get("phase") in (None, "Pending") and age >= self.inject_delay:
+                names = [c["name"] for c in body["spec"].get("containers", [])]
+                body["status"] = {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": [{"name": n, "ready": True, "restartCount": 0} for n in names],
+                }
+            return body
+        if key[0] in self._crds:
+            body["status"] = self._chaos_status(key[1], body, age, stored.deleting is not None)
+        return body
+
+    def _chaos_status(self, namespace: str, body: dict[str, Any], age: float, deleting: bool) -> dict[str, Any]:
+        spec = body.get("spec", {})
+        pods = [
+            stored.body
+            for (plural, ns, _), stored in self._store.items()
+            if plural == "pods"
+            and stored.deleting is None
+            and _chaos_selector_matches(spec.get("selector", {}), ns, stored.body["metadata"].get("labels", {}))
+        ]
+        mode, value = spec.get("mode"), spec.get("value")
+        if mode == "one":
+            pods = pods[:1]
+        elif mode == "fixed":
+            pods = pods[: int(value or 1)]
+        elif mode in ("fixed-percent", "random-max-percent"):
+            pods = pods[: max(1, int(len(pods) * float(value or 100) / 100))]
+        one_shot = body.get("kind") == "PodChaos" and spec.get("action") in ONE_SHOT_ACTIONS
+        duration = _go_seconds(spec.get("duration"))
+        expired = duration is not None and age >= duration and not one_shot
+        reached = bool(pods) and age >= self.inject_delay
+        # One-shot kinds stay injected (their end state); others stop being injected once stopped.
+        injected = reached and (one_shot or not (expired or deleting))
+        stopped = expired or deleting
+        recovered = stopped and not one_shot and (expired or bool(pods))
+        records = [
+            {
+                "id": f"{p['metadata']['namespace']}/{p['metadata']['name']}",
+                "selectorKey": ".",
+                "phase": "Injected" if injected else ("Not Injected" if not stopped else "Recovered"),
+                "injectedCount": 1 if (injected or stopped) and age >= self.inject_delay else 0,
+                "recoveredCount": 1 if recovered else 0,
+            }
+            for p in pods
+        ]
+
+        def condition(kind: str, ok: bool) -> dict[str, str]:
+            return {"type": kind, "status": "True" if ok else "False"}
+
+        return {
+            "conditions": [
+                condition("Selected", bool(pods)),
+                condition("AllInjected", injected),
+                condition("AllRecovered", recovered),
+                condition("Paused", False),
+            ],
+            "experiment": {"desiredPhase": "Stop" if stopped else "Run", "containerRecords": records},
+        }
+
+    # ------------------------------------------------------------ request handling
+
+    def handle(self, method: str, raw_path: str, body: bytes, content_type: str) -> tuple[int, dict[str, Any]]:
+        parts = urlsplit(raw_path)
+        path, query = parts.path, {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        with self._lock:
+            self.requests.append((method, raw_path))
+            rule = next((r for r in self._rules if r.matches(method, path)), None)
+            if rule is not None:
+                rule.hits += 1
+                if not rule.after_commit:
+                    return self._failure(rule)
+            route = self._route(path)
+            if route is None:
+                code, out = 404, _status(404, f"the server could not find the requested resource ({path})")
+            else:
+                plural, namespace, name = route
+                verb = _VERB_OF_METHOD.get(method, method.lower())
+                if verb == "get" and name is None:
+                    verb = "list"
+                if (verb, plural) in self._forbidden:
+                    code, out = (
+                        403,
+                        _status(
+                            403,
+                            f'{plural}.{CHAOS_GROUP} is forbidden: User "system:serviceaccount:kubeflow:runner" '
+                            f'cannot {verb} resource "{plural}" in API group "{CHAOS_GROUP}" in the namespace '
+                            f'"{namespace}"',
+                        ),
+                    )
+                else:
+                    code, out = self._serve(method, plural, namespace, name, query, body, content_type)
+            if rule is not None:  # after_commit: the request took effect but the caller sees an error
+                return self._failure(rule)
+            return code, out
+
+    def _failure(self, rule: FailureRule) -> tuple[int, dict[str, Any]]:
+        out = _status(rule.status, f"injected failure {rule.status}")
+        if rule.retry_after is not None:
+            out["details"] = {"retryAfterSeconds": rule.retry_after}
+        return rule.status, out
+
+    def _route(self, path: str) -> tuple[str, str | None, str | None] | None:
+        """(plural, namespace, name) for a resource path, or None for paths this server does not serve."""
+        crd = re.fullmatch(r"/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions(?:/([^/]+))?", path)
+        if crd:
+            return "customresourcedefinitions", None, crd.group(1)
+        chaos = re.fullmatch(
+            rf"/apis/{re.escape(CHAOS_GROUP)}/{CHAOS_VERSION}(?:/namespaces/([^/]+))?/([^/]+)(?:/([^/]+))?", path
+        )
+        if chaos:
+            namespace, plural, name = chaos.groups()
+            if plural not in self._crds or plural not in (self.installed or set()):
+                return None
+            return plural, namespace, name
+        core = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/(pods|events)(?:/([^/]+))?", path)
+        if core:
+            namespace, plural, name = core.groups()
+            return plural, namespace, name
+        return None
+
+    def _serve(
+        self,
+        method: str,
+        plural: str,
+        namespace: str | None,
+        name: str | None,
+        query: dict[str, str],
+        raw: bytes,
+        content_type: str,
+    ) -> tuple[int, dict[str, Any]]:
+        if plural == "customresourcedefinitions":
+            return self._serve_crds(method, name)
+        if plural == "events":
+            items = [e for e in self._events if namespace is None or e["metadata"]["namespace"] == namespace]
+            return 200, {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items}
+        if name is None and method == "GET":
+            items = [
+                self._view(key, stored)
+                for key, stored in self._live()
+                if key[0] == plural
+                and (namespace is None or key[1] == namespace)
+                and label_selector_matches(query.get("labelSelector"), stored.body["metadata"].get("labels", {}))
+            ]
+            kind = "PodList" if plural == "pods" else self._crds[plural]["spec"]["names"]["listKind"]
+            api_version = "v1" if plural == "pods" else f"{CHAOS_GROUP}/{CHAOS_VERSION}"
+            return 200, {"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items}
+        if namespace is None:
+            return 405, _status(405, "cluster-scoped access to a namespaced resource")
+        if name is None and method == "POST":
+            return self._create(plural, namespace, raw, dry_run=query.get("dryRun") == "All")
+        assert name is not None
+        key = (plural, namespace, name)
+        stored = dict(self._live()).get(key)
+        if stored is None:
+            return 404, _status(404, f'{plural}.{CHAOS_GROUP} "{name}" not found', name=name, kind=plural)
+        if method == "GET":
+            return 200, self._view(key, stored)
+        if method == "DELETE":
+            return self._delete(key, stored)
+        if method == "PATCH":
+            if "merge-patch" not in content_type:
+                return 415, _status(415, f"unsupported patch type {content_type}")
+            _merge(stored.body, json.loads(raw or b"{}"))
+            self._stamp(stored.body)
+            return 200, self._view(key, stored)
+        return 405, _status(405, f"method {method} not allowed")
+
+    def _serve_crds(self, method: str, name: str | None) -> tuple[int, dict[str, Any]]:
+        if method != "GET":
+            return 405, _status(405, "read only")
+        present = {f"{p}.{CHAOS_GROUP}": c for p, c in self._crds.items() if p in (self.installed or set())}
+        if name is None:
+            return 200, {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinitionList",
+                "metadata": {},
+                "items": list(present.values()),
+            }
+        if name not in present:
+            return 404, _status(404, f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found', name=name)
+        return 200, present[name]
+
+    def _create(self, plural: str, namespace: str, raw: bytes, dry_run: bool) -> tuple[int, dict[str, Any]]:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return 400, _status(400, "request body is not JSON")
+        meta = body.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name:
+            return 422, _status(422, "metadata.name: Required value")
+        if meta.setdefault("namespace", namespace) != namespace:
+            return 400, _status(400, "the namespace of the object does not match the namespace of the request")
+        if plural in self._crds and self.validate:
+            problems = validate_chaos_object(body, self.crd_dir)
+            if problems:
+                return 422, _status(422, f"{body.get('kind')} {name!r} is invalid: " + "; ".join(problems))
+        key = (plural, namespace, name)
+        if key in dict(self._live()):
+            return 409, _status(409, f'{plural}.{CHAOS_GROUP} "{name}" already exists', name=name, kind=plural)
+        self._stamp(body)
+        if plural in self._crds:
+            meta.setdefault("finalizers", [CHAOS_FINALIZER])
+        if plural == "pods":
+            body.setdefault("status", {"phase": "Pending"})
+            body["spec"].setdefault("nodeName", self._node_for(body))
+        if dry_run:
+            return 201, body
+        self._store[key] = _Stored(body, time.monotonic())
+        involved = {"kind": body.get("kind"), "name": name, "namespace": namespace, "uid": meta["uid"]}
+        self.add_event(namespace, "Created", f"{body.get('kind')} {name} created", involved)
+        return 201, self._view(key, self._store[key])
+
+    def _node_for(self, pod: dict[str, Any]) -> str:
+        """The scheduler's part for a pod with pod affinity: the node of a matching pod."""
+        terms = (
+            pod["spec"]
+            .get("affinity", {})
+            .get("podAffinity", {})
+            .get("requiredDuringSchedulingIgnoredDuringExecution", [])
+        )
+        for term in terms:
+            match = term.get("labelSelector", {}).get("matchLabels", {})
+            for (plural, ns, _), stored in self._store.items():
+                labels = stored.body["metadata"].get("labels", {})
+                if (
+                    plural == "pods"
+                    and ns in term.get("namespaces", [ns])
+                    and all(labels.get(k) == v for k, v in match.items())
+                ):
+                    return str(stored.body["spec"].get("nodeName", "node-1"))
+        return "node-1"
+
+    def _delete(self, key: tuple[str, str, str], stored: _Stored) -> tuple[int, dict[str, Any]]:
+        if stored.deleting is None:
+            stored.deleting = time.monotonic()
+            stored.body["metadata"]["deletionTimestamp"] = _now()
+            self._stamp(stored.body)
+        if key[0] == "pods" or self.finalizer_delay <= 0:
+            del self._store[key]
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": key[2]}}
+        return 200, self._view(key, stored)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def __init__(self, server_state: KubeApiServer, *args: Any) -> None:
+        self.state = server_state
+        super().__init__(*args)
+
+    def _dispatch(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        code, body = self.state.handle(self.command, self.path, raw, self.headers.get("Content-Type", ""))
+        payload = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        retry_after = (body.get("details") or {}).get("retryAfterSeconds") if code == 429 else None
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _dispatch
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+
+def _status(code: int, message: str, name: str | None = None, kind: str | None = None) -> dict[str, Any]:
+    details = {k: v for k, v in (("name", name), ("kind", kind)) if v is not None}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": _REASONS.get(code, "Unknown"),
+        "details": details,
+        "code": code,
+    }
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 JSON merge patch."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _go_seconds(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", text)
+    return sum(float(n) * _GO_UNITS[u] for n, u in parts) if parts else None
+
+
+def kubernetes_client(url: str) -> kubernetes.client.ApiClient:
+    """A real kubernetes ApiClient pointed at `url` (no credentials: the loopback server has no auth)."""
+    configuration = kubernetes.client.Configuration()
+    configuration.host = url
+    return kubernetes.client.ApiClient(configuration)
