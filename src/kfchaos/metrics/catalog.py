@@ -1,0 +1,184 @@
+"""The standard series for an LLM serving target, as PromQL scoped to the experiment's namespace and pods.
+
+Names are the snapshot keys (kfchaos.metrics.names). Latency P99s follow the Prometheus docs: aggregate the
+bucket rates with `sum by (le)` first, then `histogram_quantile` -- never average quantiles. Metric names
+are those of vLLM V1, cAdvisor, kube-state-metrics and the DCGM exporter (research/verdict_anchors.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from kfchaos.metrics import names
+from kfchaos.units import format_duration
+
+Kind = Literal["counter", "gauge", "quantile", "rate"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which series belong to the target: a namespace and, optionally, the pods (names or a regex)."""
+
+    namespace: str
+    pods: tuple[str, ...] = ()
+    pod_regex: str | None = None
+
+    def matchers(self, *extra: str) -> str:
+        parts = [f'namespace="{self.namespace}"']
+        if self.pods:
+            # A regex inside a PromQL string literal: escape for the regex, then double every backslash
+            # for the string (`a.b` -> regex `a\.b` -> PromQL "a\\.b").
+            regex = "|".join(re.escape(p) for p in self.pods).replace("\\", "\\\\")
+            parts.append(f'pod=~"{regex}"')
+        elif self.pod_regex:
+            parts.append(f'pod=~"{self.pod_regex}"')
+        return ",".join([*parts, *extra])
+
+
+@dataclass(frozen=True)
+class CatalogQuery:
+    name: str
+    promql: str
+    kind: Kind
+    unit: str
+    help: str
+
+
+def _histogram_p99(metric: str, selector: str, window: str) -> str:
+    return f"histogram_quantile(0.99, sum by (le) (rate({metric}_bucket{{{selector}}}[{window}])))"
+
+
+def standard_queries(scope: Scope, window: float = 300.0) -> dict[str, CatalogQuery]:
+    """Every standard query. `window` is the rate/increase range: the step of a range query, or the stage."""
+    w = format_duration(window)
+    sel = scope.matchers()
+    errors_sel = scope.matchers('status=~"5.."')  # vLLM's instrumentator groups codes: "5xx"
+    oom_sel = scope.matchers('reason="OOMKilled"')
+    queries = [
+        CatalogQuery(
+            "latency_p99",
+            _histogram_p99("vllm:e2e_request_latency_seconds", sel, w),
+            "quantile",
+            "s",
+            "end-to-end request latency P99 (vLLM histogram)",
+        ),
+        CatalogQuery(
+            "ttft_p99",
+            _histogram_p99("vllm:time_to_first_token_seconds", sel, w),
+            "quantile",
+            "s",
+            "time to first token P99",
+        ),
+        CatalogQuery(
+            "itl_p99",
+            _histogram_p99("vllm:inter_token_latency_seconds", sel, w),
+            "quantile",
+            "s",
+            "inter-token latency P99 (replaces time_per_output_token, deprecated in vLLM 0.11)",
+        ),
+        CatalogQuery(
+            "requests",
+            f"sum(increase(vllm:e2e_request_latency_seconds_count{{{sel}}}[{w}]))",
+            "rate",
+            "count",
+            "requests finished in each interval",
+        ),
+        CatalogQuery(
+            "errors",
+            f"sum(increase(http_requests_total{{{errors_sel}}}[{w}]))",
+            "rate",
+            "count",
+            "HTTP 5xx answers of the OpenAI-compatible server in each interval",
+        ),
+        CatalogQuery(
+            names.REQUESTS_RUNNING,
+            f"sum(vllm:num_requests_running{{{sel}}})",
+            "gauge",
+            "count",
+            "requests running on the engine",
+        ),
+        CatalogQuery(
+            names.REQUESTS_WAITING,
+            f"sum(vllm:num_requests_waiting{{{sel}}})",
+            "gauge",
+            "count",
+            "requests queued",
+        ),
+        CatalogQuery(
+            names.PREEMPTIONS,
+            f"sum(vllm:num_preemptions_total{{{sel}}})",
+            "counter",
+            "count",
+            "preemptions: the KV cache was full",
+        ),
+        CatalogQuery(
+            names.KV_CACHE_USAGE,
+            f"max(vllm:kv_cache_usage_perc{{{sel}}})",
+            "gauge",
+            "fraction",
+            "KV-cache usage 0..1 (vllm:gpu_cache_usage_perc before 0.9.2)",
+        ),
+        CatalogQuery(
+            names.OOM_KILLS,
+            f"sum(container_oom_events_total{{{sel}}})",
+            "counter",
+            "count",
+            "OOM events of the target's containers (cAdvisor)",
+        ),
+        CatalogQuery(
+            "oom_killed_containers",
+            f"sum(kube_pod_container_status_last_terminated_reason{{{oom_sel}}})",
+            "gauge",
+            "count",
+            "containers whose last termination was OOMKilled (kube-state-metrics)",
+        ),
+        CatalogQuery(
+            names.RESTARTS,
+            f"sum(kube_pod_container_status_restarts_total{{{sel}}})",
+            "counter",
+            "count",
+            "container restarts (kube-state-metrics)",
+        ),
+        CatalogQuery(
+            names.GPU_MEMORY_USED,
+            f"sum(DCGM_FI_DEV_FB_USED{{{sel}}})",
+            "gauge",
+            "MiB",
+            "GPU framebuffer used",
+        ),
+        CatalogQuery(
+            names.GPU_MEMORY_FREE,
+            f"sum(DCGM_FI_DEV_FB_FREE{{{sel}}})",
+            "gauge",
+            "MiB",
+            "GPU framebuffer free",
+        ),
+        CatalogQuery(names.GPU_UTIL, f"avg(DCGM_FI_DEV_GPU_UTIL{{{sel}}})", "gauge", "%", "GPU utilization"),
+        CatalogQuery(
+            "deployment_generation",
+            f'max by (deployment) (kube_deployment_status_observed_generation{{namespace="{scope.namespace}"}})',
+            "gauge",
+            "count",
+            "observed generation per deployment: a change marks a release",
+        ),
+    ]
+    return {q.name: q for q in queries}
+
+
+_NAME = re.compile(r"^[a-z][a-z0-9_:]*$")
+
+
+def with_user_queries(
+    catalog: dict[str, CatalogQuery], user: dict[str, str], kind: Kind = "gauge"
+) -> dict[str, CatalogQuery]:
+    """The catalog plus queries the user adds (NAME=PROMQL); a user query may replace a standard one."""
+    out = dict(catalog)
+    for name, promql in user.items():
+        if not _NAME.match(name):
+            raise ValueError(f"query name {name!r}: use lower-case letters, digits, '_' and ':'")
+        if not promql.strip():
+            raise ValueError(f"query {name!r} is empty")
+        out[name] = CatalogQuery(name, promql, kind, "", "user query")
+    return out

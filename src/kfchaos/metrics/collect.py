@@ -1,0 +1,59 @@
+"""Collect a run's metric series into a MetricsSnapshot: each query's series, or the reason it has none."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from kfchaos.metrics.catalog import CatalogQuery, Scope, standard_queries
+from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable
+from kfchaos.metrics.snapshot import MetricsSnapshot, Series, SeriesKind
+from kfchaos.metrics.source import MetricsSource
+from kfchaos.spec import Experiment
+
+PROMETHEUS_ENV = "KFCHAOS_PROMETHEUS_URL"
+SCRAPE_SLACK = 60.0  # a kill at the end of a stage shows up a scrape interval or two later
+
+
+def snapshot(
+    source: MetricsSource, queries: Iterable[CatalogQuery], start: float, end: float, step: float
+) -> MetricsSnapshot:
+    """Run each query over [start, end]; a failed query is kept with its error, an unreachable server stops."""
+    result = MetricsSnapshot(source=source.url)
+    for query in queries:
+        try:
+            found = source.range(query.promql, start, end, step)
+        except PrometheusUnreachable as exc:
+            result.unreachable = str(exc)
+            return result
+        except (PrometheusError, ValueError) as exc:
+            result.errors[query.name] = str(exc)
+            continue
+        if not found:
+            continue  # no series: `missing()` reports it by name
+        if len(found) > 1:
+            result.errors[query.name] = f"{len(found)} series; the query must aggregate to one (sum by ...)"
+            continue
+        kind: SeriesKind = "counter" if query.kind == "counter" else "gauge"
+        result.series[query.name] = Series(query.name, found[0].times, found[0].values, kind, query.promql, query.unit)
+    return result
+
+
+def prometheus_url(experiment: Experiment) -> str | None:
+    capture = experiment.spec.baseline.capture
+    return os.environ.get(PROMETHEUS_ENV) or (capture.prometheus if capture else None)
+
+
+def snapshot_for_experiment(
+    experiment: Experiment, window: tuple[float, float], *, step: float = 15.0, pods: tuple[str, ...] = ()
+) -> MetricsSnapshot:
+    """The standard series for the experiment's target over `window` (plus slack for late scrapes)."""
+    url = prometheus_url(experiment)
+    if not url:
+        return MetricsSnapshot(
+            unreachable=f"no Prometheus configured (set {PROMETHEUS_ENV} or spec.baseline.capture.prometheus)"
+        )
+    scope = Scope(experiment.spec.target.namespace, pods)
+    queries = standard_queries(scope, window=max(step, 60.0)).values()
+    start, end = window[0] - step, window[1] + SCRAPE_SLACK
+    return snapshot(PrometheusClient(url), queries, start, end, step)

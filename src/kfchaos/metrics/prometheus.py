@@ -1,0 +1,127 @@
+"""Prometheus HTTP API client: instant and range queries with timeouts, retries with backoff, clear errors.
+
+Transport is urllib3 (already a dependency of the kubernetes client), whose Retry does exponential backoff
+on connection errors and on 502/503/504. A 400/422 answer is never retried: it is a bad query, reported with
+Prometheus's own message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import urllib3
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from kfchaos.errors import KfchaosError
+from kfchaos.metrics.source import RangeSeries, Sample
+
+MAX_POINTS = 11_000  # Prometheus refuses range queries of more than 11,000 points per series
+
+
+class PrometheusError(KfchaosError):
+    """Prometheus answered with an error that is not the query's fault (5xx, malformed answer)."""
+
+
+class PromQLError(PrometheusError):
+    """Prometheus rejected the query (bad_data): the message is Prometheus's, with the query."""
+
+
+class PrometheusUnreachable(PrometheusError):
+    """No answer after the retries: connection refused, DNS, timeout."""
+
+
+def _value(raw: str) -> float:
+    return float(raw)  # Prometheus sends "NaN", "+Inf", "-Inf" as strings, which float() reads
+
+
+class PrometheusClient:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        retry = urllib3.Retry(
+            total=retries,
+            connect=retries,
+            read=retries,
+            status=retries,
+            backoff_factor=backoff,
+            status_forcelist=(502, 503, 504),
+            allowed_methods=frozenset({"GET", "POST"}),
+            raise_on_status=False,
+        )
+        self._pool = urllib3.PoolManager(retries=retry, timeout=urllib3.Timeout(total=timeout), headers=headers)
+
+    def _call(self, path: str, fields: dict[str, str]) -> Any:
+        url = f"{self.url}{path}"
+        try:
+            # POST form: long PromQL (many pods in a regex) would overflow a GET URL.
+            response = self._pool.request("POST", url, fields=fields, encode_multipart=False)
+        except Urllib3Error as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise PrometheusUnreachable(f"Prometheus at {self.url} unreachable: {reason}") from None
+        try:
+            body = json.loads(response.data or b"{}")
+        except json.JSONDecodeError:
+            body = {}
+        query = fields.get("query", "")
+        if response.status in (400, 422) or body.get("errorType") == "bad_data":
+            message = body.get("error") or response.data[:200].decode(errors="replace")
+            raise PromQLError(f"Prometheus at {self.url} rejected query {query!r}: {message}")
+        if response.status != 200 or body.get("status") != "success":
+            message = body.get("error") or f"HTTP {response.status}"
+            raise PrometheusError(f"Prometheus at {self.url} failed on {query!r}: {message}")
+        return body["data"]
+
+    def instant(self, query: str, at: float | None = None) -> list[Sample]:
+        fields = {"query": query}
+        if at is not None:
+            fields["time"] = repr(float(at))
+        data = self._call("/api/v1/query", fields)
+        kind, result = data["resultType"], data["result"]
+        if kind == "scalar":
+            return [Sample({}, float(result[0]), _value(result[1]))]
+        if kind != "vector":
+            raise PrometheusError(f"query {query!r} returned a {kind}, expected an instant vector")
+        return [Sample(item["metric"], float(item["value"][0]), _value(item["value"][1])) for item in result]
+
+    def range(self, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
+        if step <= 0 or end < start:
+            raise ValueError(f"range query needs step > 0 and end >= start (got {start}..{end} step {step})")
+        points = math.floor((end - start) / step) + 1
+        if points > MAX_POINTS:
+            raise ValueError(f"{points} points per series is more than Prometheus allows ({MAX_POINTS}); raise step")
+        fields = {"query": query, "start": repr(float(start)), "end": repr(float(end)), "step": repr(float(step))}
+        data = self._call("/api/v1/query_range", fields)
+        if data["resultType"] != "matrix":
+            raise PrometheusError(f"range query {query!r} returned a {data['resultType']}, expected a matrix")
+        out = []
+        for item in data["result"]:
+            times = np.array([float(t) for t, _ in item["values"]], dtype=np.float64)
+            values = np.array([_value(v) for _, v in item["values"]], dtype=np.float64)
+            out.append(RangeSeries(item["metric"], times, values))
+        return out
+
+    def range_chunked(self, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
+        """A range query split into pieces under the 11,000-point limit, joined per label set."""
+        span = step * (MAX_POINTS - 1)
+        pieces: dict[tuple[tuple[str, str], ...], list[RangeSeries]] = {}
+        low = start
+        while low <= end:
+            high = min(end, low + span)
+            for series in self.range(query, low, high, step):
+                pieces.setdefault(tuple(sorted(series.labels.items())), []).append(series)
+            low = high + step
+        return [
+            RangeSeries(dict(key), np.concatenate([p.times for p in parts]), np.concatenate([p.values for p in parts]))
+            for key, parts in pieces.items()
+        ]
