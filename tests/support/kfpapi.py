@@ -87,7 +87,12 @@ class KfpApiServer:
                 try:
                     with server._lock:
                         code, payload = server.handle(
-                            method, split.path, query, body, self.headers.get("Content-Type", ""), {k.lower(): v for k, v in self.headers.items()}
+                            method,
+                            split.path,
+                            query,
+                            body,
+                            self.headers.get("Content-Type", ""),
+                            {k.lower(): v for k, v in self.headers.items()},
                         )
                 except ApiError as exc:
                     code, payload = exc.code, {"error": str(exc), "code": exc.code, "message": str(exc)}

@@ -1,0 +1,54 @@
+"""`kfchaos cleanup --run-id ID`: delete every chaos object (and GPU allocator pod) a run left behind."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from kfchaos.cli import EXIT_PASS, EXIT_USAGE
+from kfchaos.faults.chaosmesh import ChaosMeshBackend
+from kfchaos.units import parse_duration
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "cleanup", help="delete the chaos objects of a run (or of every run, with --older-than)"
+    )
+    parser.add_argument("--run-id", help="the run whose objects to delete (label kfchaos.io/run-id)")
+    parser.add_argument(
+        "--namespace", action="append", default=None, metavar="NS", help="repeatable; default: all namespaces"
+    )
+    parser.add_argument("--older-than", metavar="DURATION", help="only objects created longer ago than this, e.g. 6h")
+    parser.add_argument(
+        "--host", help="Kubernetes API URL (e.g. from kubectl proxy); default: in-cluster or kubeconfig"
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file")
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument("--timeout", default="2m", metavar="DURATION", help="wait this long for finalizers (2m)")
+    parser.add_argument("--audit", metavar="FILE", help="write the API calls made, as JSON lines")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.run_id is None and args.older_than is None:
+        print("kfchaos cleanup: give --run-id, or --older-than to sweep leftovers of every run", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        older_than = parse_duration(args.older_than) if args.older_than else None
+        timeout = parse_duration(args.timeout)
+    except ValueError as exc:
+        print(f"kfchaos cleanup: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    backend = ChaosMeshBackend.from_config(host=args.host, kubeconfig=args.kubeconfig, context=args.context)
+    try:
+        deleted = backend.sweep(args.run_id, args.namespace, older_than=older_than, timeout=timeout)
+    finally:
+        if args.audit:
+            with open(args.audit, "w") as out:
+                for event in backend.events:
+                    out.write(json.dumps(event.to_dict()) + "\n")
+    scope = ", ".join(args.namespace) if args.namespace else "all namespaces"
+    print(f"deleted {deleted} object(s) of {'run ' + args.run_id if args.run_id else 'kfchaos'} in {scope}")
+    return EXIT_PASS

@@ -1,0 +1,114 @@
+"""The interface every fault backend offers, and what it hands back: handles, reports, audit events, errors.
+
+The pipeline's steps talk only to `FaultBackend`: the Chaos Mesh backend (kfchaos.faults.chaosmesh) for
+a cluster, a local one for the embedded mode. Backends take rendered manifests (kfchaos.faults.render),
+so what is applied is exactly what `kfchaos render` shows and what the audit record stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from kfchaos.errors import KfchaosError
+
+Manifest = dict[str, Any]
+
+
+class BackendError(KfchaosError):
+    """The cluster refused or failed an action; the message says what to do."""
+
+
+class ChaosMeshNotInstalled(BackendError):
+    pass
+
+
+class PermissionDenied(BackendError):
+    """A 403, explained as the RBAC rule the service account lacks."""
+
+    def __init__(self, verb: str, resource: str, group: str, namespace: str | None, detail: str) -> None:
+        self.verb, self.resource, self.group, self.namespace = verb, resource, group, namespace
+        scope = f"in namespace {namespace!r} (a Role there)" if namespace else "cluster-wide (a ClusterRole)"
+        super().__init__(
+            f"permission denied: the service account may not {verb} {resource} "
+            f"(API group {group or 'core'!r}) {scope}. Add the rule "
+            f'{{apiGroups: ["{group}"], resources: ["{resource}"], verbs: ["{verb}"]}}; '
+            f"see docs/faults.md, RBAC. Server said: {detail}"
+        )
+
+
+class InjectionTimeout(BackendError):
+    """The fault was not verified injected in time: the run cannot claim the fault was active (INCONCLUSIVE)."""
+
+
+class RecoveryTimeout(BackendError):
+    pass
+
+
+@dataclass(frozen=True)
+class FaultHandle:
+    """What identifies an applied fault object: enough to wait for, remove and audit it."""
+
+    kind: str
+    plural: str
+    group: str  # "" for core (Pods)
+    version: str
+    namespace: str
+    name: str
+    uid: str
+    one_shot: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class InjectionReport:
+    handle: FaultHandle
+    targets: list[str]  # containerRecords ids (namespace/pod[/container]) or the allocator pod's node
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    crds: list[str] = field(default_factory=list)
+    matching_pods: dict[str, int] = field(default_factory=dict)  # object name -> running target pods
+    dry_run: list[str] = field(default_factory=list)  # object names the server accepted in a dry run
+
+
+@dataclass(frozen=True)
+class ApiEvent:
+    """One API call as the audit record keeps it."""
+
+    time: str  # RFC 3339, UTC
+    verb: str
+    kind: str
+    namespace: str | None
+    name: str | None
+    code: int  # HTTP status; 0 when no response came (connection error)
+    uid: str | None = None
+    resource_version: str | None = None
+    attempt: int = 1
+    dry_run: bool = False
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class FaultBackend(Protocol):
+    events: list[ApiEvent]
+
+    def preflight(self, manifests: list[Manifest]) -> PreflightReport: ...
+
+    def apply(self, manifest: Manifest) -> FaultHandle: ...
+
+    def wait_injected(self, handle: FaultHandle, timeout: float) -> InjectionReport: ...
+
+    def remove(self, handle: FaultHandle) -> None: ...
+
+    def wait_recovered(self, handle: FaultHandle, timeout: float) -> None: ...
+
+    def sweep(
+        self, run_id: str | None, namespaces: list[str] | None = None, older_than: float | None = None
+    ) -> int: ...

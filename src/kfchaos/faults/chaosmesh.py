@@ -1,0 +1,516 @@
+"""The Chaos Mesh backend: rendered manifests -> chaos-mesh.org objects through the Kubernetes API.
+
+Every call goes through `_call`, which retries 429/5xx/connection errors with backoff, turns a 403 into
+the RBAC rule that is missing, and records an `ApiEvent` in `self.events` for the audit record.
+Objects are found again by their deterministic names (apply is idempotent) and by the run label (sweep),
+so a step that crashed, was killed or retried leaves nothing behind that the exit handler cannot find.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import kubernetes.client
+import kubernetes.config
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from kfchaos.faults.backend import (
+    ApiEvent,
+    BackendError,
+    ChaosMeshNotInstalled,
+    FaultHandle,
+    InjectionReport,
+    InjectionTimeout,
+    Manifest,
+    PermissionDenied,
+    PreflightReport,
+    RecoveryTimeout,
+)
+from kfchaos.faults.catalog import CATALOG, GROUP, PLURALS, VERSION
+from kfchaos.faults.gpu import EXEC_KIND, pin_to_node
+from kfchaos.faults.naming import LABEL_MANAGED_BY, LABEL_RUN_ID, MANAGED_BY, run_selector
+from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
+
+T = TypeVar("T")
+_ONE_SHOT = {(e.kind, e.action) for e in CATALOG.values() if e.one_shot}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, str]:
+    return {c.get("type", ""): c.get("status", "") for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def label_selector(selector: dict[str, Any]) -> str:
+    """A Chaos Mesh selector's labels as a Kubernetes label selector string."""
+    terms = [f"{k}={v}" for k, v in sorted((selector.get("labelSelectors") or {}).items())]
+    for expression in selector.get("expressionSelectors") or []:
+        key, op, values = expression["key"], expression["operator"], expression.get("values") or []
+        terms.append(
+            {
+                "In": f"{key} in ({','.join(values)})",
+                "NotIn": f"{key} notin ({','.join(values)})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }[op]
+        )
+    return ",".join(terms)
+
+
+class ChaosMeshBackend:
+    """`FaultBackend` on `kubernetes.client.CustomObjectsApi` (chaos objects) and `CoreV1Api` (pods)."""
+
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        retry: RetryPolicy | None = None,
+        poll_interval: float = 1.0,
+        request_timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api_client = api_client
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.extensions = kubernetes.client.ApiextensionsV1Api(api_client)
+        self.retry = retry or RetryPolicy()
+        self.poll_interval = poll_interval
+        self.request_timeout = request_timeout
+        self._sleep = sleep
+        self.events: list[ApiEvent] = []
+
+    @classmethod
+    def from_config(
+        cls, host: str | None = None, kubeconfig: str | None = None, context: str | None = None, **options: Any
+    ) -> ChaosMeshBackend:
+        """An explicit host (no credentials; for a proxy such as `kubectl proxy`), a kubeconfig (file and/or
+        context), or else in-cluster config (a pipeline step's service account), falling back to ~/.kube/config."""
+        if host is not None:
+            configuration = kubernetes.client.Configuration()
+            configuration.host = host
+            return cls(kubernetes.client.ApiClient(configuration), **options)
+        if kubeconfig is not None or context is not None:
+            return cls(kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context), **options)
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            try:
+                kubernetes.config.load_kube_config()
+            except (kubernetes.config.ConfigException, OSError) as exc:
+                raise BackendError(
+                    f"no cluster access: not in a pod and no usable kubeconfig ({exc}); give --host or --kubeconfig"
+                ) from None
+        return cls(kubernetes.client.ApiClient(), **options)
+
+    # ------------------------------------------------------------ calls, retries, audit
+
+    def _call(
+        self,
+        verb: str,
+        resource: str,
+        group: str,
+        namespace: str | None,
+        name: str | None,
+        call: Callable[[], T],
+        dry_run: bool = False,
+        ok_statuses: tuple[int, ...] = (),
+    ) -> T | ApiException:
+        """Run one API call with retries. Returns the result, or the ApiException when its status is in
+        `ok_statuses` (404 on delete, 409 on create: answers, not failures)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = call()
+            except ApiException as exc:
+                self._record(verb, resource, namespace, name, exc.status or 0, None, attempt, dry_run, exc.reason)
+                if exc.status in ok_statuses:
+                    return exc
+                if exc.status == 403:
+                    raise PermissionDenied(verb, resource, group, namespace, _message(exc)) from None
+                if exc.status in RETRYABLE_STATUS and attempt < self.retry.attempts:
+                    self._sleep(self.retry.delay(attempt, _retry_after(exc)))
+                    continue
+                raise BackendError(
+                    f"{verb} {resource} {namespace or ''}/{name or ''} failed with {exc.status} {exc.reason} "
+                    f"after {attempt} attempt(s): {_message(exc)}"
+                ) from None
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                self._record(verb, resource, namespace, name, 0, None, attempt, dry_run, type(exc).__name__)
+                if attempt < self.retry.attempts:
+                    self._sleep(self.retry.delay(attempt))
+                    continue
+                raise BackendError(
+                    f"{verb} {resource}: the Kubernetes API did not answer after {attempt} attempts ({exc})"
+                ) from None
+            self._record(verb, resource, namespace, name, 201 if verb == "create" else 200, result, attempt, dry_run)
+            return result
+
+    def _record(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        name: str | None,
+        code: int,
+        result: Any,
+        attempt: int,
+        dry_run: bool,
+        error: str | None = None,
+    ) -> None:
+        meta = result.get("metadata", {}) if isinstance(result, dict) else {}
+        self.events.append(
+            ApiEvent(
+                time=_now(),
+                verb=verb,
+                kind=resource,
+                namespace=namespace,
+                name=name,
+                code=code,
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+                attempt=attempt,
+                dry_run=dry_run,
+                error=error,
+            )
+        )
+
+    def _kw(self) -> dict[str, Any]:
+        return {"_request_timeout": self.request_timeout}
+
+    # ------------------------------------------------------------ generic object access (chaos kinds and pods)
+
+    def _create(self, manifest: Manifest, dry_run: bool = False) -> dict[str, Any] | ApiException:
+        plural, group = _plural_group(manifest)
+        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        extra = {"dry_run": "All"} if dry_run else {}
+        if plural == "pods":
+
+            def call() -> dict[str, Any]:
+                body = self.core.create_namespaced_pod(namespace, manifest, **extra, **self._kw())
+                return dict(self.api_client.sanitize_for_serialization(body))
+
+        else:
+
+            def call() -> dict[str, Any]:
+                return dict(
+                    self.custom.create_namespaced_custom_object(
+                        GROUP, VERSION, namespace, plural, manifest, **extra, **self._kw()
+                    )
+                )
+
+        return self._call("create", plural, group, namespace, name, call, dry_run=dry_run, ok_statuses=(409,))
+
+    def _get(self, handle: FaultHandle) -> dict[str, Any] | None:
+        if handle.plural == "pods":
+
+            def call() -> dict[str, Any]:
+                pod = self.core.read_namespaced_pod(handle.name, handle.namespace, **self._kw())
+                return dict(self.api_client.sanitize_for_serialization(pod))
+
+        else:
+
+            def call() -> dict[str, Any]:
+                return dict(
+                    self.custom.get_namespaced_custom_object(
+                        handle.group, handle.version, handle.namespace, handle.plural, handle.name, **self._kw()
+                    )
+                )
+
+        result = self._call("get", handle.plural, handle.group, handle.namespace, handle.name, call, ok_statuses=(404,))
+        return None if isinstance(result, ApiException) else result
+
+    def _delete(self, plural: str, namespace: str, name: str) -> bool:
+        """Delete; False when it was already gone."""
+        group = "" if plural == "pods" else GROUP
+        if plural == "pods":
+
+            def call() -> Any:
+                return self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, **self._kw())
+
+        else:
+
+            def call() -> Any:
+                return self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, name, **self._kw()
+                )
+
+        return not isinstance(
+            self._call("delete", plural, group, namespace, name, call, ok_statuses=(404,)), ApiException
+        )
+
+    def _list(self, plural: str, namespace: str | None, selector: str) -> list[dict[str, Any]] | None:
+        """Objects of `plural` matching `selector`, in one namespace or all; None if the kind is not served."""
+        group = "" if plural == "pods" else GROUP
+
+        def call() -> list[dict[str, Any]]:
+            if plural == "pods":
+                pods = (
+                    self.core.list_namespaced_pod(namespace, label_selector=selector, **self._kw())
+                    if namespace
+                    else self.core.list_pod_for_all_namespaces(label_selector=selector, **self._kw())
+                )
+                return list(self.api_client.sanitize_for_serialization(pods).get("items", []))
+            if namespace:
+                listed = self.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, label_selector=selector, **self._kw()
+                )
+            else:
+                listed = self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, plural, label_selector=selector, **self._kw()
+                )
+            return list(listed.get("items", []))
+
+        result = self._call("list", plural, group, namespace, None, call, ok_statuses=(404,))
+        return None if isinstance(result, ApiException) else result
+
+    # ------------------------------------------------------------ FaultBackend
+
+    def preflight(self, manifests: list[Manifest]) -> PreflightReport:
+        """Chaos Mesh installed, every target selector matches a running pod, every object passes a dry run."""
+        report = PreflightReport()
+        for plural in sorted({_plural_group(m)[0] for m in manifests if m["kind"] in PLURALS}):
+            crd = f"{plural}.{GROUP}"
+            result = self._call(
+                "get",
+                "customresourcedefinitions",
+                "apiextensions.k8s.io",
+                None,
+                crd,
+                lambda crd=crd: self.extensions.read_custom_resource_definition(crd, **self._kw()),  # type: ignore[misc]
+                ok_statuses=(404,),
+            )
+            if isinstance(result, ApiException):
+                raise ChaosMeshNotInstalled(
+                    f"Chaos Mesh is not installed in this cluster: CustomResourceDefinition {crd} not found. "
+                    "Install Chaos Mesh (helm chart chaos-mesh/chaos-mesh) before running this experiment"
+                )
+            report.crds.append(crd)
+        for manifest in manifests:
+            name = manifest["metadata"]["name"]
+            pods = self._running_targets(manifest)
+            if not pods:
+                namespace, selector = _target_of(manifest)
+                raise BackendError(
+                    f"{manifest['kind']} {name}: the target selector {selector!r} matches no running pod in "
+                    f"namespace {namespace!r}; nothing would be injected"
+                )
+            report.matching_pods[name] = len(pods)
+            if manifest["kind"] == EXEC_KIND:
+                continue  # not an API object; exec is checked when it runs
+            created = self._create(_with_node(manifest, pods), dry_run=True)
+            # 409: the object exists already (a retried step) - the server accepted it once.
+            report.dry_run.append(name)
+            del created
+        return report
+
+    def _running_targets(self, manifest: Manifest) -> list[dict[str, Any]]:
+        namespace, selector = _target_of(manifest)
+        pods = self._list("pods", namespace, selector) or []
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return sorted(running, key=lambda p: p["metadata"]["name"])
+
+    def apply(self, manifest: Manifest) -> FaultHandle:
+        """Create the object; if it exists (a retried step, or a reply that was lost), take the existing one."""
+        if manifest["kind"] == EXEC_KIND:
+            raise BackendError(
+                "gpu-memory-pressure with method exec is rendered but not applied by this backend yet; use method pod"
+            )
+        plural, _ = _plural_group(manifest)
+        meta = manifest["metadata"]
+        if plural == "pods":
+            manifest = _with_node(manifest, self._running_targets(manifest))
+        result = self._create(manifest)
+        if isinstance(result, ApiException):  # 409 AlreadyExists
+            probe = _handle(manifest, "")
+            existing = self._get(probe)
+            if existing is None:
+                raise BackendError(f"{manifest['kind']} {meta['name']} exists and vanished at once; retry the step")
+            run = (existing["metadata"].get("labels") or {}).get(LABEL_RUN_ID)
+            if run != meta["labels"].get(LABEL_RUN_ID):
+                raise BackendError(
+                    f"{manifest['kind']} {meta['namespace']}/{meta['name']} exists but belongs to run {run!r}, "
+                    f"not {meta['labels'].get(LABEL_RUN_ID)!r}; refusing to adopt it"
+                )
+            result = existing
+        return _handle(manifest, str(result["metadata"].get("uid", "")))
+
+    def wait_injected(self, handle: FaultHandle, timeout: float) -> InjectionReport:
+        """Poll until Selected and AllInjected are True (a Pod: Running and ready, i.e. memory held)."""
+        started = time.monotonic()
+        last: dict[str, Any] | None = None
+        while True:
+            last = self._get(handle)
+            if last is None:
+                raise BackendError(f"{handle.kind} {handle.namespace}/{handle.name} disappeared while being injected")
+            targets = _injected_targets(handle, last)
+            if targets is not None:
+                return InjectionReport(handle, targets, time.monotonic() - started)
+            if time.monotonic() - started >= timeout:
+                raise InjectionTimeout(
+                    f"{handle.kind} {handle.namespace}/{handle.name} not injected after {timeout:g}s "
+                    f"(conditions {_conditions(last) or (last.get('status') or {}).get('phase')}); the fault cannot "
+                    "be shown to have been active"
+                )
+            self._sleep(self.poll_interval)
+
+    def remove(self, handle: FaultHandle) -> None:
+        self._delete(handle.plural, handle.namespace, handle.name)
+
+    def wait_recovered(self, handle: FaultHandle, timeout: float) -> None:
+        """Until the object is gone (its finalizer ran), or AllRecovered True, Paused False and desiredPhase Stop."""
+        started = time.monotonic()
+        while True:
+            current = self._get(handle)
+            if current is None or _recovered(handle, current):
+                return
+            if time.monotonic() - started >= timeout:
+                raise RecoveryTimeout(
+                    f"{handle.kind} {handle.namespace}/{handle.name} not recovered after {timeout:g}s "
+                    f"(conditions {_conditions(current)}); Chaos Mesh's finalizer may be stuck"
+                )
+            self._sleep(self.poll_interval)
+
+    def sweep(
+        self,
+        run_id: str | None,
+        namespaces: list[str] | None = None,
+        older_than: float | None = None,
+        timeout: float = 60.0,
+    ) -> int:
+        """Delete every kfchaos object of run `run_id` (None: of any run, with `older_than`) in `namespaces`
+        (None: all namespaces), then wait until they are gone. Returns how many objects were deleted."""
+        if run_id is None and older_than is None:
+            raise BackendError("sweep needs a run id, or older_than to sweep every run's leftovers")
+        selector = run_selector(run_id) if run_id else f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        cutoff = None if older_than is None else time.time() - older_than
+        deleted = 0
+        for namespace in namespaces or [None]:  # type: ignore[list-item]
+            for plural in [*PLURALS.values(), "pods"]:
+                for obj in self._list(plural, namespace, selector) or []:
+                    if cutoff is not None and _created(obj) > cutoff:
+                        continue
+                    meta = obj["metadata"]
+                    if meta.get("deletionTimestamp"):
+                        continue  # already going; waited for below
+                    if self._delete(plural, meta["namespace"], meta["name"]):
+                        deleted += 1
+        started = time.monotonic()
+        while True:
+            left = [
+                f"{plural} {o['metadata']['namespace']}/{o['metadata']['name']}"
+                for namespace in namespaces or [None]  # type: ignore[list-item]
+                for plural in [*PLURALS.values(), "pods"]
+                for o in self._list(plural, namespace, selector) or []
+                if cutoff is None or _created(o) <= cutoff
+            ]
+            if not left:
+                return deleted
+            if time.monotonic() - started >= timeout:
+                raise BackendError(f"sweep: still present after {timeout:g}s: {', '.join(left)}")
+            self._sleep(self.poll_interval)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _plural_group(manifest: Manifest) -> tuple[str, str]:
+    kind = manifest["kind"]
+    if kind == "Pod":
+        return "pods", ""
+    if kind not in PLURALS:
+        raise BackendError(f"kind {kind!r} is not one this backend applies")
+    return PLURALS[kind], GROUP
+
+
+def _handle(manifest: Manifest, uid: str) -> FaultHandle:
+    plural, group = _plural_group(manifest)
+    spec = manifest.get("spec") or {}
+    return FaultHandle(
+        kind=manifest["kind"],
+        plural=plural,
+        group=group,
+        version="v1" if plural == "pods" else VERSION,
+        namespace=manifest["metadata"]["namespace"],
+        name=manifest["metadata"]["name"],
+        uid=uid,
+        one_shot=(manifest["kind"], spec.get("action")) in _ONE_SHOT,
+    )
+
+
+def _target_of(manifest: Manifest) -> tuple[str, str]:
+    """(namespace, label selector) of the pods a manifest aims at."""
+    spec = manifest["spec"]
+    if manifest["kind"] == "Pod":
+        term = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        match = term["labelSelector"]
+        chaos_like = {
+            "labelSelectors": match.get("matchLabels") or {},
+            "expressionSelectors": match.get("matchExpressions") or [],
+        }
+        return term["namespaces"][0], label_selector(chaos_like)
+    selector = spec["selector"]
+    namespaces = selector.get("namespaces") or [manifest["metadata"]["namespace"]]
+    return namespaces[0], label_selector(selector)
+
+
+def _with_node(manifest: Manifest, targets: list[dict[str, Any]]) -> Manifest:
+    """A GPU allocator pod pinned to the first running target pod's node (others pass through)."""
+    if manifest["kind"] != "Pod" or not targets:
+        return manifest
+    node = (targets[0].get("spec") or {}).get("nodeName")
+    return pin_to_node(manifest, node) if node else manifest
+
+
+def _injected_targets(handle: FaultHandle, obj: dict[str, Any]) -> list[str] | None:
+    """Who was hit, once injection is verified; None while it is not."""
+    if handle.plural == "pods":
+        status = obj.get("status") or {}
+        statuses = status.get("containerStatuses") or []
+        if status.get("phase") == "Running" and statuses and all(s.get("ready") for s in statuses):
+            return [f"node/{(obj.get('spec') or {}).get('nodeName')}"]
+        return None
+    conditions = _conditions(obj)
+    if conditions.get("Selected") == "True" and conditions.get("AllInjected") == "True":
+        records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
+        return [str(r.get("id")) for r in records]
+    return None
+
+
+def _recovered(handle: FaultHandle, obj: dict[str, Any]) -> bool:
+    if handle.plural == "pods":
+        return (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    conditions = _conditions(obj)
+    phase = ((obj.get("status") or {}).get("experiment") or {}).get("desiredPhase")
+    return conditions.get("AllRecovered") == "True" and conditions.get("Paused") != "True" and phase == "Stop"
+
+
+def _created(obj: dict[str, Any]) -> float:
+    stamp = obj["metadata"].get("creationTimestamp")
+    if isinstance(stamp, datetime):
+        return stamp.timestamp()
+    if not stamp:
+        return 0.0
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+
+
+def _message(exc: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.body or exc.reason)
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    value = (exc.headers or {}).get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
