@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import yaml
-from pydantic import Field, ValidationError
+from numpy.typing import NDArray
+from pydantic import Field, ValidationError, field_validator
 
 from kfchaos.errors import KfchaosError, SpecError
+from kfchaos.metrics import names
+from kfchaos.metrics.catalog import Scope, standard_queries, with_user_queries
+from kfchaos.metrics.prometheus import PrometheusClient
+from kfchaos.metrics.source import MetricsSource, RangeSeries, as_series
 from kfchaos.types import StrictModel
 from kfchaos.yamlsource import load_yaml
 
@@ -24,8 +31,24 @@ API_VERSION = "kfchaos.io/v1alpha1"
 STALE_AFTER = timedelta(days=30)
 
 
+def parse_time(text: str) -> datetime:
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(f"time {text!r} needs a time zone (Z or +01:00)")
+    return value
+
+
+def format_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class BaselineError(KfchaosError):
     """A baseline file cannot be used: unreadable, invalid, or its content does not match its hash."""
+
+
+def _rfc3339(value: str) -> str:
+    parse_time(value)
+    return value
 
 
 class Exclusion(StrictModel):
@@ -34,10 +57,14 @@ class Exclusion(StrictModel):
     source: Literal["explicit", "detected"] = "explicit"
     reason: str = ""
 
+    _times = field_validator("start", "end")(classmethod(lambda cls, v: _rfc3339(v)))
+
 
 class Window(StrictModel):
     start: str
     end: str
+
+    _times = field_validator("start", "end")(classmethod(lambda cls, v: _rfc3339(v)))
 
 
 class Provenance(StrictModel):
@@ -78,6 +105,8 @@ class Baseline(StrictModel):
     totals: Totals
     content_hash: str = ""
 
+    _captured = field_validator("captured_at")(classmethod(lambda cls, v: _rfc3339(v)))
+
     def p99(self, name: str = "latency_p99") -> float | None:
         stat = self.series.get(name)
         return stat.median if stat else None
@@ -112,17 +141,6 @@ class Baseline(StrictModel):
             "content_hash": self.content_hash,
             "latency_p99": self.p99(),
         }
-
-
-def parse_time(text: str) -> datetime:
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        raise ValueError(f"time {text!r} needs a time zone (Z or +01:00)")
-    return value
-
-
-def format_time(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def load_baseline(
@@ -164,3 +182,143 @@ def load_baseline(
             f"(older than {stale_after.days} days); capture it again"
         )
     return baseline, warnings
+
+
+# ---------------------------------------------------------------- capture
+
+LATENCY_SERIES = ("latency_p99", "ttft_p99", "itl_p99")
+MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal sample
+
+
+def robust_stat(values: NDArray[np.float64], unit: str = "s") -> SeriesStat | None:
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return None
+    median = float(np.median(finite))
+    return SeriesStat(
+        median=median,
+        spread=float(np.median(np.abs(finite - median)) * MAD_TO_SIGMA),
+        p10=float(np.quantile(finite, 0.10)),
+        p90=float(np.quantile(finite, 0.90)),
+        intervals=len(finite),
+        unit=unit,
+    )
+
+
+def release_changes(times: NDArray[np.float64], values: NDArray[np.float64]) -> list[tuple[float, float]]:
+    """(before, after) time pairs between which a deployment-generation series changed: a rollout happened."""
+    finite = np.isfinite(values)
+    times, values = times[finite], values[finite]
+    changed = np.nonzero(np.diff(values) != 0)[0]
+    return [(float(times[i]), float(times[i + 1])) for i in changed]
+
+
+def kept_intervals(times: NDArray[np.float64], step: float, excluded: list[tuple[float, float]]) -> NDArray[np.bool_]:
+    """Whether each evaluation at `t` (covering (t - step, t]) stays clear of every excluded window."""
+    keep = np.ones(len(times), dtype=bool)
+    for start, end in excluded:
+        keep &= ~((times - step < end) & (times > start))
+    return keep
+
+
+def _range(source: MetricsSource, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
+    """A range query; over a week at a short step, in pieces under Prometheus's points limit."""
+    if isinstance(source, PrometheusClient):
+        return source.range_chunked(query, start, end, step)
+    return source.range(query, start, end, step)
+
+
+def capture(
+    experiment: str,
+    source: MetricsSource,
+    scope: Scope,
+    *,
+    end: datetime,
+    days: int = 7,
+    step: float = 300.0,
+    release_windows: Sequence[tuple[datetime, datetime]] = (),
+    release_margin: float = 1800.0,
+    detect_releases: bool = False,
+    user_queries: dict[str, str] | None = None,
+    now: datetime | None = None,
+) -> Baseline:
+    """A baseline over `days` ending at `end`, release windows (+/- margin) excluded. Raises BaselineError
+    when the latency series has no data at all: an empty baseline would pass anything."""
+    start = end - timedelta(days=days)
+    t0, t1 = start.timestamp(), end.timestamp()
+    catalog = with_user_queries(standard_queries(scope, window=step), user_queries or {})
+    used: dict[str, str] = {}
+    exclusions = [
+        Exclusion(
+            start=format_time(a - timedelta(seconds=release_margin)),
+            end=format_time(b + timedelta(seconds=release_margin)),
+            source="explicit",
+        )
+        for a, b in release_windows
+    ]
+    if detect_releases:
+        query = catalog["deployment_generation"]
+        used[query.name] = query.promql
+        for generation in _range(source, query.promql, t0, t1, step):
+            for before, after in release_changes(generation.times, generation.values):
+                exclusions.append(
+                    Exclusion(
+                        start=format_time(datetime.fromtimestamp(before - release_margin, UTC)),
+                        end=format_time(datetime.fromtimestamp(after + release_margin, UTC)),
+                        source="detected",
+                        reason=f"generation of {generation.labels.get('deployment', '?')} changed",
+                    )
+                )
+    excluded = [(parse_time(e.start).timestamp(), parse_time(e.end).timestamp()) for e in exclusions]
+
+    def fetch(name: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        query = catalog[name]
+        used[name] = query.promql
+        ranged = (
+            source.range_chunked(query.promql, t0, t1, step)
+            if hasattr(source, "range_chunked")
+            else (source.range(query.promql, t0, t1, step))
+        )
+        times, values = as_series(ranged)
+        keep = kept_intervals(times, step, excluded)
+        return times[keep], values[keep]
+
+    series: dict[str, SeriesStat] = {}
+    for name in LATENCY_SERIES:
+        stat = robust_stat(fetch(name)[1])
+        if stat is not None:
+            series[name] = stat
+    if "latency_p99" not in series:
+        raise BaselineError(
+            f"no latency data from {source.url} for {catalog['latency_p99'].promql} between "
+            f"{format_time(start)} and {format_time(end)} (after exclusions); nothing to compare with"
+        )
+    requests = float(np.nansum(fetch("requests")[1]))
+    _, error_values = fetch("errors")
+    errors = float(np.nansum(error_values)) if len(error_values) else None
+    times, oom_values = fetch(names.OOM_KILLS)
+    oom_kills = None
+    if len(oom_values) >= 2:
+        # Counter points; only increases between consecutive kept points count (a reset adds its new value).
+        steps = np.diff(oom_values)
+        adjacent = np.isclose(np.diff(times), step)
+        oom_kills = float(np.where(steps >= 0, steps, oom_values[1:])[adjacent].sum())
+    totals = Totals(
+        requests=requests,
+        errors=errors,
+        error_rate=None if errors is None or requests <= 0 else min(1.0, errors / requests),
+        oom_kills=oom_kills,
+        oom_kill_rate=None if oom_kills is None or requests <= 0 else oom_kills / requests,
+    )
+    provenance = Provenance(
+        prometheus=source.url,
+        queries=used,
+        window=Window(start=format_time(start), end=format_time(end)),
+        step=step,
+        release_margin=release_margin,
+        exclusions=exclusions,
+    )
+    captured = format_time(now or datetime.now(UTC))
+    return Baseline(
+        experiment=experiment, captured_at=captured, provenance=provenance, series=series, totals=totals
+    ).sealed()

@@ -1,0 +1,105 @@
+"""Baseline capture from two days of history backfilled into a real Prometheus (one server per module)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kfchaos.baseline import BaselineError, capture, load_baseline
+from kfchaos.errors import SpecError
+from kfchaos.metrics.catalog import Scope
+from kfchaos.metrics.prometheus import PrometheusClient
+from tests.metrics.history import NORMAL_ERRORS, NORMAL_P99, PER_MINUTE, history
+from tests.support.prometheus import PrometheusServer, backfill
+
+pytestmark = pytest.mark.integration
+STEP = 300.0
+MARGIN = 900.0
+SCOPE = Scope("serving")
+
+
+class History:
+    def __init__(self, client: PrometheusClient, end: datetime, release: tuple[datetime, datetime]) -> None:
+        self.client = client
+        self.end = end
+        self.release = release
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    end = int(time.time()) // 3600 * 3600 - 3600  # history ends an hour ago, on the hour
+    release = (end - 86400, end - 86400 + 3600)
+    tmp = tmp_path_factory.mktemp("prom-history")
+    backfill(tmp / "data", history(end - 2 * 86400 - 600, end + 60, release))
+    with PrometheusServer(tmp / "data") as server:
+        as_time = [datetime.fromtimestamp(t, UTC) for t in (end, *release)]
+        yield History(PrometheusClient(server.url, timeout=10), as_time[0], (as_time[1], as_time[2]))
+
+
+def run(prom: History, **kwargs: object) -> object:
+    defaults: dict[str, object] = {"end": prom.end, "days": 2, "step": STEP, "release_margin": MARGIN}
+    return capture("vllm-network-delay", prom.client, SCOPE, **(defaults | kwargs))  # type: ignore[arg-type]
+
+
+def test_explicit_release_window_is_excluded(prom: History) -> None:
+    baseline = run(prom, release_windows=[prom.release])
+    stat = baseline.series["latency_p99"]  # type: ignore[attr-defined]
+    assert stat.median == pytest.approx(NORMAL_P99, rel=1e-6)
+    assert stat.p90 == pytest.approx(NORMAL_P99, rel=1e-6)  # no spike interval survived
+    assert stat.spread == pytest.approx(0.0, abs=1e-6)
+    totals = baseline.totals  # type: ignore[attr-defined]
+    assert totals.error_rate == pytest.approx(NORMAL_ERRORS, rel=0.02)
+    assert totals.oom_kills == 0
+    # 2 days of 5-minute intervals minus the hour and both 15-minute margins (+1 boundary interval each side)
+    excluded = (3600 + 2 * MARGIN) / STEP
+    assert 576 - excluded - 2 <= stat.intervals <= 576 - excluded + 1
+    assert totals.requests == pytest.approx(PER_MINUTE * 60 * (48 - 1.5), rel=0.02)
+    (exclusion,) = baseline.provenance.exclusions  # type: ignore[attr-defined]
+    assert exclusion.source == "explicit"
+    assert exclusion.start == (prom.release[0] - timedelta(seconds=MARGIN)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_without_exclusion_the_spike_shows(prom: History) -> None:
+    baseline = run(prom)
+    assert baseline.series["latency_p99"].p90 == pytest.approx(NORMAL_P99, rel=1e-6)  # type: ignore[attr-defined]
+    totals = baseline.totals  # type: ignore[attr-defined]
+    assert totals.error_rate > 5 * NORMAL_ERRORS
+    assert totals.oom_kills == 1
+
+
+def test_detected_release_is_excluded(prom: History) -> None:
+    baseline = run(prom, detect_releases=True, release_margin=2400.0)
+    (exclusion,) = baseline.provenance.exclusions  # type: ignore[attr-defined]
+    assert exclusion.source == "detected" and "vllm" in exclusion.reason
+    assert baseline.totals.oom_kills == 0  # type: ignore[attr-defined]
+    assert baseline.totals.error_rate == pytest.approx(NORMAL_ERRORS, rel=0.02)  # type: ignore[attr-defined]
+    assert "deployment_generation" in baseline.provenance.queries  # type: ignore[attr-defined]
+
+
+def test_written_baseline_round_trips_and_edits_are_refused(prom: History, tmp_path: Path) -> None:
+    baseline = run(prom, release_windows=[prom.release])
+    path = baseline.write(tmp_path / "baselines" / "vllm-network-delay.yaml")  # type: ignore[attr-defined]
+    loaded, warnings = load_baseline(path, now=prom.end)
+    assert loaded == baseline and warnings == []
+    assert "histogram_quantile(0.99, sum by (le)" in loaded.provenance.queries["latency_p99"]
+    _, stale = load_baseline(path, now=prom.end + timedelta(days=45))
+    assert stale and "stale" in stale[0]
+    data = yaml.safe_load(path.read_text())
+    data["series"]["latency_p99"]["median"] = 9.0
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(BaselineError, match="does not match content_hash"):
+        load_baseline(path)
+    data["series"]["latency_p99"]["median"] = "fast"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=r"vllm-network-delay\.yaml:\d+: series\.latency_p99\.median"):
+        load_baseline(path)
+
+
+def test_no_data_in_the_window_refuses_to_capture(prom: History) -> None:
+    with pytest.raises(BaselineError, match="no latency data"):
+        capture("x", prom.client, Scope("elsewhere"), end=prom.end, days=1, step=STEP)
