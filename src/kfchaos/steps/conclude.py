@@ -33,7 +33,9 @@ def _judge_step(result: StepResult) -> tuple[str, str | None] | None:
         if result.proceed:  # a stage outside this experiment's ramp (generic pipeline)
             return None
         return "INCONCLUSIVE", f"{_label(result)} skipped: {'; '.join(result.reasons)}"
-    if result.step == "steady_state" and result.status != "PASS":
+    if result.step == "steady_state" and result.proceed:
+        return None  # the probe only decides whether to inject; the stages are what is judged
+    if result.step == "steady_state":
         # Faults were never injected, so nothing about resilience was learned: INCONCLUSIVE, not FAIL.
         return "INCONCLUSIVE", f"{_label(result)}: {'; '.join(result.reasons)}"
     reason = None if result.status == "PASS" else f"{_label(result)}: {'; '.join(result.reasons)}"

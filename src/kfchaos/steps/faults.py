@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text
 from kfchaos.steps.results import Status, StepResult, load_history
@@ -37,33 +38,43 @@ def _describe(value: Any) -> Any:
 def inject(experiment_text: str, run_id: str) -> str:
     """Apply every cluster-side fault and wait until each is verifiably injected. Unverified -> stop."""
     experiment = experiment_from_text(experiment_text)
-    manifests = seams.render_faults(experiment, run_id)
-    applied: list[dict[str, Any]] = []
-    if not manifests:
+    faults = seams.cluster_faults(experiment)
+    if not faults:
         detail = {"chaos_objects": [], "note": "no cluster-side faults (traffic-side faults run in the replay)"}
         return StepResult("inject", 0, "PASS", True, [], detail).to_json()
-    backend = seams.fault_backend(experiment)
+    manifests = seams.render_faults(experiment, run_id)
+    backend = seams.fault_backend(experiment, run_id)
+    applied: list[dict[str, Any]] = []
     reasons: list[str] = []
-    for manifest in manifests:
+    for fault in faults:
+        manifest = manifests[fault.name]
         applied_at = time.time()
-        handle = backend.apply(manifest)
-        injected = backend.wait_injected(handle)
-        entry = {
-            "kind": manifest["kind"],
-            "namespace": manifest["metadata"].get("namespace"),
-            "name": manifest["metadata"]["name"],
-            "manifest": manifest,
-            "applied_at": applied_at,
-            "injected_at": time.time(),
-            "injection": _describe(injected),
-            "events": _describe(getattr(handle, "events", None) or getattr(injected, "events", None) or []),
-        }
-        applied.append(entry)
-        ok = bool(getattr(injected, "ok", injected))
+        handle = backend.apply(fault)
+        try:
+            injected = backend.wait_injected(handle)
+        except KfchaosError as exc:  # not verified: the run is INCONCLUSIVE, and removal still happens
+            injected, ok = {"injected": False, "error": str(exc)}, False
+        else:
+            ok = bool(injected.get("injected", True)) if isinstance(injected, dict) else bool(injected)
+        applied.append(
+            {
+                "fault": fault.name,
+                "kind": manifest["kind"],
+                "namespace": manifest["metadata"].get("namespace"),
+                "name": manifest["metadata"]["name"],
+                "manifest": manifest,
+                "handle": _describe(handle),
+                "applied_at": applied_at,
+                "injected_at": time.time(),
+                "injection": _describe(injected),
+            }
+        )
         if not ok:
-            reasons.append(f"{manifest['kind']}/{manifest['metadata']['name']} not verified as injected")
+            reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
+    events = _describe(getattr(backend, "events", []))
     status: Status = "PASS" if not reasons else "INCONCLUSIVE"
-    return StepResult("inject", 0, status, not reasons, reasons, {"chaos_objects": applied}).to_json()
+    outcome: dict[str, Any] = {"chaos_objects": applied, "events": events}
+    return StepResult("inject", 0, status, not reasons, reasons, outcome).to_json()
 
 
 def remove_and_recover(experiment_text: str, experiment_dir: str, target: str, run_id: str, history: str) -> str:
@@ -76,7 +87,7 @@ def remove_and_recover(experiment_text: str, experiment_dir: str, target: str, r
     injected = any(r.step == "inject" and r.detail.get("chaos_objects") for r in results)
     if not injected:
         return json.dumps({"removed": [], "recovery": None, "note": "nothing was injected"}, sort_keys=True)
-    backend = seams.fault_backend(experiment)
+    backend = seams.fault_backend(experiment, run_id)
     removed = _describe(backend.sweep(run_id))
     removed_at = time.time()
     slo = experiment.spec.slo
@@ -84,7 +95,9 @@ def remove_and_recover(experiment_text: str, experiment_dir: str, target: str, r
     stage = experiment.spec.traffic.stages[0]
     with tempfile.TemporaryDirectory(prefix="kfchaos-recovery-") as tmp:
         records = str(Path(tmp) / "recovery.parquet")
-        summary = seams.replay_stage(experiment, stage, experiment_dir, target, records, duration=probe)
+        summary = seams.replay_stage(
+            experiment, stage, experiment_dir, target, records, duration=probe, fault_active=False
+        )
         requests = load_requests(records)
     check = recovery_check(requests, slo, None, removed_at=removed_at)
     return json.dumps(
@@ -103,8 +116,8 @@ def cleanup(experiment_text: str, run_id: str, record_path: str) -> str:
     """The exit handler: remove every object labelled with the run id, whatever happened before."""
     experiment = experiment_from_text(experiment_text)
     record: dict[str, Any] = {"run_id": run_id, "started_at": time.time()}
-    if seams.render_faults(experiment, run_id):
-        record["swept"] = _describe(seams.fault_backend(experiment).sweep(run_id))
+    if seams.cluster_faults(experiment):
+        record["swept"] = _describe(seams.fault_backend(experiment, run_id).sweep(run_id))
     else:
         record["swept"] = []
     record["finished_at"] = time.time()

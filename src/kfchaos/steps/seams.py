@@ -8,11 +8,12 @@ passing on missing data.
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
 from kfchaos.errors import KfchaosError
-from kfchaos.spec import Experiment
+from kfchaos.spec import Experiment, FaultBase
 
 
 class PartMissing(KfchaosError):
@@ -27,41 +28,69 @@ def _module(name: str, why: str) -> Any:
 
 
 class FaultBackend(Protocol):
-    """DESIGN.md's FaultBackend: what inject, remove and cleanup use."""
+    """DESIGN.md's FaultBackend over experiment faults: what preflight, inject, remove and cleanup use."""
 
-    def preflight(self, faults: list[dict[str, Any]]) -> Any: ...
-    def apply(self, fault: dict[str, Any]) -> Any: ...
+    def preflight(self, faults: list[FaultBase]) -> Any: ...
+    def apply(self, fault: FaultBase) -> Any: ...
     def wait_injected(self, handle: Any) -> Any: ...
     def remove(self, handle: Any) -> Any: ...
     def wait_recovered(self, handle: Any) -> Any: ...
     def sweep(self, run_id: str) -> Any: ...
 
 
-def render_faults(experiment: Experiment, run_id: str) -> list[dict[str, Any]]:
-    """The Chaos Mesh manifests of the run, labelled with the run id."""
+BACKEND_ENV = "KFCHAOS_FAULT_BACKEND"  # chaosmesh (default) or local (the embedded demo)
+PROXY_ENV = "KFCHAOS_FAULT_PROXY"  # local backend: the fault proxy's control URL
+DEMO_STATE_ENV = "KFCHAOS_DEMO_STATE"  # local backend: the demo supervisor's state file
+
+
+def cluster_faults(experiment: Experiment) -> list[FaultBase]:
+    """The faults a backend injects; traffic-side ones (long-context bursts) are done by the replay."""
+    return [f for f in experiment.spec.faults if f.cluster_side]
+
+
+def render_faults(experiment: Experiment, run_id: str) -> dict[str, dict[str, Any]]:
+    """The Chaos Mesh manifest of each cluster-side fault by fault name (what the audit record keeps)."""
     render = _module("kfchaos.faults.render", "rendering faults")
-    manifests: list[dict[str, Any]] = render.render_experiment(experiment, run_id=run_id)
-    return manifests
+    return {f.name: render.render_fault(experiment, f, run_id) for f in cluster_faults(experiment)}
 
 
-def fault_backend(experiment: Experiment) -> FaultBackend:
-    """The Chaos Mesh backend on the cluster the step runs against (in-cluster config, else KUBECONFIG)."""
-    chaosmesh = _module("kfchaos.faults.chaosmesh", "injecting faults")
-    backend: FaultBackend = chaosmesh.ChaosMeshBackend.from_environment(experiment)
+def fault_backend(experiment: Experiment, run_id: str) -> FaultBackend:
+    """Chosen by env KFCHAOS_FAULT_BACKEND, because the same pipeline runs on a cluster and under kfp.local."""
+    kind = os.environ.get(BACKEND_ENV, "chaosmesh")
+    if kind == "local":
+        local = _module("kfchaos.demo.local_backend", "the local fault backend")
+        control, state = os.environ.get(PROXY_ENV), os.environ.get(DEMO_STATE_ENV)
+        if not control or not state:
+            raise KfchaosError(f"{BACKEND_ENV}=local needs {PROXY_ENV} and {DEMO_STATE_ENV}")
+        backend: FaultBackend = local.LocalFaultBackend(experiment, run_id, control, Path(state))
+        return backend
+    if kind != "chaosmesh":
+        raise KfchaosError(f"{BACKEND_ENV}={kind!r}: expected chaosmesh or local")
+    chaosmesh = _module("kfchaos.faults.chaosmesh", "injecting faults on a cluster")
+    backend = chaosmesh.ChaosMeshBackend.from_environment(experiment, run_id)
     return backend
 
 
 def replay_stage(
-    experiment: Experiment, stage: int, base_dir: str, target: str, records_path: str, duration: float | None
+    experiment: Experiment,
+    stage: int,
+    base_dir: str,
+    target: str,
+    records_path: str,
+    duration: float | None,
+    fault_active: bool,
 ) -> dict[str, Any]:
-    """Replay one stage (or a steady-state probe of `duration` seconds) and write Parquet records.
+    """Replay one stage (or a probe of `duration` seconds at that stage's rate) and write Parquet records.
 
-    Returns at least {'plan_hash': str, 'requests': int, 'valid': bool | str}.
+    Returns the replay summary (kfchaos.traffic StageSummary as a dict) with `valid` as the verdict reads it:
+    True, or the reason the replay itself is not trustworthy.
     """
-    replay = _module("kfchaos.traffic.replay", "replaying traffic")
-    summary: dict[str, Any] = replay.replay_experiment_stage(
-        experiment, stage, base_dir=base_dir, target=target or None, out=Path(records_path), duration=duration
-    )
+    api = _module("kfchaos.traffic.api", "replaying traffic")
+    overrides = {"duration": duration} if duration is not None else {}
+    plan = api.plan_stage(experiment, stage, base_dir=base_dir, **overrides)
+    result = api.run_stage(plan, target or experiment.spec.target.endpoint, out=records_path, fault_active=fault_active)
+    summary: dict[str, Any] = result.summary.to_dict()
+    summary["valid"] = True if summary.get("valid", True) else (summary.get("invalid_reason") or "replay invalid")
     return summary
 
 

@@ -17,16 +17,17 @@ if TYPE_CHECKING:
 def preflight(experiment_text: str, run_id: str) -> str:
     """Spec valid, faults render and pass the safety guards, cluster checks pass; raises on any problem."""
     experiment = experiment_from_text(experiment_text)
-    manifests = seams.render_faults(experiment, run_id)
-    if manifests:
-        seams.fault_backend(experiment).preflight(manifests)
+    manifests = seams.render_faults(experiment, run_id)  # renders run the safety guards
+    faults = seams.cluster_faults(experiment)
+    notes = seams.fault_backend(experiment, run_id).preflight(faults) if faults else []
     return json.dumps(
         {
             "experiment": experiment.metadata.name,
             "version": experiment.metadata.version,
             "run_id": run_id,
             "started_at": time.time(),
-            "chaos_objects": [f"{m['kind']}/{m['metadata']['name']}" for m in manifests],
+            "chaos_objects": [f"{m['kind']}/{m['metadata']['name']}" for m in manifests.values()],
+            "backend_notes": [str(n) for n in notes or []],
         },
         sort_keys=True,
     )

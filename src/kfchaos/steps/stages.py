@@ -39,7 +39,7 @@ def _judge(experiment_text: str, stage: int, records_path: str, baseline_path: s
 
 
 def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id: str, baseline_path: str) -> str:
-    """A short replay at the first stage's rate, no faults. Anything but a clear PASS stops the run."""
+    """A short replay at the first stage's rate, no faults; a clear failure (not at baseline) stops the run."""
     import tempfile
     from pathlib import Path
 
@@ -48,10 +48,17 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
     probe = min(experiment.spec.traffic.warmup or 60.0, experiment.spec.traffic.stage_duration)
     with tempfile.TemporaryDirectory(prefix="kfchaos-steady-") as tmp:
         records = str(Path(tmp) / "steady.parquet")
-        summary = seams.replay_stage(experiment, first, experiment_dir, target, records, duration=probe)
-        stage_result, _gate = _judge(experiment_text, first, records, baseline_path, summary.get("valid"))
-    ok = stage_result.status.value == "PASS"
-    reasons = [] if ok else ["not at steady state: " + "; ".join(stage_result.to_dict()["reasons"])]
+        summary = seams.replay_stage(
+            experiment, first, experiment_dir, target, records, duration=probe, fault_active=False
+        )
+        stage_result, gate_result = _judge(experiment_text, first, records, baseline_path, summary.get("valid"))
+    # Proceed unless the probe clearly failed: a short probe often lacks samples or metrics, which the final
+    # verdict reports as INCONCLUSIVE anyway; a FAIL (not at baseline, abort rule hit) means do not inject.
+    failed = [c for c in stage_result.checks if c.gating and c.status.value == "FAIL"]
+    ok = not failed and gate_result.proceed
+    reasons = [f"{c.name}: {c.reason}" for c in failed] + ([] if gate_result.proceed else list(gate_result.reasons))
+    if not ok:
+        reasons = ["not at steady state: " + "; ".join(reasons)]
     detail = {"probe_seconds": probe, "replay": summary, "stage": stage_result.to_dict(), "run_id": run_id}
     return StepResult("steady_state", 0, stage_result.status.value, ok, reasons, detail).to_json()
 
@@ -61,7 +68,11 @@ def replay(experiment_text: str, experiment_dir: str, target: str, run_id: str, 
     experiment = experiment_from_text(experiment_text)
     if stage not in experiment.spec.traffic.stages:
         return json.dumps({"stage": stage, "not_in_ramp": True})
-    summary = seams.replay_stage(experiment, stage, experiment_dir, target, records_path, duration=None)
+    # Faults were injected before the ramp and stay until removal (their duration covers their stages).
+    active = any(stage in experiment.fault_stages(f) for f in seams.cluster_faults(experiment))
+    summary = seams.replay_stage(
+        experiment, stage, experiment_dir, target, records_path, duration=None, fault_active=active
+    )
     return json.dumps({**summary, "stage": stage, "run_id": run_id}, sort_keys=True, default=str)
 
 
