@@ -177,20 +177,22 @@ class ReplayPlan:
         counter = itertools.count()
         last = float("-inf")
         for request in self._open(report):
-            heapq.heappush(heap, (request.timestamp, next(counter), request))
-            if len(heap) > REORDER_DEPTH:
-                _, _, first = heapq.heappop(heap)
-                if first.timestamp < last:
-                    report.out_of_order += 1
-                    first = replace(first, timestamp=last)
-                last = first.timestamp
-                yield first
+            if len(heap) < REORDER_DEPTH:
+                heapq.heappush(heap, (request.timestamp, next(counter), request))
+                continue
+            _, _, first = heapq.heappushpop(heap, (request.timestamp, next(counter), request))
+            if first.timestamp < last:
+                report.out_of_order += 1
+                first = replace(first, timestamp=last)
+            last = first.timestamp
+            yield first
         while heap:
             yield heapq.heappop(heap)[2]
 
     def _recorded(self) -> Iterator[Planned]:
         s = self.settings
         fraction, scale, end = s.fraction, s.time_scale, s.duration
+        everything = fraction >= 1.0 and s.shards == 1  # no hashing needed to keep every request
         t0: float | None = None
         span = 0.0
         for lap in itertools.count():
@@ -205,7 +207,7 @@ class ReplayPlan:
                 offset = (lap * span + last) / scale
                 if end is not None and offset >= end:
                     return
-                if select(request.id, s.seed, fraction, s.shard, s.shards):
+                if everything or select(request.id, s.seed, fraction, s.shard, s.shards):
                     yield Planned(offset, request, request.id if lap == 0 else f"{request.id}~{lap}")
             if lap == 0:
                 if count == 0 or s.synthetic is not None:

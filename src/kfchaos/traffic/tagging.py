@@ -31,8 +31,7 @@ def new_trace_id() -> bytes:
 
 
 def traceparent(trace_id: bytes) -> str:
-    span = (_random.getrandbits(64) or 1).to_bytes(8, "big")
-    return f"00-{trace_id.hex()}-{span.hex()}-01"
+    return f"00-{trace_id.hex()}-{_random.getrandbits(64) or 1:016x}-01"
 
 
 @dataclass(frozen=True)
