@@ -103,3 +103,22 @@ def test_written_baseline_round_trips_and_edits_are_refused(prom: History, tmp_p
 def test_no_data_in_the_window_refuses_to_capture(prom: History) -> None:
     with pytest.raises(BaselineError, match="no latency data"):
         capture("x", prom.client, Scope("elsewhere"), end=prom.end, days=1, step=STEP)
+
+
+def test_cli_capture_then_show(prom: History, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kfchaos.cli import main
+    from tests.verdict.builders import experiment_text
+
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(experiment_text())
+    out = tmp_path / "b.yaml"
+    end = prom.end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    argv = ["baseline", "capture", "--experiment", str(experiment), "--prometheus", prom.client.url]
+    assert main([*argv, "--days", "2", "--end", end, "--out", str(out)]) == 0
+    assert "latency P99 median 1.667s" in capsys.readouterr().out
+    assert main(["baseline", "show", str(out)]) == 0
+    assert "hash ok" in capsys.readouterr().out
+    out.write_text(out.read_text().replace("experiment: verdict-test", "experiment: other"))
+    assert main(["baseline", "show", str(out)]) == 3
+    assert "does not match content_hash" in capsys.readouterr().err
+    assert main([*argv, "--end", "yesterday"]) == 3

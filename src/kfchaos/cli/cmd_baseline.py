@@ -1,0 +1,110 @@
+"""`kfchaos baseline capture|show`: capture a baseline from Prometheus into baselines/<name>.yaml, or check
+and print one (schema, content hash, age)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kfchaos.baseline import capture, format_time, load_baseline, parse_time
+from kfchaos.cli import EXIT_PASS
+from kfchaos.errors import KfchaosError
+from kfchaos.metrics.catalog import Scope
+from kfchaos.metrics.prometheus import PrometheusClient
+from kfchaos.spec import load_experiment
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("baseline", help="capture a baseline from Prometheus, or show one")
+    commands = parser.add_subparsers(dest="baseline_command", metavar="ACTION", parser_class=type(parser))
+    grab = commands.add_parser("capture", help="capture baselines/<name>.yaml from Prometheus")
+    grab.add_argument("--experiment", required=True, metavar="FILE")
+    grab.add_argument("--prometheus", metavar="URL", help="default: spec.baseline.capture.prometheus")
+    grab.add_argument("--days", type=int, help="window length in days (default: spec, else 7)")
+    grab.add_argument("--end", metavar="TIME", help="RFC 3339 end of the window (default: spec, else now)")
+    grab.add_argument("--step", type=float, metavar="SECONDS", help="interval of the per-interval P99s (default 300)")
+    grab.add_argument("--pod", action="append", default=[], metavar="NAME", help="limit to these pods (repeatable)")
+    grab.add_argument(
+        "--query", action="append", default=[], metavar="NAME=PROMQL", help="replace or add a query (repeatable)"
+    )
+    grab.add_argument("--out", metavar="PATH", help="default: spec.baseline.file, else baselines/<name>.yaml")
+    grab.set_defaults(func=run_capture)
+    show = commands.add_parser("show", help="check a baseline's schema and hash and print it")
+    show.add_argument("file", metavar="FILE")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=run_show)
+    parser.set_defaults(func=lambda args: parser.print_help(sys.stderr) or 3)
+
+
+def _user_queries(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, promql = item.partition("=")
+        if not sep:
+            raise KfchaosError(f"--query {item!r}: write NAME=PROMQL")
+        out[name.strip()] = promql
+    return out
+
+
+def run_capture(args: argparse.Namespace) -> int:
+    experiment = load_experiment(args.experiment)
+    settings = experiment.spec.baseline.capture
+    url = args.prometheus or (settings.prometheus if settings else None)
+    if not url:
+        raise KfchaosError(f"{args.experiment}: no Prometheus: give --prometheus or spec.baseline.capture.prometheus")
+    end_text = args.end or (settings.end if settings else None)
+    try:
+        end = parse_time(end_text) if end_text else datetime.now(UTC)
+    except ValueError as exc:
+        raise KfchaosError(f"--end {end_text!r}: {exc}") from None
+    windows = [(parse_time(w.start), parse_time(w.end)) for w in (settings.release_windows if settings else [])]
+    try:
+        baseline = capture(
+            experiment.metadata.name,
+            PrometheusClient(url),
+            Scope(experiment.spec.target.namespace, tuple(args.pod)),
+            end=end,
+            days=args.days or (settings.days if settings else 7),
+            step=args.step or 300.0,
+            release_windows=windows,
+            release_margin=settings.release_margin if settings else 1800.0,
+            detect_releases=settings.detect_releases if settings else False,
+            user_queries=_user_queries(args.query),
+        )
+    except ValueError as exc:
+        raise KfchaosError(str(exc)) from None
+    out = Path(args.out or experiment.spec.baseline.file or f"baselines/{experiment.metadata.name}.yaml")
+    baseline.write(out)
+    stat = baseline.series["latency_p99"]
+    print(
+        f"{out}: latency P99 median {stat.median:.4g}s (spread {stat.spread:.2g}s, {stat.intervals} intervals), "
+        f"{baseline.totals.requests:.0f} requests, {len(baseline.provenance.exclusions)} exclusion(s)"
+    )
+    return EXIT_PASS
+
+
+def run_show(args: argparse.Namespace) -> int:
+    baseline, warnings = load_baseline(args.file)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(baseline.model_dump(mode="json"), indent=2))
+        return EXIT_PASS
+    p = baseline.provenance
+    print(f"{args.file}: baseline for {baseline.experiment}, captured {baseline.captured_at} (hash ok)")
+    print(f"  source   {p.prometheus}, {p.window.start} .. {p.window.end}, step {p.step:g}s")
+    for exclusion in p.exclusions:
+        print(f"  excluded {exclusion.start} .. {exclusion.end} ({exclusion.source}) {exclusion.reason}".rstrip())
+    for name, stat in baseline.series.items():
+        print(
+            f"  {name:<12} median {stat.median:.4g}{stat.unit}  spread {stat.spread:.2g}  "
+            f"p10..p90 {stat.p10:.4g}..{stat.p90:.4g}  ({stat.intervals} intervals)"
+        )
+    t = baseline.totals
+    print(f"  requests {t.requests:.0f}  error rate {t.error_rate}  OOM kills {t.oom_kills}")
+    print(f"  now {format_time(datetime.now(UTC))}")
+    return EXIT_PASS
