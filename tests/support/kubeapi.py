@@ -400,11 +400,20 @@ class KubeApiServer:
         age = time.monotonic() - stored.created
         if key[0] == "pods":
             if body.get("status", {}).get("phase") in (None, "Pending") and age >= self.inject_delay:
-                names = [c["name"] for c in body["spec"].get("containers", [])]
+                containers = body["spec"].get("containers", [])
                 body["status"] = {
                     "phase": "Running",
                     "conditions": [{"type": "Ready", "status": "True"}],
-                    "containerStatuses": [{"name": n, "ready": True, "restartCount": 0} for n in names],
+                    "containerStatuses": [
+                        {
+                            "name": c["name"],
+                            "image": c.get("image", ""),
+                            "imageID": "",
+                            "ready": True,
+                            "restartCount": 0,
+                        }
+                        for c in containers
+                    ],
                 }
             return body
         if key[0] in self._crds:
