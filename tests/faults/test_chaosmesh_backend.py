@@ -107,7 +107,8 @@ def test_403_explained_as_rbac_rule(server: KubeApiServer, backend: ChaosMeshBac
 def test_wait_injected_times_out(server: KubeApiServer, backend: ChaosMeshBackend) -> None:
     server.inject_delay = 30
     handle = backend.apply(manifests()[0])
-    with pytest.raises(InjectionTimeout, match=r"not injected after 0\.2s"):
+    server.add_event("llm-serving", "Failed", "no pod could be injected", {"kind": "NetworkChaos", "name": handle.name})
+    with pytest.raises(InjectionTimeout, match=r"not injected after 0\.2s.*Failed: no pod could be injected"):
         backend.wait_injected(handle, timeout=0.2)
 
 

@@ -352,12 +352,31 @@ class ChaosMeshBackend:
             if targets is not None:
                 return InjectionReport(handle, targets, time.monotonic() - started)
             if time.monotonic() - started >= timeout:
+                events = "; ".join(self.object_events(handle)[-3:]) or "none"
                 raise InjectionTimeout(
                     f"{handle.kind} {handle.namespace}/{handle.name} not injected after {timeout:g}s "
-                    f"(conditions {_conditions(last) or (last.get('status') or {}).get('phase')}); the fault cannot "
-                    "be shown to have been active"
+                    f"(conditions {_conditions(last) or (last.get('status') or {}).get('phase')}; events: {events}); "
+                    "the fault cannot be shown to have been active"
                 )
             self._sleep(self.poll_interval)
+
+    def object_events(self, handle: FaultHandle) -> list[str]:
+        """`reason: message` of the Kubernetes events about the object (why Chaos Mesh could not inject)."""
+
+        def call() -> list[dict[str, Any]]:
+            listed = self.core.list_namespaced_event(
+                handle.namespace, field_selector=f"involvedObject.name={handle.name}", **self._kw()
+            )
+            return list(self.api_client.sanitize_for_serialization(listed).get("items", []))
+
+        result = self._call("list", "events", "", handle.namespace, handle.name, call, ok_statuses=(403, 404))
+        if isinstance(result, ApiException):
+            return []
+        return [
+            f"{e.get('reason')}: {e.get('message')}"
+            for e in result
+            if (e.get("involvedObject") or {}).get("name") == handle.name
+        ]
 
     def remove(self, handle: FaultHandle) -> None:
         self._delete(handle.plural, handle.namespace, handle.name)

@@ -1,0 +1,37 @@
+"""`kfchaos cleanup`: usage errors exit 3; a sweep prints what it deleted and can write the audit trail."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kfchaos.cli import main
+from kfchaos.faults.chaosmesh import ChaosMeshBackend
+from tests.faults.conftest import manifests
+from tests.support.kubeapi import KubeApiServer
+
+
+def test_needs_run_id_or_older_than(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cleanup"]) == 3
+    assert "--run-id" in capsys.readouterr().err
+
+
+def test_bad_duration_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cleanup", "--older-than", "6", "--host", "http://127.0.0.1:9"]) == 3
+    assert "invalid duration '6'" in capsys.readouterr().err
+
+
+def test_cleanup_all_namespaces_with_audit(
+    server: KubeApiServer, backend: ChaosMeshBackend, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for manifest in manifests("run-x"):
+        backend.apply(manifest)
+    audit = tmp_path / "audit.jsonl"
+    assert main(["cleanup", "--run-id", "run-x", "--host", server.url, "--audit", str(audit)]) == 0
+    assert "deleted 2 object(s) of run run-x in all namespaces" in capsys.readouterr().out
+    assert server.chaos_objects() == []
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    deletes = [e for e in events if e["verb"] == "delete"]
+    assert len(deletes) == 2 and all(e["code"] == 200 and e["namespace"] == "llm-serving" for e in deletes)
