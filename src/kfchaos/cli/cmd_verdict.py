@@ -15,7 +15,7 @@ from kfchaos.baseline import Baseline, load_baseline
 from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.snapshot import MetricsSnapshot
-from kfchaos.spec import load_experiment
+from kfchaos.spec import Experiment, load_experiment
 from kfchaos.verdict import Status, Verdict, evaluate
 from kfchaos.verdict.runstate import RunState, load_run_state
 
@@ -60,14 +60,14 @@ def _baseline(
     return None, [f"baseline file {spec_file} not found; P99 drift is INCONCLUSIVE"]
 
 
-def build(args: argparse.Namespace) -> Verdict:
+def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapshot | None]:
     experiment_path = Path(args.experiment)
     experiment = load_experiment(experiment_path)
     baseline, warnings = _baseline(args, experiment_path, experiment.spec.baseline.file)
     metrics = MetricsSnapshot.load(args.metrics) if args.metrics else None
     state = load_run_state(args.run_state) if args.run_state else RunState()
     verified = True if args.faults_verified else state.faults_verified
-    return evaluate(
+    verdict = evaluate(
         args.records,
         experiment,
         baseline=baseline,
@@ -77,6 +77,7 @@ def build(args: argparse.Namespace) -> Verdict:
         faults_removed_at=state.faults_removed_at,
         warnings=warnings,
     )
+    return verdict, experiment, metrics
 
 
 def _print_summary(verdict: Verdict) -> None:
@@ -93,12 +94,12 @@ def _print_summary(verdict: Verdict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    verdict = build(args)
+    verdict, experiment, metrics = build(args)
     if args.out:
         from kfchaos.report import write_reports
 
         try:
-            write_reports(verdict, Path(args.out), records=args.records)
+            write_reports(verdict, Path(args.out), records=args.records, metrics=metrics, experiment=experiment)
         except OSError as exc:
             raise KfchaosError(f"{args.out}: cannot write reports: {exc.strerror or exc}") from None
     if args.json:
