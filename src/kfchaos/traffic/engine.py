@@ -15,6 +15,7 @@ perf_counter clock (uvloop's loop.time() counts whole milliseconds), mapped once
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import time
 from collections import deque
@@ -196,6 +197,10 @@ class _Stage:
             asyncio.ensure_future(self._every(progress.interval, lambda: self._show(progress))) if progress else None
         )
         self.start = self.clock() + START_DELAY
+        # Everything alive now (modules, the plan's settings) is moved out of the collector's view, so a
+        # full collection during the stage scans only the stage's own objects: fewer multi-ms pauses.
+        gc.collect()
+        gc.freeze()
         try:
             await self._send_all(stop)
             if not self.stopped:
@@ -203,6 +208,7 @@ class _Stage:
                 while self.in_flight and self.clock() < end and not (stop and stop.is_set()):
                     await asyncio.sleep(SWEEP)
         finally:
+            gc.unfreeze()
             sweeper.cancel()
             if reporter:
                 reporter.cancel()
