@@ -145,3 +145,17 @@ def test_direct_scrape_of_a_closed_port() -> None:
 def test_scope_escapes_pod_names_and_adds_matchers(tmp_path: Path) -> None:
     scope = Scope("serving", pods=("vllm-0", "a.b"))
     assert scope.matchers('reason="OOMKilled"') == r'namespace="serving",pod=~"vllm\\-0|a\\.b",reason="OOMKilled"'
+
+
+def test_snapshot_for_experiment_reads_the_configured_prometheus(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kfchaos.metrics.collect import PROMETHEUS_ENV, snapshot_for_experiment
+    from tests.verdict.builders import experiment
+
+    spec = experiment()  # namespace "serving", no capture section
+    monkeypatch.delenv(PROMETHEUS_ENV, raising=False)
+    assert "no Prometheus configured" in (snapshot_for_experiment(spec, (0, 1)).unreachable or "")
+    monkeypatch.setenv(PROMETHEUS_ENV, live.prometheus.url)
+    now = live.client.instant("time()")[0].value
+    result = snapshot_for_experiment(spec, (now - 20, now), step=1.0)
+    assert result.unreachable is None
+    assert result.series[names.OOM_KILLS].values[-1] == 2
