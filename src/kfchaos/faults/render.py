@@ -63,7 +63,8 @@ def render_fault(
     spec.update(_SPEC_BUILDERS[fault.type](fault, fault.params))
     if fault.containers and entry.kind != "NetworkChaos" and entry.kind != "HTTPChaos":
         spec["containerNames"] = list(fault.containers)
-    spec["duration"] = format_duration(seconds)
+    # Never "0s": a sub-millisecond duration would round to it, and a fault must have a positive lifetime.
+    spec["duration"] = format_duration(max(seconds, 0.001))
     return {"apiVersion": API_VERSION, "kind": entry.kind, "metadata": metadata, "spec": spec}
 
 
