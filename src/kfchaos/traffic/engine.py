@@ -196,11 +196,11 @@ class _Stage:
         reporter = (
             asyncio.ensure_future(self._every(progress.interval, lambda: self._show(progress))) if progress else None
         )
-        self.start = self.clock() + START_DELAY
         # Everything alive now (modules, the plan's settings) is moved out of the collector's view, so a
         # full collection during the stage scans only the stage's own objects: fewer multi-ms pauses.
         gc.collect()
         gc.freeze()
+        self.start = self.clock() + START_DELAY  # after the collection, which can take tens of ms
         try:
             await self._send_all(stop)
             if not self.stopped:
