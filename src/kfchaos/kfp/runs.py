@@ -76,10 +76,13 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
     targets = {t.name: t for t in discover(root)}
     if experiment.metadata.name not in targets:
         raise KfchaosError(f"{experiment_path}: not among {root}/experiments; local runs use the compiled experiments")
-    from kfchaos.kfp.compile import _import  # the pipeline module lives at the repository root
+    from kfp.components import load_component_from_text
 
-    module = _import(root, "pipelines.chaos_experiment")
-    pipeline = module.build_pipeline(targets[experiment.metadata.name].defaults)
+    from kfchaos.kfp.compile import compile_target
+
+    # Run exactly the sealed IR `kfchaos compile` produces, so the audit record's IR hash is the real one.
+    sealed, _digest = compile_target(root, targets[experiment.metadata.name])
+    pipeline = load_component_from_text(sealed.decode("utf-8"))
     pipeline_root.mkdir(parents=True, exist_ok=True)
     local.init(local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
     started = time.time()

@@ -1,0 +1,174 @@
+"""The whole pipeline through kfp.local (SubprocessRunner, use_venv=False) against the embedded demo target:
+demo LLM server, fault proxy and the local fault backend, with seconds-long stages.
+
+Includes a run whose stage task fails after the faults were injected: the exit handler must still remove them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kfchaos.demo.stack import DemoStack, ServerSettings
+from tests.kfp_glue.conftest import copy_sources, kfchaos
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+EXPERIMENT = """\
+apiVersion: kfchaos.io/v1alpha1
+kind: Experiment
+metadata:
+  name: local-delay
+  version: 1.0.0
+  owner: test
+spec:
+  target:
+    namespace: demo
+    selector:
+      labels: {app: demo-llm}
+    endpoint: http://127.0.0.1:9
+    api: openai-completions
+    model: demo/llama-3-8b-sim
+    timeout: 5s
+  traffic:
+    TRAFFIC
+    stages: [10, 30]
+    stage_duration: 2s
+    warmup: 1s
+    seed: 1
+  faults:
+    - name: delay
+      type: network-delay
+      mode: all
+      DURATION
+      params: {latency: 20ms}
+  slo:
+    p99_max: 2s
+    min_samples: 20
+  baseline:
+    file: baselines/none.yaml
+  safety:
+    max_pod_percent: 100%
+    max_fault_duration: 10m
+"""
+SYNTHETIC = (
+    "synthetic: {rate: 200, prompt_tokens: {distribution: fixed, mean: 32},"
+    " output_tokens: {distribution: fixed, mean: 4}}"
+)
+
+
+@pytest.fixture
+def stack() -> Iterator[DemoStack]:
+    demo = DemoStack(ServerSettings(restart_delay_s=0.5), with_prometheus=False).start()
+    try:
+        yield demo
+    finally:
+        demo.stop()
+
+
+def _repo(tmp_path: Path, traffic: str, duration: str = "") -> Path:
+    root = copy_sources(tmp_path / "repo")
+    for path in (root / "experiments").glob("*.yaml"):
+        path.unlink()
+    text = EXPERIMENT.replace("TRAFFIC", traffic).replace("DURATION", duration or "mode: all")
+    (root / "experiments/local-delay.yaml").write_text(text.replace("mode: all\n      mode: all", "mode: all"))
+    return root
+
+
+def _env(stack: DemoStack) -> dict[str, str]:
+    return dict(
+        os.environ,
+        KFCHAOS_FAULT_BACKEND="local",
+        KFCHAOS_FAULT_PROXY=stack.control_url,
+        KFCHAOS_DEMO_STATE=str(stack.state_file),
+    )
+
+
+def _run_command(root: Path, stack: DemoStack) -> list[str]:
+    return [
+        sys.executable, "-m", "kfchaos", "run", str(root / "experiments/local-delay.yaml"), "--local",
+        "--root", str(root), "--target", stack.target_url, "--output", str(root / "out"),
+    ]  # fmt: skip
+
+
+def _proxy_faults(stack: DemoStack) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{stack.control_url}/faults", timeout=5) as response:
+        items: list[dict[str, Any]] = json.loads(response.read())["items"]
+        return items
+
+
+def _run_dir(root: Path) -> Path:
+    (run_dir,) = (root / "out").glob("local-delay-*")
+    return run_dir
+
+
+def test_the_pipeline_runs_end_to_end_and_its_audit_record_verifies(tmp_path: Path, stack: DemoStack) -> None:
+    root = _repo(tmp_path, SYNTHETIC, duration="duration: 10m")  # removed by the pipeline, not by expiry
+    assert kfchaos("compile", "--root", str(root)).returncode == 0
+    done = subprocess.run(_run_command(root, stack), env=_env(stack), capture_output=True, text=True, timeout=240)
+    # No baseline and no Prometheus here: the verdict must say INCONCLUSIVE (exit 2), never PASS.
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "ERROR" not in done.stdout.splitlines()[-1], "\n".join(
+        line for line in done.stdout.splitlines() if "Error" in line or "Traceback" in line
+    )
+    assert "INCONCLUSIVE" in done.stdout and "no baseline P99" in done.stdout
+    record_path = _run_dir(root) / "verdict-report" / "audit"
+    record = json.loads(record_path.read_text())
+    steps = [(s["step"], s["stage"], s["status"] != "SKIPPED") for s in record["steps"]]
+    assert steps == [("steady_state", 0, True), ("inject", 0, True), ("stage", 10, True), ("stage", 30, True)]
+    (chaos,) = record["chaos_objects"]
+    assert chaos["kind"] == "NetworkChaos" and chaos["handle"]["record"]["labels"]["run_id"] == record["run"]["id"]
+    assert [p["stage"] for p in record["replay_plans"]] == [10, 30]
+    assert all(p["plan_hash"].startswith("sha256:") for p in record["replay_plans"])
+    assert record["recovery"]["removed"] == 1
+    assert _proxy_faults(stack) == []
+    # The run used the sealed IR, so its audit record verifies against the compiled file.
+    verify = kfchaos("audit", "verify", str(record_path), "--root", str(root))
+    assert verify.returncode == 0, verify.stdout
+    assert "ok       pipeline.ir_hash (" in verify.stdout
+    report = (_run_dir(root) / "verdict-report" / "report_md").read_text()
+    assert "local-delay 1.0.0" in report and "INCONCLUSIVE" in report
+    assert "<html" in (_run_dir(root) / "verdict-report" / "report_html").read_text().lower()
+
+
+def test_when_a_stage_task_fails_the_exit_handler_still_removes_every_fault(tmp_path: Path, stack: DemoStack) -> None:
+    traffic = tmp_path / "traffic.jsonl"
+    lines = [
+        {"id": f"r{i}", "timestamp": 1_764_680_000 + i * 0.01, "method": "POST", "path": "/v1/completions",
+         "body": {"model": "demo/llama-3-8b-sim", "prompt": "hello", "max_tokens": 4}}
+        for i in range(400)
+    ]  # fmt: skip
+    traffic.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    # A fault that would outlive the test by far: only a removal can make it go away.
+    root = _repo(tmp_path, f"file: {traffic}\n    format: jsonl", duration="duration: 10m")
+    process = subprocess.Popen(
+        _run_command(root, stack), env=_env(stack), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        # Once the fault is in place, take the recording away: stage 10's replay task then fails for real
+        # (its plan cannot read the traffic), after injection and before any normal removal.
+        deadline = time.monotonic() + 120
+        while not _proxy_faults(stack):
+            assert process.poll() is None and time.monotonic() < deadline, "the fault was never injected"
+            time.sleep(0.01)
+        traffic.unlink()
+        output, _ = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 2, output[-3000:]
+    assert "ERROR: the run failed before its verdict" in output
+    run_dir = _run_dir(root)
+    assert not (run_dir / "verdict-report").exists() and not (run_dir / "remove-faults").exists()
+    cleanup = json.loads((run_dir / "cleanup" / "cleanup_record").read_text())
+    assert cleanup["swept"] == 1
+    assert _proxy_faults(stack) == []
