@@ -85,3 +85,30 @@ def test_every_component_yaml_loads_for_reuse_in_other_pipelines() -> None:
         component = load_component_from_file(str(folder / "component.yaml"))
         assert component.name == folder.name.replace("_", "-")
         assert (folder / "README.md").is_file()
+
+
+def test_the_image_override_reaches_every_component(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = copy_sources(tmp_path / "repo")
+    env = dict(os.environ, KFCHAOS_IMAGE="registry.internal/kfchaos:dev")
+    done = subprocess.run(
+        [sys.executable, "-m", "kfchaos", "compile", "--root", str(root)], env=env, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    spec = next(yaml.safe_load_all((root / "pipelines/compiled/vllm-network-delay/1.0.0.yaml").read_text()))
+    assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {
+        "registry.internal/kfchaos:dev"
+    }
+
+
+def test_the_ci_template_checks_on_pull_requests_and_uploads_on_main() -> None:
+    workflow = yaml.safe_load((ROOT / "ci-templates/github/kfchaos.yml").read_text())
+    check_steps = " ".join(step.get("run", "") for step in workflow["jobs"]["check"]["steps"])
+    assert "kfchaos compile --check" in check_steps and "pytest" in check_steps
+    upload = workflow["jobs"]["upload"]
+    assert upload["needs"] == "check" and "refs/heads/main" in upload["if"]
+    assert any("kfchaos upload" in step.get("run", "") for step in upload["steps"])
+    assert True in workflow and "pull_request" in workflow[True]  # YAML 1.1 reads the key `on` as True
