@@ -33,6 +33,7 @@ class LoopbackServer:
     tokens: int = 5
     gap_ms: float = 5.0
     truncate: bool = False  # end streams without usage and [DONE]
+    drop_reused: bool = False  # close a connection, unanswered, when a second request arrives on it
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
@@ -75,6 +76,7 @@ class LoopbackServer:
         self._thread.join(10)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
         try:
             while True:
                 line = await reader.readline()
@@ -88,6 +90,9 @@ class LoopbackServer:
                     headers[name.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.seen.append(Seen(at, method, path, headers, body))
+                served += 1
+                if self.drop_reused and served > 1:
+                    return  # as a server whose keep-alive timeout fired just as the request came in
                 if not await self._answer(path, body, writer):
                     return
         except (ConnectionError, asyncio.IncompleteReadError):

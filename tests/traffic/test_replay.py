@@ -146,3 +146,12 @@ def test_stage_is_invalid_when_lag_exceeds_the_threshold(server: LoopbackServer,
     source = write_traffic(tmp_path, evenly(20, 0.002))
     result = run_stage(plan_stage(ReplaySettings(stage=100, source=source, max_send_lag_p99=1e-9)), server.url)
     assert not result.summary.valid and "send lag p99" in (result.summary.invalid_reason or "")
+
+
+def test_a_request_on_a_keep_alive_connection_the_server_closed_is_sent_again(tmp_path: Path) -> None:
+    with LoopbackServer(drop_reused=True) as server:
+        source = write_traffic(tmp_path, evenly(10, 0.02))
+        result = run_stage(plan_stage(ReplaySettings(stage=100, source=source)), server.url)
+        arrivals = len(server.seen)
+    assert result.summary.ok == 10 and result.summary.errors == {}
+    assert arrivals == 19  # each reused connection lost one attempt; the retry went on a fresh one

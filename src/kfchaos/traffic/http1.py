@@ -59,6 +59,7 @@ class Exchange:
         "ended",
         "error",
         "planned",
+        "retried",
         "sent",
         "sse",
         "status",
@@ -78,6 +79,7 @@ class Exchange:
         self.error: str | None = None
         self.complete = False
         self.connection: Connection | None = None
+        self.retried = False
 
 
 class Connection(asyncio.Protocol):
@@ -87,6 +89,7 @@ class Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.exchange: Exchange | None = None
         self.keep_alive = True
+        self.served = 0  # responses completed on this connection
         self.clock = pool.clock
 
     # asyncio.Protocol
@@ -110,6 +113,14 @@ class Connection(asyncio.Protocol):
         self.transport = None
         exchange = self.exchange
         if exchange is not None and not exchange.complete:
+            if self.served and exchange.bytes_received == 0 and not exchange.retried:
+                # A reused keep-alive connection the server had already closed (its idle timeout raced our
+                # write): the request never reached it, so it goes again on a fresh connection, once.
+                self.exchange = None
+                exchange.retried = True
+                self.pool.lost(self)
+                self.pool.connect_and_send(exchange)
+                return
             if exchange.status >= 0 and exc is None and not self.parser.should_keep_alive():
                 self._complete()  # a body delimited by the connection closing
             else:
@@ -147,6 +158,7 @@ class Connection(asyncio.Protocol):
         if exchange is None or exchange.complete:
             return
         self.exchange = None
+        self.served += 1
         now = self.clock()
         if exchange.sse is not None and exchange.status < 300:
             try:
@@ -190,6 +202,9 @@ class Pool:
             if connection.transport is not None and not connection.transport.is_closing():
                 connection.send(exchange)
                 return
+        self.connect_and_send(exchange)
+
+    def connect_and_send(self, exchange: Exchange) -> None:
         task = self.loop.create_task(self._connect_and_send(exchange))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
