@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import signal
 import subprocess
@@ -196,3 +197,21 @@ def test_sigterm_frees_in_a_real_process(tmp_path: Path) -> None:
     freed = json.loads(out.strip().splitlines()[-1])
     assert freed["event"] == "freed" and freed["freed"] and freed["stopped_by"] == "SIGTERM"
     assert not ready.exists()
+
+
+def test_without_a_gpu_the_allocator_says_what_it_needs() -> None:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        pass
+    else:
+        pytest.skip("this machine has a CUDA driver; the no-GPU path cannot be shown here")
+    done = subprocess.run(
+        [sys.executable, "-m", "kfchaos.faults.gpu_allocator", "--share", "0.1", "--duration", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3
+    assert "libcuda.so.1" in done.stderr and "nvidia.com/gpu" in done.stderr

@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Protocol
 
 MIB = 1 << 20
+EXIT_NO_GPU = 3
 DEFAULT_CHUNK = 256 * MIB
 # Left free on purpose: the CUDA context of the allocator itself and the driver need some room.
 DEFAULT_RESERVE = 256 * MIB
@@ -200,7 +201,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    device: DeviceMemory = SimulatedDevice(args.simulate) if args.simulate else CudaDriverDevice(args.device)
+    try:
+        device: DeviceMemory = SimulatedDevice(args.simulate) if args.simulate else CudaDriverDevice(args.device)
+    except (OSError, RuntimeError) as exc:
+        # No driver library or no device: say what the pod needs instead of a traceback.
+        print(
+            f"gpu_allocator: cannot use GPU {args.device} ({exc}); the pod needs an nvidia.com/gpu resource "
+            "and the NVIDIA container toolkit, which mounts libcuda.so.1",
+            file=sys.stderr,
+        )
+        return EXIT_NO_GPU
     allocator = Allocator(device, chunk=args.chunk_mib * MIB, reserve=args.reserve_mib * MIB)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
