@@ -93,10 +93,10 @@ class _Stage:
         self.scheduled += 1
         trace_id = new_trace_id()
         request = planned.request
-        active = (
-            self.fault_active(due + self.epoch) if callable(self.fault_active) else self.fault_active
-        ) or request.long_context
         if self.in_flight >= self.settings.concurrency_limit:
+            active = (
+                self.fault_active(due + self.epoch) if callable(self.fault_active) else self.fault_active
+            ) or request.long_context
             self.dropped += 1
             self.recorder.add(
                 planned.record_id, trace_id, due + self.epoch, error="dropped",
@@ -106,7 +106,6 @@ class _Stage:
         exchange = Exchange(
             planned, trace_id, self.builder.build(request, trace_id), SseTimer() if self.streaming else None
         )
-        exchange.ended = due  # until it ends: the intended time, read back by _done
         self.in_flight += 1
         self.pending.append((self.clock() + self.settings.timeout, exchange))
         self.pool.submit(exchange)
@@ -149,24 +148,12 @@ class _Stage:
         active = (
             self.fault_active(intended + self.epoch) if callable(self.fault_active) else self.fault_active
         ) or request.long_context
+        # Positional: this runs once per request, and keyword passing costs measurably at 40k calls/s.
         self.recorder.add(
-            planned.record_id,
-            exchange.trace_id,
-            intended + self.epoch,
-            sent=sent + self.epoch if sent else math.nan,
-            status=status,
-            error=error,
-            latency=latency,
-            ttft=ttft,
-            itl=itl,
-            tpot=tpot,
-            prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens,
-            bytes_sent=exchange.bytes_sent if sent else -1,
-            bytes_received=exchange.bytes_received,
-            long_context=request.long_context,
-            fault_active=active,
-        )
+            planned.record_id, exchange.trace_id, intended + self.epoch, sent + self.epoch if sent else math.nan,
+            status, error, latency, ttft, itl, tpot, prompt_tokens, output_tokens,
+            exchange.bytes_sent if sent else -1, exchange.bytes_received, request.long_context, active,
+        )  # fmt: skip
 
     def _sweep(self) -> None:
         now = self.clock()
