@@ -119,3 +119,19 @@ def test_shipped_sample_is_small_and_clean_and_every_experiment_plans(monkeypatc
         assert planned, experiment.name
         assert plan.report.malformed_count == 0, plan.report.describe()
         assert plan.hash == plan_stage(experiment, first, duration=30.0).hash
+
+
+def test_progress_lines_when_not_a_terminal(server: LoopbackServer, tmp_path: Path) -> None:
+    import io
+
+    from kfchaos.traffic.api import run_stage
+    from kfchaos.traffic.plan import ReplaySettings
+    from kfchaos.traffic.progress import Progress
+
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"id": f"r{i}", "timestamp": i * 0.01}) + "\n" for i in range(60)))
+    stream = io.StringIO()
+    run_stage(plan_stage(ReplaySettings(stage=100, source=str(path))), server.url, progress=Progress(stream, 0.2))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 2 and all(line.startswith("replay: stage-100 ") for line in lines)
+    assert "sent 60/60" in lines[-1] and "errors 0" in lines[-1]

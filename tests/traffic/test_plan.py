@@ -134,3 +134,18 @@ def test_bad_settings_are_refused() -> None:
         ReplaySettings(stage=10, source="x", shard=4, shards=4)
     with pytest.raises(KfchaosError, match="not found"):
         plan_stage(ReplaySettings(stage=10, source="/nonexistent/file.jsonl"))
+
+
+def test_constant_and_daily_shaped_arrivals() -> None:
+    constant = Synthetic.model_validate({"rate": 100, "arrival": "constant"})
+    offsets = [p.offset for p in plan_stage(ReplaySettings(stage=100, synthetic=constant, duration=1.0)).schedule()]
+    assert offsets[:3] == pytest.approx([0.0, 0.01, 0.02]) and len(offsets) == 100  # relative to the first
+    # The synthetic clock starts at 12:00; 12 hours on is 00:00, near the trough of the daily curve.
+    daily = Synthetic.model_validate({"rate": 2, "daily_shape": True})
+    planned = plan_stage(ReplaySettings(stage=100, synthetic=daily, duration=86400.0, speed=1.0)).schedule()
+    per_hour = [0] * 24
+    for p in planned:
+        per_hour[int(p.offset // 3600)] += 1
+    noon, three_am = per_hour[0], per_hour[15]
+    assert noon > 3 * three_am  # 12:00 vs 03:00 of the curve
+    assert max(range(24), key=per_hour.__getitem__) in (2, 3, 4)  # the peak, 15:00, is 3 h after the start
