@@ -196,3 +196,43 @@ def test_label_selector_strings() -> None:
         ],
     }
     assert label_selector(selector) == "a=1,b=2,t in (x,y),!u"
+
+
+def test_bound_to_an_experiment_run(server: KubeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the pipeline steps use: faults instead of manifests, and a sweep of the experiment's namespaces."""
+    from kfchaos.faults.chaosmesh import HOST_ENV
+    from kfchaos.faults.render import render_fault
+    from tests.faults.experiments import experiment_with
+
+    experiment = experiment_with(
+        {"name": "kill", "type": "pod-kill"},
+        {"name": "batch-kill", "type": "pod-kill", "namespace": "llm-batch"},
+        {"name": "burst", "type": "long-context-burst", "params": {"requests": 1, "context_tokens": 8}},
+    )
+    monkeypatch.setenv(HOST_ENV, server.url)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    backend = ChaosMeshBackend.from_environment(experiment, "run-bound", poll_interval=0.02)
+    assert backend.experiment_namespaces() == ["llm-batch", "llm-serving"]
+    fault = experiment.spec.faults[0]
+    assert backend.preflight([fault]).matching_pods == {
+        render_fault(experiment, fault, "run-bound")["metadata"]["name"]: 3
+    }
+    handles = [backend.apply(f) for f in experiment.spec.faults[:2]]
+    assert backend.wait_injected(handles[0]).targets
+    assert [h.name for h in handles] == [
+        render_fault(experiment, f, "run-bound")["metadata"]["name"] for f in experiment.spec.faults[:2]
+    ]
+    # An object of the same run outside the experiment's namespaces is not this backend's to sweep.
+    stray = {**manifests("run-bound")[1]}
+    stray["metadata"] = {**stray["metadata"], "namespace": "elsewhere", "name": "stray"}
+    stray["spec"] = {**stray["spec"], "selector": {"namespaces": ["elsewhere"], "labelSelectors": {"a": "b"}}}
+    make_backend(server.url).apply(stray)
+    assert backend.sweep("run-bound") == 2
+    assert [o["metadata"]["name"] for o in server.chaos_objects()] == ["stray"]
+
+
+def test_unbound_backend_needs_manifests(backend: ChaosMeshBackend) -> None:
+    from tests.faults.experiments import experiment_with
+
+    with pytest.raises(BackendError, match="no experiment run bound"):
+        backend.apply(experiment_with({"name": "kill", "type": "pod-kill"}).spec.faults[0])

@@ -7,10 +7,14 @@ so what is applied is exactly what `kfchaos render` shows and what the audit rec
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kfchaos.errors import KfchaosError
+
+if TYPE_CHECKING:
+    from kfchaos.spec import FaultBase
 
 Manifest = dict[str, Any]
 
@@ -97,17 +101,19 @@ class ApiEvent:
 
 
 class FaultBackend(Protocol):
+    """Items are rendered manifests, or experiment faults when the backend is bound to an experiment run."""
+
     events: list[ApiEvent]
 
-    def preflight(self, manifests: list[Manifest]) -> PreflightReport: ...
+    def preflight(self, items: Sequence[Manifest | FaultBase]) -> PreflightReport: ...
 
-    def apply(self, manifest: Manifest) -> FaultHandle: ...
+    def apply(self, item: Manifest | FaultBase) -> FaultHandle: ...
 
-    def wait_injected(self, handle: FaultHandle, timeout: float) -> InjectionReport: ...
+    def wait_injected(self, handle: FaultHandle, timeout: float = ...) -> InjectionReport: ...
 
     def remove(self, handle: FaultHandle) -> None: ...
 
-    def wait_recovered(self, handle: FaultHandle, timeout: float) -> None: ...
+    def wait_recovered(self, handle: FaultHandle, timeout: float = ...) -> None: ...
 
     def sweep(
         self, run_id: str | None, namespaces: list[str] | None = None, older_than: float | None = None

@@ -8,8 +8,9 @@ so a step that crashed, was killed or retried leaves nothing behind that the exi
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -33,10 +34,17 @@ from kfchaos.faults.backend import (
 from kfchaos.faults.catalog import CATALOG, GROUP, PLURALS, VERSION
 from kfchaos.faults.gpu import EXEC_KIND, pin_to_node
 from kfchaos.faults.naming import LABEL_MANAGED_BY, LABEL_RUN_ID, MANAGED_BY, run_selector
+from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
+from kfchaos.faults.render import render_fault
 from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
+from kfchaos.spec import Experiment, FaultBase
 
 T = TypeVar("T")
 _ONE_SHOT = {(e.kind, e.action) for e in CATALOG.values() if e.one_shot}
+HOST_ENV = "KFCHAOS_KUBE_HOST"  # an explicit API URL for pipeline steps; else in-cluster config
+CONTEXT_ENV = "KFCHAOS_KUBE_CONTEXT"
+DEFAULT_INJECT_TIMEOUT = 120.0
+DEFAULT_RECOVER_TIMEOUT = 300.0
 
 
 def _now() -> str:
@@ -73,6 +81,9 @@ class ChaosMeshBackend:
         poll_interval: float = 1.0,
         request_timeout: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        experiment: Experiment | None = None,
+        run_id: str | None = None,
+        pipeline_version: str | None = None,
     ) -> None:
         self.api_client = api_client
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
@@ -82,6 +93,11 @@ class ChaosMeshBackend:
         self.poll_interval = poll_interval
         self.request_timeout = request_timeout
         self._sleep = sleep
+        # Bound to an experiment run, the backend also takes faults (rendered here) instead of manifests,
+        # and sweeps the namespaces that experiment touches.
+        self.experiment = experiment
+        self.run_id = run_id
+        self.pipeline_version = pipeline_version
         self.events: list[ApiEvent] = []
 
     @classmethod
@@ -106,6 +122,36 @@ class ChaosMeshBackend:
                     f"no cluster access: not in a pod and no usable kubeconfig ({exc}); give --host or --kubeconfig"
                 ) from None
         return cls(kubernetes.client.ApiClient(), **options)
+
+    @classmethod
+    def from_environment(cls, experiment: Experiment, run_id: str, **options: Any) -> ChaosMeshBackend:
+        """For pipeline steps: $KFCHAOS_KUBE_HOST, else $KUBECONFIG (+ $KFCHAOS_KUBE_CONTEXT), else in-cluster."""
+        return cls.from_config(
+            host=os.environ.get(HOST_ENV) or None,
+            kubeconfig=os.environ.get("KUBECONFIG") or None,
+            context=os.environ.get(CONTEXT_ENV) or None,
+            experiment=experiment,
+            run_id=run_id,
+            **options,
+        )
+
+    def manifest_of(self, item: Manifest | FaultBase) -> Manifest:
+        """A manifest as given, or the rendering of an experiment fault for the bound run."""
+        if isinstance(item, dict):
+            return item
+        if self.experiment is None or self.run_id is None:
+            raise BackendError("this backend has no experiment run bound; pass rendered manifests")
+        return render_fault(self.experiment, item, self.run_id, self.pipeline_version)
+
+    def experiment_namespaces(self) -> list[str] | None:
+        """Every namespace the bound experiment's faults create objects in; None when no experiment is bound."""
+        if self.experiment is None:
+            return None
+        spaces = {self.experiment.spec.target.namespace}
+        spaces.update(
+            self.experiment.fault_namespace(f) for f in self.experiment.spec.faults if f.type not in TRAFFIC_SIDE_TYPES
+        )
+        return sorted(spaces)
 
     # ------------------------------------------------------------ calls, retries, audit
 
@@ -271,8 +317,9 @@ class ChaosMeshBackend:
 
     # ------------------------------------------------------------ FaultBackend
 
-    def preflight(self, manifests: list[Manifest]) -> PreflightReport:
+    def preflight(self, items: Sequence[Manifest | FaultBase]) -> PreflightReport:
         """Chaos Mesh installed, every target selector matches a running pod, every object passes a dry run."""
+        manifests = [self.manifest_of(item) for item in items]
         report = PreflightReport()
         for plural in sorted({_plural_group(m)[0] for m in manifests if m["kind"] in PLURALS}):
             crd = f"{plural}.{GROUP}"
@@ -315,8 +362,9 @@ class ChaosMeshBackend:
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         return sorted(running, key=lambda p: p["metadata"]["name"])
 
-    def apply(self, manifest: Manifest) -> FaultHandle:
+    def apply(self, item: Manifest | FaultBase) -> FaultHandle:
         """Create the object; if it exists (a retried step, or a reply that was lost), take the existing one."""
+        manifest = self.manifest_of(item)
         if manifest["kind"] == EXEC_KIND:
             raise BackendError(
                 "gpu-memory-pressure with method exec is rendered but not applied by this backend yet; use method pod"
@@ -340,7 +388,7 @@ class ChaosMeshBackend:
             result = existing
         return _handle(manifest, str(result["metadata"].get("uid", "")))
 
-    def wait_injected(self, handle: FaultHandle, timeout: float) -> InjectionReport:
+    def wait_injected(self, handle: FaultHandle, timeout: float = DEFAULT_INJECT_TIMEOUT) -> InjectionReport:
         """Poll until Selected and AllInjected are True (a Pod: Running and ready, i.e. memory held)."""
         started = time.monotonic()
         last: dict[str, Any] | None = None
@@ -381,7 +429,7 @@ class ChaosMeshBackend:
     def remove(self, handle: FaultHandle) -> None:
         self._delete(handle.plural, handle.namespace, handle.name)
 
-    def wait_recovered(self, handle: FaultHandle, timeout: float) -> None:
+    def wait_recovered(self, handle: FaultHandle, timeout: float = DEFAULT_RECOVER_TIMEOUT) -> None:
         """Until the object is gone (its finalizer ran), or AllRecovered True, Paused False and desiredPhase Stop."""
         started = time.monotonic()
         while True:
@@ -403,7 +451,9 @@ class ChaosMeshBackend:
         timeout: float = 60.0,
     ) -> int:
         """Delete every kfchaos object of run `run_id` (None: of any run, with `older_than`) in `namespaces`
-        (None: all namespaces), then wait until they are gone. Returns how many objects were deleted."""
+        (None: those of the bound experiment, or all namespaces), then wait until they are gone.
+        Returns how many objects were deleted."""
+        namespaces = namespaces if namespaces is not None else self.experiment_namespaces()
         if run_id is None and older_than is None:
             raise BackendError("sweep needs a run id, or older_than to sweep every run's leftovers")
         selector = run_selector(run_id) if run_id else f"{LABEL_MANAGED_BY}={MANAGED_BY}"
