@@ -129,6 +129,11 @@ def _charts(document: dict[str, Any], figures: list[StageFigures], context: dict
     positions = [float(i) for i in range(len(figures))]
     out = []
     latency = Chart("Latency per stage", "seconds", x_labels=labels, band=_baseline_band(document))
+    p99_max = next(
+        (c.get("threshold") for st in stages_of(document) for c in st.get("checks", []) if c["name"] == "p99"), None
+    )
+    if p99_max is not None:
+        latency.limits.append((float(p99_max), f"p99_max {float(p99_max) * 1000:.0f} ms"))
     for name, values in (
         ("P50", [f.p50 for f in figures]),
         ("P90", [f.p90 for f in figures]),
