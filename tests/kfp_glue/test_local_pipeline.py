@@ -1,7 +1,7 @@
-"""The whole pipeline through kfp.local (SubprocessRunner, use_venv=False) against the embedded demo target:
-demo LLM server, fault proxy and the local fault backend, with seconds-long stages.
-
-Includes a run whose stage task fails after the faults were injected: the exit handler must still remove them.
+"""The whole pipeline through kfp.local (SubprocessRunner, use_venv=False) against a local target (the demo LLM
+server), with seconds-long stages: once with the Chaos Mesh backend on the loopback Kubernetes API (real
+kubernetes client over HTTP, real CRD schemas), once with the local fault backend (the demo's fault proxy) in
+a run whose stage task fails after the faults were injected -- the exit handler must still remove them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 
 from kfchaos.demo.stack import DemoStack, ServerSettings
 from tests.kfp_glue.conftest import copy_sources, kfchaos
+from tests.support.kubeapi import KubeApiServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -84,6 +85,11 @@ def _repo(tmp_path: Path, traffic: str, duration: str = "") -> Path:
     return root
 
 
+def _kube_env(kube: KubeApiServer) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KFCHAOS_FAULT_BACKEND")}
+    return {**env, "KFCHAOS_KUBE_HOST": kube.url}
+
+
 def _env(stack: DemoStack) -> dict[str, str]:
     return dict(
         os.environ,
@@ -111,26 +117,38 @@ def _run_dir(root: Path) -> Path:
     return run_dir
 
 
-def test_the_pipeline_runs_end_to_end_and_its_audit_record_verifies(tmp_path: Path, stack: DemoStack) -> None:
+def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record_verifies(
+    tmp_path: Path, stack: DemoStack
+) -> None:
     root = _repo(tmp_path, SYNTHETIC, duration="duration: 10m")  # removed by the pipeline, not by expiry
     assert kfchaos("compile", "--root", str(root)).returncode == 0
-    done = subprocess.run(_run_command(root, stack), env=_env(stack), capture_output=True, text=True, timeout=240)
+    with KubeApiServer(inject_delay=0.2) as kube:
+        kube.add_pod("demo", "demo-llm-0", {"app": "demo-llm"})
+        command = _run_command(root, stack)
+        command[command.index(stack.target_url)] = stack.server_url  # no fault proxy: faults live in the API
+        done = subprocess.run(command, env=_kube_env(kube), capture_output=True, text=True, timeout=240)
+        created = [path for verb, path in kube.requests if verb == "POST" and "networkchaos" in path]
+        left = kube.chaos_objects()
     # No baseline and no Prometheus here: the verdict must say INCONCLUSIVE (exit 2), never PASS.
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert "ERROR" not in done.stdout.splitlines()[-1], "\n".join(
         line for line in done.stdout.splitlines() if "Error" in line or "Traceback" in line
     )
     assert "INCONCLUSIVE" in done.stdout and "no baseline P99" in done.stdout
+    assert created and left == []
     record_path = _run_dir(root) / "verdict-report" / "audit"
     record = json.loads(record_path.read_text())
-    steps = [(s["step"], s["stage"], s["status"] != "SKIPPED") for s in record["steps"]]
-    assert steps == [("steady_state", 0, True), ("inject", 0, True), ("stage", 10, True), ("stage", 30, True)]
+    steps = [(s["step"], s["stage"], s["status"]) for s in record["steps"]]
+    assert steps[:2] == [("steady_state", 0, steps[0][2]), ("inject", 0, "PASS")]
+    assert [(step, stage) for step, stage, status in steps[2:] if status != "SKIPPED"] == [("stage", 10), ("stage", 30)]
     (chaos,) = record["chaos_objects"]
-    assert chaos["kind"] == "NetworkChaos" and chaos["handle"]["record"]["labels"]["run_id"] == record["run"]["id"]
+    assert chaos["kind"] == "NetworkChaos" and chaos["handle"]["uid"]
+    assert chaos["manifest"]["metadata"]["labels"]["kfchaos.io/run-id"] == record["run"]["id"]
+    inject = next(s for s in record["steps"] if s["step"] == "inject")
+    assert any(e["verb"] == "create" and e["code"] == 201 for e in inject["detail"]["events"])
     assert [p["stage"] for p in record["replay_plans"]] == [10, 30]
     assert all(p["plan_hash"].startswith("sha256:") for p in record["replay_plans"])
     assert record["recovery"]["removed"] == 1
-    assert _proxy_faults(stack) == []
     # The run used the sealed IR, so its audit record verifies against the compiled file.
     verify = kfchaos("audit", "verify", str(record_path), "--root", str(root))
     assert verify.returncode == 0, verify.stdout

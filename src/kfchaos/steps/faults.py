@@ -15,24 +15,7 @@ from typing import Any
 from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text
-from kfchaos.steps.results import Status, StepResult, load_history
-
-
-def _describe(value: Any) -> Any:
-    """A JSON-able view of whatever the backend returns (handles, event lists, dataclasses)."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _describe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_describe(v) for v in value]
-    if hasattr(value, "to_dict"):
-        return _describe(value.to_dict())
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return _describe(asdict(value))
-    return repr(value)
+from kfchaos.steps.results import Status, StepResult, describe, load_history
 
 
 def inject(experiment_text: str, run_id: str) -> str:
@@ -63,15 +46,15 @@ def inject(experiment_text: str, run_id: str) -> str:
                 "namespace": manifest["metadata"].get("namespace"),
                 "name": manifest["metadata"]["name"],
                 "manifest": manifest,
-                "handle": _describe(handle),
+                "handle": describe(handle),
                 "applied_at": applied_at,
                 "injected_at": time.time(),
-                "injection": _describe(injected),
+                "injection": describe(injected),
             }
         )
         if not ok:
             reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
-    events = _describe(getattr(backend, "events", []))
+    events = describe(getattr(backend, "events", []))
     status: Status = "PASS" if not reasons else "INCONCLUSIVE"
     outcome: dict[str, Any] = {"chaos_objects": applied, "events": events}
     return StepResult("inject", 0, status, not reasons, reasons, outcome).to_json()
@@ -88,7 +71,7 @@ def remove_and_recover(experiment_text: str, experiment_dir: str, target: str, r
     if not injected:
         return json.dumps({"removed": [], "recovery": None, "note": "nothing was injected"}, sort_keys=True)
     backend = seams.fault_backend(experiment, run_id)
-    removed = _describe(backend.sweep(run_id))
+    removed = describe(backend.sweep(run_id))
     removed_at = time.time()
     slo = experiment.spec.slo
     probe = min(slo.recovery_max or 60.0, experiment.spec.traffic.stage_duration)
@@ -117,7 +100,7 @@ def cleanup(experiment_text: str, run_id: str, record_path: str) -> str:
     experiment = experiment_from_text(experiment_text)
     record: dict[str, Any] = {"run_id": run_id, "started_at": time.time()}
     if seams.cluster_faults(experiment):
-        record["swept"] = _describe(seams.fault_backend(experiment, run_id).sweep(run_id))
+        record["swept"] = describe(seams.fault_backend(experiment, run_id).sweep(run_id))
     else:
         record["swept"] = []
     record["finished_at"] = time.time()

@@ -44,3 +44,20 @@ def load_history(text: str) -> list[StepResult]:
 
 def dump_history(results: list[StepResult]) -> str:
     return json.dumps([asdict(r) for r in results], sort_keys=True)
+
+
+def describe(value: Any) -> Any:
+    """A JSON-able view of whatever the backend returns (handles, event lists, dataclasses)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(k): describe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [describe(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return describe(value.to_dict())
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return describe(asdict(value))
+    return repr(value)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text
+from kfchaos.steps.results import describe
 
 if TYPE_CHECKING:
     from kfchaos.baseline import Baseline
@@ -27,7 +28,7 @@ def preflight(experiment_text: str, run_id: str) -> str:
             "run_id": run_id,
             "started_at": time.time(),
             "chaos_objects": [f"{m['kind']}/{m['metadata']['name']}" for m in manifests.values()],
-            "backend_notes": [str(n) for n in notes or []],
+            "backend": describe(notes),
         },
         sort_keys=True,
     )
