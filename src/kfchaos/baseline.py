@@ -22,7 +22,8 @@ from pydantic import Field, ValidationError, field_validator
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.metrics import names
 from kfchaos.metrics.catalog import Scope, standard_queries, with_user_queries
-from kfchaos.metrics.prometheus import PrometheusClient
+from kfchaos.metrics.histogram import wide_bucket_warning
+from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError
 from kfchaos.metrics.source import MetricsSource, RangeSeries, as_series
 from kfchaos.types import StrictModel
 from kfchaos.yamlsource import load_yaml
@@ -103,6 +104,7 @@ class Baseline(StrictModel):
     provenance: Provenance
     series: dict[str, SeriesStat]
     totals: Totals
+    warnings: list[str] = Field(default_factory=list, description="caveats found at capture (e.g. wide buckets)")
     content_hash: str = ""
 
     _captured = field_validator("captured_at")(classmethod(lambda cls, v: _rfc3339(v)))
@@ -240,6 +242,7 @@ def capture(
     release_margin: float = 1800.0,
     detect_releases: bool = False,
     user_queries: dict[str, str] | None = None,
+    drift: float = 0.15,
     now: datetime | None = None,
 ) -> Baseline:
     """A baseline over `days` ending at `end`, release windows (+/- margin) excluded. Raises BaselineError
@@ -319,6 +322,26 @@ def capture(
         exclusions=exclusions,
     )
     captured = format_time(now or datetime.now(UTC))
+    notes = _bucket_warnings(source, scope, t1, series["latency_p99"].median, drift, used)
     return Baseline(
-        experiment=experiment, captured_at=captured, provenance=provenance, series=series, totals=totals
+        experiment=experiment,
+        captured_at=captured,
+        provenance=provenance,
+        series=series,
+        totals=totals,
+        warnings=notes,
     ).sealed()
+
+
+def _bucket_warnings(
+    source: MetricsSource, scope: Scope, at: float, p99: float, drift: float, used: dict[str, str]
+) -> list[str]:
+    """Whether the latency histogram's buckets can resolve a drift test at (1 + drift) x the baseline P99."""
+    query = f"count by (le) (vllm:e2e_request_latency_seconds_bucket{{{scope.matchers()}}})"
+    used["latency_buckets"] = query
+    try:
+        bounds = [float(s.labels["le"]) for s in source.instant(query, at) if "le" in s.labels]
+    except (PrometheusError, ValueError) as exc:
+        return [f"latency bucket bounds unknown ({exc})"]
+    warning = wide_bucket_warning(bounds, (1 + drift) * p99, drift, what="drift limit") if bounds else None
+    return [warning] if warning else []

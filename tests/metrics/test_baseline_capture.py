@@ -61,6 +61,9 @@ def test_explicit_release_window_is_excluded(prom: History) -> None:
     assert totals.requests == pytest.approx(PER_MINUTE * 60 * (48 - 1.5), rel=0.02)
     (exclusion,) = baseline.provenance.exclusions  # type: ignore[attr-defined]
     assert exclusion.source == "explicit"
+    # the drift limit 1.15 x 1.667 s = 1.92 s lies in the 1..2 s bucket (52 % wide): flagged
+    (warning,) = baseline.warnings  # type: ignore[attr-defined]
+    assert "bucket 1..2s" in warning
     assert exclusion.start == (prom.release[0] - timedelta(seconds=MARGIN)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

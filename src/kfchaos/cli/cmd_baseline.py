@@ -74,11 +74,14 @@ def run_capture(args: argparse.Namespace) -> int:
             release_margin=settings.release_margin if settings else 1800.0,
             detect_releases=settings.detect_releases if settings else False,
             user_queries=_user_queries(args.query),
+            drift=experiment.spec.slo.p99_drift_max,
         )
     except ValueError as exc:
         raise KfchaosError(str(exc)) from None
     out = Path(args.out or experiment.spec.baseline.file or f"baselines/{experiment.metadata.name}.yaml")
     baseline.write(out)
+    for warning in baseline.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     stat = baseline.series["latency_p99"]
     print(
         f"{out}: latency P99 median {stat.median:.4g}s (spread {stat.spread:.2g}s, {stat.intervals} intervals), "
@@ -104,6 +107,8 @@ def run_show(args: argparse.Namespace) -> int:
             f"  {name:<12} median {stat.median:.4g}{stat.unit}  spread {stat.spread:.2g}  "
             f"p10..p90 {stat.p10:.4g}..{stat.p90:.4g}  ({stat.intervals} intervals)"
         )
+    for warning in baseline.warnings:
+        print(f"  warning  {warning}")
     t = baseline.totals
     print(f"  requests {t.requests:.0f}  error rate {t.error_rate}  OOM kills {t.oom_kills}")
     print(f"  now {format_time(datetime.now(UTC))}")
