@@ -146,6 +146,7 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     assert chaos["manifest"]["metadata"]["labels"]["kfchaos.io/run-id"] == record["run"]["id"]
     inject = next(s for s in record["steps"] if s["step"] == "inject")
     assert any(e["verb"] == "create" and e["code"] == 201 for e in inject["detail"]["events"])
+    assert any(e["verb"] == "create" for e in chaos["api_events"]) and isinstance(chaos["events"], list)
     assert [p["stage"] for p in record["replay_plans"]] == [10, 30]
     assert all(p["plan_hash"].startswith("sha256:") for p in record["replay_plans"])
     assert record["recovery"]["removed"] == 1

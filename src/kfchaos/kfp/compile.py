@@ -21,7 +21,7 @@ from typing import Any
 from kfchaos import __version__
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.kfp.versioning import LockEntry, read_lock, render_lock, seal
-from kfchaos.spec import load_experiment
+from kfchaos.spec import Experiment, load_experiment
 
 GENERIC_PIPELINE = "kfchaos-experiment"
 LOCK_FILE = Path("pipelines/versions.lock.yaml")
@@ -86,6 +86,35 @@ def _bump_hint(version: str) -> str:
     return "a new version"
 
 
+def experiment_target(root: Path, path: Path, experiment: Experiment | None = None) -> Target:
+    """The pipeline of one experiment file: parameters default to its text and its committed baseline."""
+    module = _import(root, "pipelines.chaos_experiment")
+    experiment = experiment or load_experiment(path)
+    meta = experiment.metadata
+    baseline = ""
+    if experiment.spec.baseline.file and (root / experiment.spec.baseline.file).is_file():
+        baseline = (root / experiment.spec.baseline.file).read_text()
+    auth = experiment.spec.target.auth
+    try:
+        where = str(path.resolve().relative_to(root.resolve()))
+    except ValueError:  # an experiment outside the repository (e.g. the embedded demo's)
+        where = str(path)
+    return Target(
+        name=meta.name,
+        version=meta.version,
+        version_source=f"{where} (metadata.version)",
+        defaults=module.PipelineDefaults(
+            name=meta.name,
+            version=meta.version,
+            description=meta.description or f"kfchaos experiment {meta.name}",
+            stages=tuple(experiment.spec.traffic.stages),
+            experiment=path.read_text(),
+            baseline=baseline,
+            auth_env=auth.env if auth else None,
+        ),
+    )
+
+
 def discover(root: Path) -> list[Target]:
     """The generic pipeline plus one per experiment file, in a stable order; invalid experiments are errors."""
     module = _import(root, "pipelines.chaos_experiment")
@@ -118,26 +147,7 @@ def discover(root: Path) -> list[Target]:
             problems.append(f"{relative}: metadata.name {meta.name!r} is also used by {other}")
             continue
         seen[meta.name] = relative
-        baseline = ""
-        if experiment.spec.baseline.file and (root / experiment.spec.baseline.file).is_file():
-            baseline = (root / experiment.spec.baseline.file).read_text()
-        auth = experiment.spec.target.auth
-        targets.append(
-            Target(
-                name=meta.name,
-                version=meta.version,
-                version_source=f"{relative} (metadata.version)",
-                defaults=defaults_cls(
-                    name=meta.name,
-                    version=meta.version,
-                    description=meta.description or f"kfchaos experiment {meta.name}",
-                    stages=tuple(experiment.spec.traffic.stages),
-                    experiment=path.read_text(),
-                    baseline=baseline,
-                    auth_env=auth.env if auth else None,
-                ),
-            )
-        )
+        targets.append(experiment_target(root, path, experiment))
     if problems:
         raise KfchaosError("cannot compile:\n" + "\n".join(problems))
     return targets

@@ -69,19 +69,13 @@ class LocalOutcome:
 def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: Path) -> LocalOutcome:
     """Run the experiment's pipeline with kfp.local (SubprocessRunner, current environment)."""
     from kfp import local
-
-    from kfchaos.kfp.compile import discover
-
-    experiment = load_experiment(experiment_path)
-    targets = {t.name: t for t in discover(root)}
-    if experiment.metadata.name not in targets:
-        raise KfchaosError(f"{experiment_path}: not among {root}/experiments; local runs use the compiled experiments")
     from kfp.components import load_component_from_text
 
-    from kfchaos.kfp.compile import compile_target
+    from kfchaos.kfp.compile import compile_target, experiment_target
 
+    experiment = load_experiment(experiment_path)
     # Run exactly the sealed IR `kfchaos compile` produces, so the audit record's IR hash is the real one.
-    sealed, _digest = compile_target(root, targets[experiment.metadata.name])
+    sealed, _digest = compile_target(root, experiment_target(root, experiment_path, experiment))
     pipeline = load_component_from_text(sealed.decode("utf-8"))
     pipeline_root.mkdir(parents=True, exist_ok=True)
     local.init(local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)

@@ -47,6 +47,7 @@ def inject(experiment_text: str, run_id: str) -> str:
                 "name": manifest["metadata"]["name"],
                 "manifest": manifest,
                 "handle": describe(handle),
+                "handle_object": handle,
                 "applied_at": applied_at,
                 "injected_at": time.time(),
                 "injection": describe(injected),
@@ -55,6 +56,16 @@ def inject(experiment_text: str, run_id: str) -> str:
         if not ok:
             reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
     events = describe(getattr(backend, "events", []))
+    for entry in applied:
+        # Each object's own API calls, and the cluster's Events about it where the backend can read them.
+        entry["api_events"] = [e for e in events if isinstance(e, dict) and e.get("name") == entry["name"]]
+        object_events = getattr(backend, "object_events", None)
+        if object_events is not None and entry["handle_object"] is not None:
+            try:
+                entry["events"] = describe(object_events(entry["handle_object"]))
+            except KfchaosError as exc:
+                entry["events"] = [f"events unavailable: {exc}"]
+        del entry["handle_object"]
     status: Status = "PASS" if not reasons else "INCONCLUSIVE"
     outcome: dict[str, Any] = {"chaos_objects": applied, "events": events}
     return StepResult("inject", 0, status, not reasons, reasons, outcome).to_json()
