@@ -156,6 +156,8 @@ def evaluate(
     requests = records if isinstance(records, Requests) else load_requests(records)
     spec = experiment.spec
     notes = list(warnings)
+    if baseline is not None:
+        notes += [f"baseline: {w}" for w in baseline.warnings]
     planned = list(spec.traffic.stages)
     present = {int(s) for s in np.unique(requests.stage)}
     extra = sorted(present - set(planned))
