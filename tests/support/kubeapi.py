@@ -349,6 +349,11 @@ class KubeApiServer:
             self._store[("pods", namespace, name)] = _Stored(pod, time.monotonic() - self.inject_delay)
         return pod
 
+    def remove_pod(self, namespace: str, name: str) -> None:
+        """The pod is gone at once (deleted, evicted, never scheduled)."""
+        with self._lock:
+            self._store.pop(("pods", namespace, name), None)
+
     def objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Live objects of `plural` (objects with a pending finalizer included), with their current status."""
         with self._lock:

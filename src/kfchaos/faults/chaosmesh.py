@@ -38,11 +38,14 @@ from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
 from kfchaos.spec import Experiment, FaultBase
+from kfchaos.units import parse_duration
 
 T = TypeVar("T")
 _ONE_SHOT = {(e.kind, e.action) for e in CATALOG.values() if e.one_shot}
 HOST_ENV = "KFCHAOS_KUBE_HOST"  # an explicit API URL for pipeline steps; else in-cluster config
 CONTEXT_ENV = "KFCHAOS_KUBE_CONTEXT"
+INJECT_TIMEOUT_ENV = "KFCHAOS_INJECT_TIMEOUT"  # e.g. 2m: how long a step waits for Selected + AllInjected
+RECOVER_TIMEOUT_ENV = "KFCHAOS_RECOVER_TIMEOUT"
 DEFAULT_INJECT_TIMEOUT = 120.0
 DEFAULT_RECOVER_TIMEOUT = 300.0
 
@@ -84,6 +87,8 @@ class ChaosMeshBackend:
         experiment: Experiment | None = None,
         run_id: str | None = None,
         pipeline_version: str | None = None,
+        inject_timeout: float = DEFAULT_INJECT_TIMEOUT,
+        recover_timeout: float = DEFAULT_RECOVER_TIMEOUT,
     ) -> None:
         self.api_client = api_client
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
@@ -98,6 +103,8 @@ class ChaosMeshBackend:
         self.experiment = experiment
         self.run_id = run_id
         self.pipeline_version = pipeline_version
+        self.inject_timeout = inject_timeout
+        self.recover_timeout = recover_timeout
         self.events: list[ApiEvent] = []
 
     @classmethod
@@ -125,7 +132,14 @@ class ChaosMeshBackend:
 
     @classmethod
     def from_environment(cls, experiment: Experiment, run_id: str, **options: Any) -> ChaosMeshBackend:
-        """For pipeline steps: $KFCHAOS_KUBE_HOST, else $KUBECONFIG (+ $KFCHAOS_KUBE_CONTEXT), else in-cluster."""
+        """For pipeline steps: $KFCHAOS_KUBE_HOST, else $KUBECONFIG (+ $KFCHAOS_KUBE_CONTEXT), else in-cluster;
+        wait timeouts from $KFCHAOS_INJECT_TIMEOUT and $KFCHAOS_RECOVER_TIMEOUT (durations such as 2m)."""
+        for env, key in ((INJECT_TIMEOUT_ENV, "inject_timeout"), (RECOVER_TIMEOUT_ENV, "recover_timeout")):
+            if os.environ.get(env):
+                try:
+                    options.setdefault(key, parse_duration(os.environ[env]))
+                except ValueError as exc:
+                    raise BackendError(f"${env}: {exc}") from None
         return cls.from_config(
             host=os.environ.get(HOST_ENV) or None,
             kubeconfig=os.environ.get("KUBECONFIG") or None,
@@ -388,8 +402,10 @@ class ChaosMeshBackend:
             result = existing
         return _handle(manifest, str(result["metadata"].get("uid", "")))
 
-    def wait_injected(self, handle: FaultHandle, timeout: float = DEFAULT_INJECT_TIMEOUT) -> InjectionReport:
-        """Poll until Selected and AllInjected are True (a Pod: Running and ready, i.e. memory held)."""
+    def wait_injected(self, handle: FaultHandle, timeout: float | None = None) -> InjectionReport:
+        """Poll until Selected and AllInjected are True (a Pod: Running and ready, i.e. memory held).
+        `timeout` defaults to the backend's inject_timeout."""
+        timeout = self.inject_timeout if timeout is None else timeout
         started = time.monotonic()
         last: dict[str, Any] | None = None
         while True:
@@ -429,8 +445,10 @@ class ChaosMeshBackend:
     def remove(self, handle: FaultHandle) -> None:
         self._delete(handle.plural, handle.namespace, handle.name)
 
-    def wait_recovered(self, handle: FaultHandle, timeout: float = DEFAULT_RECOVER_TIMEOUT) -> None:
-        """Until the object is gone (its finalizer ran), or AllRecovered True, Paused False and desiredPhase Stop."""
+    def wait_recovered(self, handle: FaultHandle, timeout: float | None = None) -> None:
+        """Until the object is gone (its finalizer ran), or AllRecovered True, Paused False and desiredPhase Stop.
+        `timeout` defaults to the backend's recover_timeout."""
+        timeout = self.recover_timeout if timeout is None else timeout
         started = time.monotonic()
         while True:
             current = self._get(handle)
