@@ -15,6 +15,7 @@ Retries only where a step is idempotent (preflight, baseline, collect, remove, c
 
 # No `from __future__ import annotations`: KFP reads the pipeline signature's annotations as types.
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -92,7 +93,9 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
         exit_task = _no_cache(cleanup_op(experiment=experiment, run_id=run_id), retries=2)
         exit_task.set_display_name("cleanup (exit handler)")
         with dsl.ExitHandler(exit_task, name="chaos-run"):
-            pre = _no_cache(preflight_op(experiment=experiment, run_id=run_id), retries=2)
+            pre = _no_cache(
+                preflight_op(experiment=experiment, run_id=run_id, ramp=json.dumps(list(defaults.stages))), retries=2
+            )
             base = _no_cache(baseline_op(experiment=experiment, baseline=baseline), retries=2).after(pre)
             baseline_artifact = base.outputs["baseline_out"]
             steady = _no_cache(

@@ -55,3 +55,15 @@ def test_a_failed_recovery_fails_the_run() -> None:
 
 def json_skip(stage: int) -> StepResult:
     return StepResult(**json.loads(gates.skipped(stage, "an earlier gate stopped the ramp")))
+
+
+def test_preflight_refuses_an_experiment_whose_stages_are_not_in_the_pipelines_ramp() -> None:
+    import pytest
+
+    from kfchaos.errors import KfchaosError
+    from kfchaos.steps.setup import preflight
+    from tests.conftest import ROOT
+
+    text = (ROOT / "experiments/vllm-network-delay.yaml").read_text()
+    with pytest.raises(KfchaosError, match=r"spec.traffic.stages \[60, 90, 100\] are not stages of this pipeline"):
+        preflight(text, "run-1", "[10, 30]")

@@ -34,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     result = plan(root)
     for problem in result.refusals:
-        print(f"kfchaos compile: {problem}", file=sys.stderr)
+        if args.force and not args.check:
+            print(f"overwriting (--force) {problem.path}", file=sys.stderr)
+        else:
+            print(f"kfchaos compile: {problem}", file=sys.stderr)
     if args.check:
         for problem in result.stale:
             print(f"kfchaos compile --check: {problem}; run `kfchaos compile`", file=sys.stderr)

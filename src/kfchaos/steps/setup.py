@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text
 from kfchaos.steps.results import describe
@@ -15,9 +16,17 @@ if TYPE_CHECKING:
     from kfchaos.baseline import Baseline
 
 
-def preflight(experiment_text: str, run_id: str) -> str:
-    """Spec valid, faults render and pass the safety guards, cluster checks pass; raises on any problem."""
+def preflight(experiment_text: str, run_id: str, ramp: str = "") -> str:
+    """Spec valid, its stages in this pipeline's ramp, faults render and pass the safety guards, cluster checks
+    pass; raises on any problem."""
     experiment = experiment_from_text(experiment_text)
+    if ramp:
+        outside = [s for s in experiment.spec.traffic.stages if s not in json.loads(ramp)]
+        if outside:
+            raise KfchaosError(
+                f"spec.traffic.stages {outside} are not stages of this pipeline (ramp {json.loads(ramp)}); "
+                "compile the experiment's own pipeline (kfchaos compile) or use stages from the ramp"
+            )
     manifests = seams.render_faults(experiment, run_id)  # renders run the safety guards
     faults = seams.cluster_faults(experiment)
     notes = seams.fault_backend(experiment, run_id).preflight(faults) if faults else []
