@@ -149,3 +149,14 @@ def test_constant_and_daily_shaped_arrivals() -> None:
     noon, three_am = per_hour[0], per_hour[15]
     assert noon > 3 * three_am  # 12:00 vs 03:00 of the curve
     assert max(range(24), key=per_hour.__getitem__) in (2, 3, 4)  # the peak, 15:00, is 3 h after the start
+
+
+def test_plan_hash_ignores_where_the_file_lies(tmp_path: Path) -> None:
+    source = recording(tmp_path, n=20)
+    (tmp_path / "elsewhere").mkdir()
+    copy = tmp_path / "elsewhere" / "rec.jsonl"
+    copy.write_bytes(Path(source).read_bytes())
+    assert (
+        plan_stage(ReplaySettings(stage=10, source=source)).hash
+        == plan_stage(ReplaySettings(stage=10, source=str(copy))).hash
+    )

@@ -130,6 +130,7 @@ class Connection(asyncio.Protocol):
     # httptools callbacks
     def on_headers_complete(self) -> None:
         if self.exchange is not None:
+            self.exchange.data = b""  # answered: no resend possible any more, so free a possibly large body
             self.exchange.status = self.parser.get_status_code()
             self.keep_alive = self.parser.should_keep_alive()
 

@@ -122,6 +122,9 @@ class ReplaySettings:
     def describe(self) -> dict[str, Any]:
         """Everything that decides which requests go out when; the input of the plan hash (no credential)."""
         data = asdict(self)
+        # The file's bytes are hashed, not its path: the same recording planned on a laptop and in a pipeline
+        # pod (different paths) is the same plan.
+        data["source"] = Path(self.source).name if self.source else None
         data["headers"] = {
             "add": [list(h) for h in self.headers.add],
             "strip": sorted(self.headers.strip),
