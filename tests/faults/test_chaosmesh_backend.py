@@ -236,3 +236,12 @@ def test_unbound_backend_needs_manifests(backend: ChaosMeshBackend) -> None:
 
     with pytest.raises(BackendError, match="no experiment run bound"):
         backend.apply(experiment_with({"name": "kill", "type": "pod-kill"}).spec.faults[0])
+
+
+def test_one_shot_fault_needs_no_recovery(server: KubeApiServer, backend: ChaosMeshBackend) -> None:
+    handle = backend.apply(manifests()[1])  # pod-kill
+    backend.wait_injected(handle, timeout=5)
+    backend.wait_recovered(handle, timeout=0.5)  # returns: AllInjected is a one-shot fault's end state
+    (obj,) = server.objects("podchaos")
+    conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+    assert conditions["AllInjected"] == "True" and conditions["AllRecovered"] == "False"

@@ -573,6 +573,9 @@ def _recovered(handle: FaultHandle, obj: dict[str, Any]) -> bool:
     if handle.plural == "pods":
         return (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
     conditions = _conditions(obj)
+    if handle.one_shot:
+        # A killed pod is not "recovered" by Chaos Mesh (its controller restarts it): the injection is the end.
+        return conditions.get("AllInjected") == "True"
     phase = ((obj.get("status") or {}).get("experiment") or {}).get("desiredPhase")
     return conditions.get("AllRecovered") == "True" and conditions.get("Paused") != "True" and phase == "Stop"
 
