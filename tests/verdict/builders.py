@@ -67,6 +67,7 @@ def records(
     send_lag: float = 0.001,
     ttft: np.ndarray | None = None,
     fault_active: bool | np.ndarray = True,
+    long_context: bool = False,
 ) -> pa.Table:
     """One stage's records: request i is intended at start + i/rate and sent `send_lag` later."""
     n = len(latency)
@@ -102,7 +103,7 @@ def records(
         "output_tokens": pa.nulls(n, pa.int32()),
         "bytes_sent": pa.nulls(n, pa.int64()),
         "bytes_received": pa.nulls(n, pa.int64()),
-        "long_context": pa.array(np.zeros(n, bool)),
+        "long_context": pa.array(np.full(n, long_context)),
     }
     return pa.table(columns, schema=REQUEST_SCHEMA)
 

@@ -6,10 +6,11 @@ the limit (drift exactly 15 %), s = 1.05 about 0.65 %, s = 1.25 about 1.45 %.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from kfchaos.verdict import Status, evaluate
-from tests.verdict.builders import experiment, records
+from tests.verdict.builders import concat, experiment, records
 from tests.verdict.fixtures import LN100, baseline, exponential
 
 EXPERIMENT = experiment("p99_drift_max: 15%", stages=[10])
@@ -92,3 +93,14 @@ def test_absolute_p99_limit_uses_the_same_rule() -> None:
     clear = evaluate(records(10, exponential(1.0, 50000)), spec, baseline=baseline())
     assert clear.stage(10).check("p99").status is Status.PASS
     assert clear.stage(10).check("p99").value == pytest.approx(LN100, rel=0.01)
+
+
+def test_long_context_burst_requests_are_left_out_of_the_slo_checks() -> None:
+    table = records(10, exponential(1.0, 5000))
+    burst = records(10, np.full(200, 60.0), start=2_000_000.0, long_context=True)  # 200 requests of 60 s
+    verdict = evaluate(concat(table, burst), EXPERIMENT, baseline=baseline())
+    stage = verdict.stage(10)
+    assert stage.check("p99_drift").status is Status.PASS
+    assert stage.requests == 5000 and stage.check("fault_requests").samples == 200
+    as_traffic = evaluate(concat(table, records(10, np.full(200, 60.0), start=2e6)), EXPERIMENT, baseline=baseline())
+    assert as_traffic.stage(10).check("p99_drift").status is Status.FAIL

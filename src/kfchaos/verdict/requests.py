@@ -18,6 +18,7 @@ from kfchaos.errors import KfchaosError
 from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
+OPTIONAL = ("long_context",)  # read when present; older or hand-made records may lack it
 NO_ERROR = -1
 _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
 TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED = (_KIND_CODE[k] for k in ERROR_KINDS)
@@ -41,6 +42,7 @@ class Requests:
     itl_p99: NDArray[np.float64]
     tpot: NDArray[np.float64]
     fault_active: NDArray[np.bool_]
+    long_context: NDArray[np.bool_]  # sent by a long-context-burst fault: part of the fault, not the traffic
 
     def __len__(self) -> int:
         return len(self.stage)
@@ -116,6 +118,11 @@ def from_table(table: pa.Table, source: str = "records") -> Requests:
         itl_p99=_float(table, "itl_p99"),
         tpot=_float(table, "tpot"),
         fault_active=np.asarray(table.column("fault_active").fill_null(False).to_numpy(), dtype=np.bool_),
+        long_context=(
+            np.asarray(table.column("long_context").fill_null(False).to_numpy(), dtype=np.bool_)
+            if "long_context" in table.column_names
+            else np.zeros(table.num_rows, dtype=np.bool_)
+        ),
     )
 
 
@@ -127,7 +134,7 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
     try:
         dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
         names = set(dataset.schema.names)
-        table = dataset.to_table(columns=[n for n in NEEDED if n in names])
+        table = dataset.to_table(columns=[n for n in (*NEEDED, *OPTIONAL) if n in names])
     except FileNotFoundError:
         raise RecordsError(f"{path}: no such records file") from None
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
