@@ -245,3 +245,12 @@ def test_one_shot_fault_needs_no_recovery(server: KubeApiServer, backend: ChaosM
     (obj,) = server.objects("podchaos")
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
     assert conditions["AllInjected"] == "True" and conditions["AllRecovered"] == "False"
+
+
+def test_sweep_skips_kinds_that_are_not_installed() -> None:
+    with KubeApiServer(installed=["podchaos"]) as server:
+        backend = make_backend(server.url)
+        backend.apply(manifests()[1])  # pod-kill: PodChaos is installed
+        assert backend.sweep("run-1") == 1
+        assert server.chaos_objects() == []
+        assert any(e.verb == "list" and e.kind == "networkchaos" and e.code == 404 for e in backend.events)

@@ -48,3 +48,11 @@ def test_refusal_names_rule_and_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["render", str(bad)]) == 3
     err = capsys.readouterr().err
     assert f"{bad}:" in err and "spec.faults[0].containers" in err and "container-kill needs containers" in err
+
+
+def test_run_id_and_pipeline_version_options(capsys: pytest.CaptureFixture[str]) -> None:
+    path = EXPERIMENTS / "vllm-network-delay.yaml"
+    assert main(["render", str(path), "--run-id", "nightly-7", "--pipeline-version", "3.1.0"]) == 0
+    (manifest,) = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert manifest["metadata"]["labels"]["kfchaos.io/run-id"] == "nightly-7"
+    assert manifest["metadata"]["labels"]["kfchaos.io/pipeline-version"] == "3.1.0"
