@@ -221,9 +221,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_held(held: int, target: int, total: int) -> None:
         report = {"held": held, "target": target, "total": total, "pid": os.getpid(), "time": time.time()}
+        if args.ready_file is not None:  # first the file, then the line: whoever reads the line sees the file
+            temporary = args.ready_file.with_suffix(".tmp")
+            temporary.write_text(json.dumps(report))
+            temporary.replace(args.ready_file)  # atomic: the probe never sees a half-written file
         print(json.dumps({"event": "held", **report}), flush=True)
-        if args.ready_file is not None:
-            args.ready_file.write_text(json.dumps(report))
 
     try:
         result = allocator.hold(args.share, args.duration, on_held)
