@@ -64,6 +64,9 @@ def render_gpu_pod(
         "image": params.image or DEFAULT_IMAGE,
         "command": allocator_command(params.share, seconds),
         "resources": {"limits": {GPU_RESOURCE: 1}, "requests": {"cpu": "50m", "memory": "128Mi"}},
+        # The NVIDIA container toolkit mounts libcuda.so.1 only with the compute capability; images that are not
+        # CUDA images do not ask for it by themselves.
+        "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}],
         # Ready only once the memory is held: wait_injected waits for this, not merely for Running.
         "readinessProbe": {"exec": {"command": ["test", "-f", READY_FILE]}, "periodSeconds": 2},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
