@@ -6,7 +6,8 @@ few vectorized passes, not a Python loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -43,33 +44,46 @@ class Requests:
     tpot: NDArray[np.float64]
     fault_active: NDArray[np.bool_]
     long_context: NDArray[np.bool_]  # sent by a long-context-burst fault: part of the fault, not the traffic
+    # The class masks below are asked for many times per stage; computed once each.
+    _masks: dict[str, NDArray[np.bool_]] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.stage)
 
     def where(self, mask: NDArray[np.bool_]) -> Requests:
-        return Requests(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})
+        return Requests(**{f.name: getattr(self, f.name)[mask] for f in fields(self) if f.name != "_masks"})
+
+    def _mask(self, name: str, compute: Callable[[], NDArray[np.bool_]]) -> NDArray[np.bool_]:
+        if name not in self._masks:
+            self._masks[name] = compute()
+        return self._masks[name]
 
     # Classes of request, as the checks count them (docs/verdict.md defines each).
     def was_sent(self) -> NDArray[np.bool_]:
         """Sent and not cut off by the stage ending: the denominator of every rate."""
-        return (self.error != DROPPED) & (self.error != CANCELLED) & ~np.isnan(self.sent)
+        return self._mask("sent", lambda: (self.error != DROPPED) & (self.error != CANCELLED) & ~np.isnan(self.sent))
 
     def timed_out(self) -> NDArray[np.bool_]:
-        return self.error == TIMEOUT
+        return self._mask("timeout", lambda: self.error == TIMEOUT)
 
     def failed(self) -> NDArray[np.bool_]:
         """Errors other than timeouts: connection, protocol, HTTP >= 500 (timeouts have their own check)."""
-        by_kind = (self.error == CONNECT) | (self.error == HTTP) | (self.error == PROTOCOL)
-        return by_kind | (np.nan_to_num(self.status, nan=0.0) >= 500)
+
+        def compute() -> NDArray[np.bool_]:
+            by_kind = (self.error == CONNECT) | (self.error == HTTP) | (self.error == PROTOCOL)
+            return by_kind | (self.status >= 500)  # NaN (no status) compares False
+
+        return self._mask("failed", compute)
 
     def succeeded(self) -> NDArray[np.bool_]:
-        return self.was_sent() & ~self.failed() & ~self.timed_out()
+        return self._mask("ok", lambda: self.was_sent() & ~self.failed() & ~self.timed_out())
 
 
 def _float(table: pa.Table, name: str) -> NDArray[np.float64]:
     column = table.column(name)
-    return np.asarray(column.cast(pa.float64()).to_numpy(), dtype=np.float64)
+    if column.type != pa.float64():
+        column = column.cast(pa.float64())
+    return np.asarray(column.to_numpy(), dtype=np.float64)
 
 
 def _error_codes(column: pa.ChunkedArray) -> NDArray[np.int8]:
