@@ -106,6 +106,17 @@ def _run_command(root: Path, stack: DemoStack) -> list[str]:
     ]  # fmt: skip
 
 
+def _git_commit(root: Path) -> str:
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "experiment"]):
+        subprocess.run([*git, *args], check=True, capture_output=True, timeout=30)
+    (root / ".gitignore").write_text("out/\n")
+    subprocess.run([*git, "add", ".gitignore"], check=True, capture_output=True, timeout=30)
+    subprocess.run([*git, "commit", "-q", "-m", "ignore outputs"], check=True, capture_output=True, timeout=30)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True, timeout=30)
+    return head.stdout.strip()
+
+
 def _proxy_faults(stack: DemoStack) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"{stack.control_url}/faults", timeout=5) as response:
         items: list[dict[str, Any]] = json.loads(response.read())["items"]
@@ -122,6 +133,7 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
 ) -> None:
     root = _repo(tmp_path, SYNTHETIC, duration="duration: 10m")  # removed by the pipeline, not by expiry
     assert kfchaos("compile", "--root", str(root)).returncode == 0
+    commit = _git_commit(root)
     with KubeApiServer(inject_delay=0.2) as kube:
         kube.add_pod("demo", "demo-llm-0", {"app": "demo-llm"})
         command = _run_command(root, stack)
@@ -150,6 +162,7 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     assert [p["stage"] for p in record["replay_plans"]] == [10, 30]
     assert all(p["plan_hash"].startswith("sha256:") for p in record["replay_plans"])
     assert record["recovery"]["removed"] == 1
+    assert record["git_commit"] == commit
     # The run used the sealed IR, so its audit record verifies against the compiled file.
     verify = kfchaos("audit", "verify", str(record_path), "--root", str(root))
     assert verify.returncode == 0, verify.stdout

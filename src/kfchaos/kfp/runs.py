@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,8 +85,39 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
     local.init(local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
     started = time.time()
     parameters = parameters_for(experiment_path, experiment, root, target, str(experiment_path.resolve().parent))
-    pipeline(**parameters)
+    with _git_commit_env(root):
+        pipeline(**parameters)
     return read_local_outcome(pipeline_root, experiment.metadata.name, since=started)
+
+
+@contextlib.contextmanager
+def _git_commit_env(root: Path) -> Iterator[None]:
+    """Local tasks inherit this process's env: give them the checkout's commit for the audit record, as the
+    image's build arg does on a cluster."""
+    from kfchaos.steps.conclude import GIT_COMMIT_ENV
+
+    if os.environ.get(GIT_COMMIT_ENV):
+        yield
+        return
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except OSError:
+        yield
+        return
+    commit = done.stdout.strip() if done.returncode == 0 else ""
+    dirty = ""
+    if commit:
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True, timeout=10, check=False
+        )
+        dirty = "-dirty" if status.stdout.strip() else ""
+    os.environ[GIT_COMMIT_ENV] = (commit + dirty) or "unknown"
+    try:
+        yield
+    finally:
+        os.environ.pop(GIT_COMMIT_ENV, None)
 
 
 def read_local_outcome(pipeline_root: Path, name: str, since: float) -> LocalOutcome:
