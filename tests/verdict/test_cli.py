@@ -96,3 +96,12 @@ def test_run_state_carries_fault_verification(inputs: dict[str, Path], tmp_path:
     assert verdict(inputs, "good", *metrics, "--run-state", str(state)) == 0
     state.write_text(json.dumps({"faults_verified": {"kill-one": True}, "surprise": 1}))
     assert verdict(inputs, "good", *metrics, "--run-state", str(state)) == 3
+
+
+def test_stale_baseline_is_reported_not_used_silently(
+    inputs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    baseline(captured_at="2025-01-01T00:00:00Z").write(inputs["base"])
+    assert verdict(inputs, "good", "--metrics", str(inputs["metrics"]), "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert any("stale" in w for w in data["warnings"])
