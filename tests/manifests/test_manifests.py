@@ -66,7 +66,7 @@ def test_bindings_name_the_runner_service_account(built: list[dict[str, Any]]) -
 def test_cluster_wide_access_is_read_only_crds(built: list[dict[str, Any]]) -> None:
     (cluster_role,) = _by_kind(built, "ClusterRole")
     assert cluster_role["rules"] == [
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list"]}
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]}
     ]
 
 
