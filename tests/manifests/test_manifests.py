@@ -105,3 +105,14 @@ def test_demo_target_validates_and_matches_the_e2e_experiment(version: str) -> N
     assert deployment["metadata"]["namespace"] == experiment.spec.target.namespace
     (service,) = _by_kind(objects, "Service")
     assert f"//{service['metadata']['name']}.{experiment.spec.target.namespace}.svc:" in experiment.spec.target.endpoint
+
+
+def test_schedules_file_loads_and_names_compiled_pipelines() -> None:
+    from kfchaos.kfp.schedules import load_schedules
+
+    schedules = load_schedules(MANIFESTS / "schedules.yaml")
+    assert schedules.schedules
+    compiled = {p.name for p in (ROOT / "pipelines" / "compiled").iterdir() if p.is_dir()}
+    for entry in schedules.schedules:
+        assert entry.pipeline in compiled, f"{entry.name}: no compiled pipeline {entry.pipeline}"
+        assert len(entry.cron.split()) == 6
