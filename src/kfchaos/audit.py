@@ -9,8 +9,11 @@ hash it can from the record itself, plus the IR hash from the compiled pipeline 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +127,52 @@ def _compare(what: str, recorded: Any, computed: Any) -> Finding:
     return Finding(what, False, f"recorded {recorded}, computed {computed}")
 
 
+@contextlib.contextmanager
+def _placeholder_env(name: str | None) -> Iterator[None]:
+    if name is None or name in os.environ:
+        yield
+        return
+    os.environ[name] = "placeholder-for-audit-verify"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+def _verify_plans(record: dict[str, Any]) -> list[Finding]:
+    """Re-plan every stage from the recorded experiment: the plan is a pure function of the experiment, the
+    traffic and the seed, so its hash must come out the same. Needs the traffic file where the run had it
+    (synthetic traffic needs nothing); without it the plan is reported as not checked, never as ok."""
+    from kfchaos.spec import parse_experiment
+
+    findings: list[Finding] = []
+    plans = record.get("replay_plans", [])
+    if not plans:
+        return findings
+    parameters = record.get("parameters", {})
+    try:
+        experiment = parse_experiment(parameters.get("experiment", ""), "record parameters.experiment")
+        from kfchaos.traffic.api import plan_stage
+    except (KfchaosError, ImportError) as exc:
+        return [Finding("replay_plans", False, f"cannot re-plan: {exc}")]
+    base_dir = parameters.get("experiment_dir") or "."
+    traffic_file = experiment.spec.traffic.file
+    if traffic_file and not (Path(base_dir) / traffic_file).is_file():
+        return [Finding("replay_plans", True, f"not checked: traffic {Path(base_dir) / traffic_file} not here")]
+    auth = experiment.spec.target.auth
+    for plan in plans:
+        what = f"replay_plans[stage {plan.get('stage')}]"
+        try:
+            # The plan hash names the credential header, never its value: verifying needs no secret.
+            with _placeholder_env(auth.env if auth else None):
+                computed = plan_stage(experiment, int(plan["stage"]), base_dir=base_dir).hash
+        except (KfchaosError, OSError, KeyError, ValueError) as exc:
+            findings.append(Finding(what, False, f"cannot re-plan: {exc}"))
+            continue
+        findings.append(_compare(what, plan.get("plan_hash"), computed))
+    return findings
+
+
 def verify(record: dict[str, Any], root: Path | None = None) -> list[Finding]:
     """Recompute every hash; with `root`, also the IR hash of pipelines/compiled/<name>/<version>.yaml."""
     findings: list[Finding] = []
@@ -144,6 +193,7 @@ def verify(record: dict[str, Any], root: Path | None = None) -> list[Finding]:
     for index, obj in enumerate(record.get("chaos_objects", [])):
         name = f"chaos_objects[{index}] {obj.get('kind')}/{obj.get('name')}"
         findings.append(_compare(name, obj.get("manifest_sha256"), sha256_json(obj.get("manifest", {}))))
+    findings += _verify_plans(record)
     pipeline = record.get("pipeline", {})
     if root is not None and pipeline.get("name") and pipeline.get("version"):
         compiled = root / "pipelines" / "compiled" / pipeline["name"] / f"{pipeline['version']}.yaml"

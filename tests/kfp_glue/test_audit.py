@@ -104,3 +104,26 @@ def test_unreadable_records_are_input_errors(tmp_path: Path, capsys: pytest.Capt
     bad.write_text(json.dumps({"kind": "Other"}))
     assert main(["audit", "verify", str(bad)]) == 3
     assert main(["audit", "verify", str(tmp_path / "missing.json")]) == 3
+
+
+def test_replay_plans_are_replanned_from_the_recorded_experiment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kfchaos.spec import parse_experiment
+    from kfchaos.traffic.api import plan_stage
+
+    synthetic = EXPERIMENT.replace(
+        "    file: ../traffic/vllm-prod-sample.jsonl.gz\n", "    synthetic: {rate: 50}\n"
+    ).replace("stage_duration: 20m", "stage_duration: 5s")
+    experiment = parse_experiment(synthetic, "synthetic.yaml")
+    with monkeypatch.context() as env:
+        env.setenv("KFCHAOS_TARGET_TOKEN", "the-real-secret")
+        true_hash = plan_stage(experiment, 10, base_dir=".").hash
+    monkeypatch.delenv("KFCHAOS_TARGET_TOKEN", raising=False)  # verifying needs no secret
+    stage = {"step": "stage", "stage": 10, "status": "PASS", "proceed": True, "reasons": [], "detail": {}}
+    for recorded, expected in ((true_hash, 0), ("sha256:" + "2" * 64, 1)):
+        stage["detail"] = {"plan_hash": recorded}
+        record = _record(parameters={"experiment": synthetic, "baseline": ""}, steps=[stage])
+        assert _verify(tmp_path, record) == expected
+        out = capsys.readouterr().out
+        assert ("ok       replay_plans[stage 10]" if expected == 0 else "MISMATCH replay_plans[stage 10]") in out

@@ -167,6 +167,7 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     verify = kfchaos("audit", "verify", str(record_path), "--root", str(root))
     assert verify.returncode == 0, verify.stdout
     assert "ok       pipeline.ir_hash (" in verify.stdout
+    assert "ok       replay_plans[stage 10]" in verify.stdout and "ok       replay_plans[stage 30]" in verify.stdout
     report = (_run_dir(root) / "verdict-report" / "report_md").read_text()
     assert "local-delay 1.0.0" in report and "INCONCLUSIVE" in report
     assert "<html" in (_run_dir(root) / "verdict-report" / "report_html").read_text().lower()
