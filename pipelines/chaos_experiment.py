@@ -163,6 +163,7 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
                     target=target,
                     run_id=run_id,
                     history=gate.outputs["history"],
+                    baseline_in=baseline_artifact,
                 ),
                 retries=2,
             )

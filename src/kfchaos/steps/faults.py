@@ -16,6 +16,7 @@ from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text
 from kfchaos.steps.results import Status, StepResult, describe, load_history
+from kfchaos.steps.setup import load_optional_baseline
 
 
 def inject(experiment_text: str, run_id: str) -> str:
@@ -71,7 +72,9 @@ def inject(experiment_text: str, run_id: str) -> str:
     return StepResult("inject", 0, status, not reasons, reasons, outcome).to_json()
 
 
-def remove_and_recover(experiment_text: str, experiment_dir: str, target: str, run_id: str, history: str) -> str:
+def remove_and_recover(
+    experiment_text: str, experiment_dir: str, target: str, run_id: str, history: str, baseline_path: str = ""
+) -> str:
     """Delete the run's faults, wait until recovered, then probe the target to measure time until SLOs hold."""
     from kfchaos.verdict import load_requests
     from kfchaos.verdict.recovery import recovery_check
@@ -93,7 +96,9 @@ def remove_and_recover(experiment_text: str, experiment_dir: str, target: str, r
             experiment, stage, experiment_dir, target, records, duration=probe, fault_active=False
         )
         requests = load_requests(records)
-    check = recovery_check(requests, slo, None, removed_at=removed_at)
+    baseline = load_optional_baseline(baseline_path) if baseline_path else None
+    base_p99 = baseline.p99("latency_p99") if baseline else None
+    check = recovery_check(requests, slo, base_p99, removed_at=removed_at)
     return json.dumps(
         {
             "removed": removed,
