@@ -176,3 +176,19 @@ def test_rerun_refuses_a_tampered_record(kfp_api: KfpApiServer, tmp_path: Path) 
     audit.write_record(record, path)
     assert main(["rerun", str(path), "--host", kfp_api.url]) == 1
     assert not kfp_api.state.runs
+
+
+def test_schedule_sync_creates_a_disabled_run_and_enables_it_when_the_file_says_so(
+    kfp_api: KfpApiServer, tmp_path: Path
+) -> None:
+    assert _upload(kfp_api, "vllm-network-delay") == 0
+    one = SCHEDULES.split("  - name: replica-kill-weekly")[0]
+    file = _schedules(tmp_path / "schedules.yaml", one.replace("    cron:", "    enabled: false\n    cron:", 1))
+    sync = ["schedule", "sync", str(file), "--host", kfp_api.url, "--root", str(ROOT)]
+    assert main(sync) == 0
+    (run,) = kfp_api.state.recurring.values()
+    assert run["mode"] == "DISABLE"
+    _schedules(file, one)
+    assert main(sync) == 0
+    (same,) = kfp_api.state.recurring.values()
+    assert same["recurring_run_id"] == run["recurring_run_id"] and same["mode"] == "ENABLE"
