@@ -137,3 +137,24 @@ def test_progress_lines_when_not_a_terminal(server: LoopbackServer, tmp_path: Pa
     lines = stream.getvalue().splitlines()
     assert len(lines) >= 2 and all(line.startswith("replay: stage-100 ") for line in lines)
     assert "sent 60/60" in lines[-1] and "errors 0" in lines[-1]
+
+
+def test_shards_replayed_then_merged_by_the_command(
+    server: LoopbackServer, traffic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = []
+    for shard in ("0/2", "1/2"):
+        out = tmp_path / f"s{shard[0]}.parquet"
+        assert main(["replay", traffic, "--target", server.url, "--shard", shard, "--out", str(out), "--quiet"]) == 0
+        files.append(str(out))
+    capsys.readouterr()
+    merged = tmp_path / "merged.parquet"
+    assert main(["replay", "--merge", *files, "--out", str(merged), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["shards"] == [0, 1] and summary["intended"] == 30 and summary["ok"] == 30
+    assert pq.read_metadata(merged).num_rows == 30
+    assert main(["replay", "--merge", str(tmp_path / "missing.parquet")]) == 3
+    not_records = tmp_path / "other.parquet"
+    pq.write_table(pq.read_table(merged).select(["stage"]), not_records)
+    assert main(["replay", "--merge", str(not_records)]) == 3
+    assert "missing columns" in capsys.readouterr().err

@@ -15,12 +15,14 @@ from typing import Any
 
 from kfchaos.cli import EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
+from kfchaos.records import REQUEST_SCHEMA
 from kfchaos.spec import load_experiment
 from kfchaos.traffic.api import run_stage
 from kfchaos.traffic.formats import FORMATS
-from kfchaos.traffic.plan import APIS, ReplayPlan, ReplaySettings, settings_from_experiment
+from kfchaos.traffic.plan import APIS, NO_GOODPUT_SLO, ReplayPlan, ReplaySettings, settings_from_experiment
 from kfchaos.traffic.progress import Progress
-from kfchaos.traffic.summary import StageSummary
+from kfchaos.traffic.recorder import read_records, write_parquet
+from kfchaos.traffic.summary import StageSummary, summarize
 from kfchaos.traffic.tagging import HeaderPolicy
 from kfchaos.units import parse_duration
 
@@ -54,7 +56,7 @@ def register(subparsers: Any) -> None:
         "INVALID because the replayer fell behind its schedule.",
     )
     parser.add_argument("traffic", nargs="?", metavar="TRAFFIC", help="traffic file (default: the experiment's)")
-    parser.add_argument("--target", required=True, metavar="URL", help="base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--target", metavar="URL", help="base URL, e.g. http://127.0.0.1:8000 (required to replay)")
     parser.add_argument("--format", choices=FORMATS, help="traffic file format (default jsonl)")
     parser.add_argument("--stage", type=int, metavar="P", help="percent of the recorded rate (default 100)")
     parser.add_argument("--duration", type=_duration, metavar="D", help="stage length, e.g. 90s (default: file once)")
@@ -73,6 +75,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--allow-credentials", action="store_true", help="keep recorded Authorization/Cookie")
     parser.add_argument("--out", metavar="FILE", help="write the per-request records here (Parquet)")
     parser.add_argument("--experiment", metavar="FILE", help="take traffic, target API, faults and SLOs from it")
+    parser.add_argument(
+        "--merge", nargs="+", metavar="PARQUET", help="summarize the record files of one stage's shards (no replay)"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(func=run)
@@ -147,7 +152,46 @@ def format_summary(summary: StageSummary) -> str:
     return "\n".join(lines)
 
 
+def merge(args: argparse.Namespace) -> int:
+    """One stage's summary from its shards' Parquet files; the lag rules apply to the merged records."""
+    missing = [p for p in args.merge if not Path(p).is_file()]
+    if missing:
+        raise KfchaosError(f"records file {missing[0]}: not found")
+    try:
+        table = read_records(args.merge)
+    except (OSError, ValueError) as exc:  # pyarrow's errors derive from these
+        raise KfchaosError(f"records: cannot read as {len(REQUEST_SCHEMA)}-column kfchaos records: {exc}") from None
+    stages = sorted(set(table.column("stage").to_pylist()))
+    if len(stages) > 1:
+        raise KfchaosError(f"records: the files hold several stages {stages}; merge one stage at a time")
+    stage = stages[0] if stages else (args.stage or 0)
+    goodput = NO_GOODPUT_SLO
+    max_lag = 0.050
+    duration = args.duration
+    api = args.api or "http"
+    if args.experiment:
+        settings = settings_from_experiment(load_experiment(args.experiment), stage, Path(args.experiment).parent)
+        goodput, max_lag, api = settings.goodput, settings.max_send_lag_p99, args.api or settings.api
+        duration = duration if duration is not None else settings.duration
+    summary = summarize(
+        table,
+        stage=stage,
+        duration=duration,
+        max_send_lag_p99=args.max_lag if args.max_lag is not None else max_lag,
+        goodput=goodput,
+        streaming=api != "http",
+    )
+    if args.out:
+        write_parquet(table, args.out)
+    print(json.dumps(summary.to_dict(), indent=2, sort_keys=True) if args.json else format_summary(summary))
+    return EXIT_PASS if summary.valid else EXIT_INCONCLUSIVE
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.merge:
+        return merge(args)
+    if not args.target:
+        raise KfchaosError("replay: --target URL is required (or --merge to summarize shard records)")
     plan = ReplayPlan(build_settings(args))
     progress = None if args.quiet else Progress(sys.stderr)
     result = run_stage(plan, args.target, out=args.out, progress=progress)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kfchaos.errors import KfchaosError
 from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA
 
 NAN = math.nan
@@ -154,5 +155,10 @@ def write_parquet(table: pa.Table, path: str | Path) -> Path:
 
 def read_records(paths: list[str | Path]) -> pa.Table:
     """Shard files of one stage, merged into one table in intended-send order."""
-    tables = [pq.read_table(p, schema=REQUEST_SCHEMA) for p in paths]
+    tables = []
+    for path in paths:
+        missing = [name for name in REQUEST_SCHEMA.names if name not in pq.read_schema(path).names]
+        if missing:  # pyarrow would fill them with nulls, and missing data must never look like data
+            raise KfchaosError(f"records file {path}: not kfchaos request records; missing columns {missing}")
+        tables.append(pq.read_table(path, schema=REQUEST_SCHEMA))
     return pa.concat_tables(tables).sort_by("intended") if tables else REQUEST_SCHEMA.empty_table()
