@@ -4,6 +4,7 @@ It records every request it receives (arrival time on the epoch clock, method, p
 and answers by path:
   /slow/<ms>                 200 after a delay
   /fail                      500
+  /missing                   404
   /drop                      closes the connection without answering
   /v1/completions, /v1/chat/completions   an SSE stream: TOKENS chunks GAP_MS apart, usage, [DONE]
   anything else              200 with a short body
@@ -108,7 +109,7 @@ class LoopbackServer:
         if path.startswith("/v1/"):
             await self._stream(path, json.loads(body), writer)
             return True
-        status = "500 Internal Server Error" if path == "/fail" else "200 OK"
+        status = {"/fail": "500 Internal Server Error", "/missing": "404 Not Found"}.get(path, "200 OK")
         payload = b'{"ok":true}'
         writer.write(f"HTTP/1.1 {status}\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
         await writer.drain()

@@ -73,6 +73,7 @@ def test_error_kinds_failing_closing_and_timing_out(server: LoopbackServer, tmp_
         {"id": "closed", "timestamp": 100.1, "path": "/drop"},
         {"id": "slow", "timestamp": 100.12, "path": "/slow/3000"},
         {"id": "fine", "timestamp": 100.14, "path": "/ok"},
+        {"id": "absent", "timestamp": 100.16, "path": "/missing"},
     ]
     result = run_stage(
         plan_stage(ReplaySettings(stage=100, source=write_traffic(tmp_path, rows), timeout=0.3)), server.url
@@ -83,7 +84,8 @@ def test_error_kinds_failing_closing_and_timing_out(server: LoopbackServer, tmp_
     assert by_id["slow"]["error"] == "timeout" and by_id["slow"]["latency"] is None
     assert by_id["fine"]["error"] is None and by_id["fine"]["status"] == 200
     assert result.summary.errors == {"http": 4, "connect": 1, "timeout": 1}
-    assert result.summary.ok == 1
+    assert by_id["absent"]["status"] == 404 and by_id["absent"]["error"] is None  # not a replay error...
+    assert result.summary.ok == 1 and result.summary.status["4xx"] == 1  # ...but not a success either
 
 
 def test_connection_refused_is_a_connect_error(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ class StageSummary:
     intended: int  # requests the plan scheduled
     sent: int
     completed: int  # a response was received (any status)
-    ok: int  # completed without error
+    ok: int  # completed without error with a status below 400
     dropped: int  # not sent: concurrency limit
     errors: dict[str, int]
     status: dict[str, int]  # by class: 2xx, 3xx, 4xx, 5xx
@@ -112,7 +112,10 @@ def summarize(
         if behind > max_send_lag_p99:
             valid, reason = False, f"backlog growing: still {behind * 1000:.1f} ms behind at the end of the stage"
     completed = int((status >= 0).sum())
-    ok = int(((status >= 0) & errors_col.is_null().to_numpy(zero_copy_only=False)).sum()) if n else 0
+    # ok: a 1xx-3xx answer without error. A 4xx is no replay error (records keep error null, as the schema
+    # says), but it is not a success either; it is counted under status.
+    no_error = errors_col.is_null().to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
+    ok = int(((status >= 0) & (status < 400) & no_error).sum())
     seconds = duration
 
     def rate(count: float) -> float:
