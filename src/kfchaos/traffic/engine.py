@@ -15,8 +15,10 @@ perf_counter clock (uvloop's loop.time() counts whole milliseconds), mapped once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
+import resource
 import time
 from collections import deque
 from collections.abc import Callable
@@ -294,8 +296,19 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def raise_open_file_limit(needed: int) -> None:
+    """Each in-flight request holds a socket; containers often start with a soft limit of 1024 files."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = needed + 256  # headroom for the traffic file, Parquet output and the interpreter's own files
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def run_stage(plan: ReplayPlan, target: str, out: str | Path | None = None, **options: object) -> StageResult:
     """Synchronous `replay` on a fresh uvloop; writes the records to `out` (Parquet) when given."""
+    raise_open_file_limit(plan.settings.concurrency_limit)
     loop = new_event_loop()
     try:
         result = loop.run_until_complete(replay(plan, target, **options))  # type: ignore[arg-type]
