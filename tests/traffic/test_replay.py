@@ -40,9 +40,12 @@ def test_requests_arrive_at_their_recorded_times(server: LoopbackServer, tmp_pat
     result = run_stage(plan_stage(ReplaySettings(stage=100, source=source)), server.url)
     assert result.summary.ok == 40 and result.summary.valid
     arrivals = sorted(seen.at for seen in server.seen)
-    # Generous tolerance for a shared machine: precision is measured in the benchmark.
-    for i, at in enumerate(arrivals):
-        assert at - arrivals[0] == pytest.approx(i * 0.02, abs=0.015)
+    # Generous tolerances for a shared machine (precision is measured in the benchmark): most requests
+    # within 15 ms of their recorded offset, none off by more than 250 ms. Sending all at once, or one
+    # after another's response, fails this.
+    errors = [abs((at - arrivals[0]) - i * 0.02) for i, at in enumerate(arrivals)]
+    assert sum(e < 0.015 for e in errors) >= 0.9 * len(errors), errors
+    assert max(errors) < 0.25, errors
     table = result.table
     intended = table.column("intended").to_pylist()
     assert [b - intended[0] for b in intended] == pytest.approx([i * 0.02 for i in range(40)], abs=1e-6)
@@ -52,7 +55,7 @@ def test_slow_responses_do_not_delay_later_sends(server: LoopbackServer, tmp_pat
     source = write_traffic(tmp_path, evenly(20, 0.01, "/slow/400"))
     result = run_stage(plan_stage(ReplaySettings(stage=100, source=source)), server.url)
     arrivals = sorted(seen.at for seen in server.seen)
-    assert arrivals[-1] - arrivals[0] < 0.19 + 0.1  # open loop: 20 x 10 ms, not 20 x 400 ms
+    assert arrivals[-1] - arrivals[0] < 2.0  # open loop: 20 x 10 ms (0.19 s), not 20 x 400 ms (8 s)
     latency = result.table.column("latency").to_pylist()
     assert min(latency) >= 0.39
     assert result.summary.ok == 20

@@ -44,11 +44,13 @@ def test_token_timings_from_a_streaming_server(tmp_path: Path, api: str) -> None
     assert len(rows) == 5 and all(r["error"] is None for r in rows)
     for row in rows:
         # The role-only first chat chunk arrives at once; TTFT waits for the first content (20 ms later).
-        assert row["ttft"] == pytest.approx(0.020, abs=0.015)
-        assert row["itl_mean"] == pytest.approx(0.020, abs=0.010)
-        assert row["tpot"] == pytest.approx(0.020, abs=0.010)
+        # Lower bounds are exact (the server sleeps 20 ms before each token); upper ones leave room for a
+        # busy machine.
+        assert 0.018 <= row["ttft"] < 0.5
+        assert 0.018 <= row["itl_mean"] < 0.5
+        assert 0.018 <= row["tpot"] < 0.5
         assert row["output_tokens"] == 6 and row["prompt_tokens"] == 7  # from the usage chunk
-        assert row["latency"] >= row["ttft"] + 5 * 0.015
+        assert row["latency"] >= row["ttft"] + 5 * 0.018
     summary = result.summary
     assert summary.output_tokens == 30 and summary.ttft is not None and summary.goodput is not None
 
