@@ -23,7 +23,7 @@ prometheus:
 test: setup prometheus
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-demo: setup
+demo: setup prometheus
 	$(BIN)/kfchaos demo $(DEMO_ARGS)
 
 lint: setup

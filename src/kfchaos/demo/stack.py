@@ -20,6 +20,9 @@ from types import FrameType, TracebackType
 
 import yaml
 
+DEMO_NAMESPACE = "demo"
+DEMO_POD = "demo-llm-0"
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -121,7 +124,18 @@ class DemoStack:
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [
-                {"job_name": "demo-llm", "static_configs": [{"targets": [f"127.0.0.1:{self.server_port}"]}]}
+                {
+                    "job_name": "demo-llm",
+                    "honor_labels": True,
+                    # The labels a Kubernetes service discovery would attach, so the standard queries
+                    # (scoped by namespace and pod) find the demo server's series.
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{self.server_port}"],
+                            "labels": {"namespace": DEMO_NAMESPACE, "pod": DEMO_POD, "container": "vllm"},
+                        }
+                    ],
+                }
             ],
         }
         config_file = self.workdir / "prometheus.yml"

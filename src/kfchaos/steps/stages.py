@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from kfchaos.steps import seams
@@ -87,7 +88,8 @@ def collect(
     stage_result, stage_gate = _judge(experiment_text, stage, records_path, baseline_path, summary.get("valid"))
     figures: dict[str, float] = {"requests": float(stage_result.requests)}
     for check in stage_result.checks:
-        if check.value is not None:
+        # KFP Metrics are protobuf numbers: an infinite value (e.g. a P99 made of timeouts) cannot be logged.
+        if check.value is not None and math.isfinite(float(check.value)):
             figures[check.name] = float(check.value)
     reasons = list(stage_result.to_dict()["reasons"])
     if not stage_gate.proceed:
