@@ -4,7 +4,7 @@ Two scenarios retell the classic incident of a large model that went live withou
 OOM-killed again and again in its first hours:
 - unsafe: vLLM defaults pushed for throughput (--max-num-seqs 256, --gpu-memory-utilization 0.95) under
   long-context traffic plus 200 ms of network delay -> FAIL, naming the OOM kills and the P99 drift;
-- tuned: --max-num-seqs 32, --gpu-memory-utilization 0.85, --enable-prefix-caching -> PASS.
+- tuned: --max-num-seqs 96, --gpu-memory-utilization 0.85, --enable-prefix-caching -> PASS.
 For each: start the demo stack (server under its supervisor, fault proxy, local Prometheus), capture the
 scenario's baseline from Prometheus after a short fault-free replay, run the experiment's pipeline with
 kfp.local (faults applied by the local backend through the proxy), and collect the run's artifacts into
@@ -33,11 +33,11 @@ DEMO_EXPERIMENT = Path(__file__).with_name("experiments") / "demo-llm-chaos.yaml
 SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
     "unsafe": (
         "--max-num-seqs 256 --gpu-memory-utilization 0.95",
-        ServerSettings(max_num_seqs=256, gpu_memory_utilization=0.95, enable_prefix_caching=False),
+        ServerSettings(max_num_seqs=256, gpu_memory_utilization=0.95, enable_prefix_caching=False, decode_step_ms=90),
     ),
     "tuned": (
-        "--max-num-seqs 32 --gpu-memory-utilization 0.85 --enable-prefix-caching",
-        ServerSettings(max_num_seqs=32, gpu_memory_utilization=0.85, enable_prefix_caching=True),
+        "--max-num-seqs 96 --gpu-memory-utilization 0.85 --enable-prefix-caching",
+        ServerSettings(max_num_seqs=96, gpu_memory_utilization=0.85, enable_prefix_caching=True, decode_step_ms=90),
     ),
 }
 ARTIFACTS = {

@@ -329,6 +329,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
     parser.add_argument("--enable-prefix-caching", action="store_true")
     parser.add_argument("--memory-limit-gib", type=float, default=defaults.memory_limit_bytes / 2**30)
+    parser.add_argument(
+        "--decode-step-ms", type=float, default=defaults.decode_step_s * 1000, help="fixed cost of one decode step"
+    )
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -338,6 +341,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         block_size=args.block_size,
         enable_prefix_caching=args.enable_prefix_caching,
         memory_limit_bytes=int(args.memory_limit_gib * 2**30),
+        decode_step_s=args.decode_step_ms / 1000,
     )
 
 

@@ -53,9 +53,11 @@ class ServerSettings:
     gpu_memory_utilization: float = 0.95
     enable_prefix_caching: bool = False
     restart_delay_s: float = 3.0
+    decode_step_ms: float = 30.0
 
     def args(self) -> list[str]:
-        out = ["--max-num-seqs", str(self.max_num_seqs), "--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        out = ["--max-num-seqs", str(self.max_num_seqs), "--gpu-memory-utilization", str(self.gpu_memory_utilization),
+               "--decode-step-ms", str(self.decode_step_ms)]  # fmt: skip
         if self.enable_prefix_caching:
             out.append("--enable-prefix-caching")
         return out

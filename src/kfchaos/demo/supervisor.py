@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         str(args.block_size),
         "--memory-limit-gib",
         str(args.memory_limit_gib),
+        "--decode-step-ms",
+        str(args.decode_step_ms),
     ]
     if args.enable_prefix_caching:
         server_args.append("--enable-prefix-caching")

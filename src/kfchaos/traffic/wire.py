@@ -4,7 +4,8 @@ For OpenAI-compatible APIs the body always asks for a stream with usage (`stream
 `stream_options.include_usage`) and names the target's model; recorded bodies are kept otherwise.
 Prompt-set and synthetic requests get a body built here: a prompt of `prompt_tokens` words, each a
 common English word (about one token each in Llama/GPT tokenizers), prefixed by the request id so no two
-prompts share a prefix-cache block.
+prompts share a prefix-cache block -- except long-context bursts, which share one document and differ only in
+the question after it, as many users asking about the same long document do.
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ class RequestBuilder:
     def _prompt(self, request: TrafficRequest) -> str:
         if request.prompt is not None:
             return request.prompt
+        if request.long_context:
+            # A burst is many users asking about one long document: the document comes first and is the same
+            # for every request (a prefix cache can share it), the question after it differs.
+            return filler_text(max(0, (request.prompt_tokens or 1) - 8)) + f"\n\n[{request.id}] Summarize the above."
         return f"[{request.id}] " + filler_text(max(0, (request.prompt_tokens or 1) - 3))
 
     def _stream(self, payload: dict[str, Any]) -> bytes:
