@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings
 from kfchaos.errors import KfchaosError
+from kfchaos.kfp.runs import LocalOutcome
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 DEMO_EXPERIMENT = Path(__file__).with_name("experiments") / "demo-llm-chaos.yaml"
 SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
@@ -41,7 +45,6 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
     ),
 }
 ARTIFACTS = {
-    "verdict.json": ("verdict-report", "verdict_json"),
     "report.html": ("verdict-report", "report_html"),
     "report.md": ("verdict-report", "report_md"),
     "audit.json": ("verdict-report", "audit"),
@@ -60,21 +63,6 @@ class ScenarioResult:
 
 def log(message: str) -> None:
     print(f"[demo {datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """The pipeline's tasks run as subprocesses of kfp.local and inherit these."""
-    previous = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, seconds: float) -> Path:
@@ -118,14 +106,78 @@ def _collect(run_dir: Path, destination: Path) -> None:
         source = run_dir / task / artifact
         if source.is_file():
             shutil.copyfile(source, destination / name)
-    parquet = sorted(run_dir.glob("verdict-report/requests*")) or sorted(run_dir.glob("*/requests"))
-    if parquet:
-        shutil.copyfile(parquet[0], destination / "requests.parquet")
+    _merge_requests(sorted(run_dir.glob("replay-stage*/requests")), destination / "requests.parquet")
+    audit = destination / "audit.json"
+    if audit.is_file():
+        (destination / "verdict.json").write_text(json.dumps(verdict_document(json.loads(audit.read_text())), indent=2))
+
+
+def _merge_requests(parts: list[Path], out: Path) -> None:
+    """One Parquet file with every stage's per-request records."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(p) for p in parts if p.is_file()]
+    if tables:
+        pq.write_table(pa.concat_tables(tables, promote_options="default"), out)
+
+
+def verdict_document(audit: dict[str, Any]) -> dict[str, Any]:
+    """The overall verdict and each stage's checks, from the run's audit record."""
+    stages = [
+        step["detail"]["stage"]
+        for step in audit.get("steps", [])
+        if step.get("step") == "stage" and isinstance(step.get("detail"), dict) and "stage" in step["detail"]
+    ]
+    return {**audit["verdict"], "stages": stages, "recovery": audit.get("recovery")}
+
+
+def headline_reasons(document: dict[str, Any], limit: int = 6) -> list[str]:
+    """The failing checks first, then the inconclusive ones, each with its stage."""
+    ranked: list[tuple[int, str]] = []
+    for stage in document.get("stages", []):
+        for check in stage.get("checks", []):
+            rank = {"FAIL": 0, "INCONCLUSIVE": 1}.get(check.get("status", ""))
+            if rank is not None:
+                ranked.append(
+                    (rank, f"{check['status']} stage {stage.get('stage')}%: {check['name']}: {check['reason']}")
+                )
+    reasons = [text for _, text in sorted(ranked, key=lambda item: item[0])]
+    return reasons[:limit] or list(document.get("reasons", []))[:limit] or ["all checks passed"]
+
+
+_TASK_LINE = re.compile(r"Task '(?P<task>[^']+)' finished with status (?P<status>\w+)")
+
+
+def _run_pipeline(
+    experiment: Path, repo_root: Path, target: str, pipeline_root: Path, env: dict[str, str], workdir: Path
+) -> LocalOutcome:
+    """`kfchaos run --local` in a child process: kfp.local's own logs go to a file, progress to the terminal."""
+    from kfchaos.kfp.runs import read_local_outcome
+
+    command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--target", target,
+               "--root", str(repo_root), "--output", str(pipeline_root)]  # fmt: skip
+    started = time.time()
+    log_path = workdir / "pipeline.log"
+    with open(log_path, "w") as log_file:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env}
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            log_file.write(line)
+            match = _TASK_LINE.search(_ANSI.sub("", line))
+            if match:
+                log(f"    {match['task']:<22} {match['status'].lower()}")
+        process.wait()
+    name = yaml.safe_load(experiment.read_text())["metadata"]["name"]
+    try:
+        return read_local_outcome(pipeline_root, name, since=started)
+    except KfchaosError:
+        raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}") from None
 
 
 def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: float) -> ScenarioResult:
-    from kfchaos.kfp.runs import run_local
-
     flags, settings = SCENARIOS[name]
     log(f"scenario {name}: demo LLM server with {flags}")
     with DemoStack(settings) as stack:
@@ -141,13 +193,13 @@ def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: 
             "KFCHAOS_DEMO_STATE": str(stack.state_file),
             "KFCHAOS_PROMETHEUS_URL": stack.prometheus_url or "",
         }
-        with _environment(env):
-            outcome = run_local(experiment, root=repo_root, target=stack.target_url, pipeline_root=runs_root / ".kfp")
+        outcome = _run_pipeline(experiment, repo_root, stack.target_url, runs_root / ".kfp", env, workdir)
         oom_kills = int(json.loads(stack.state_file.read_text()).get("oom_kills", 0))
     run_id = outcome.run_dir.name
     destination = runs_root / run_id
     _collect(outcome.run_dir, destination)
-    reasons = outcome.message.split("; ")
+    verdict_file = destination / "verdict.json"
+    reasons = headline_reasons(json.loads(verdict_file.read_text())) if verdict_file.is_file() else [outcome.message]
     log(f"  {name}: {outcome.status} -> {destination}")
     return ScenarioResult(name, flags, outcome.status, destination, reasons, oom_kills)
 
@@ -164,7 +216,7 @@ def summary_table(results: list[ScenarioResult]) -> str:
     return "\n".join(lines)
 
 
-def main(scenarios: list[str], repo_root: Path, runs_root: Path, baseline_seconds: float = 20.0) -> int:
+def main(scenarios: list[str], repo_root: Path, runs_root: Path, baseline_seconds: float = 15.0) -> int:
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise KfchaosError(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
