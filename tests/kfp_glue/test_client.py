@@ -79,6 +79,13 @@ def test_run_submits_the_experiments_version_with_its_parameters_and_token(kfp_a
     assert "s3cret" not in json.dumps(run)
 
 
+def test_run_passes_the_service_account_the_pods_run_as(kfp_api: KfpApiServer) -> None:
+    assert _upload(kfp_api, "vllm-network-delay") == 0
+    assert main(["run", str(EXPERIMENT), "--host", kfp_api.url, "--service-account", "kfchaos-runner"]) == 0
+    (run,) = kfp_api.state.runs.values()
+    assert run["service_account"] == "kfchaos-runner"
+
+
 def test_run_of_a_version_not_uploaded_is_an_input_error(
     kfp_api: KfpApiServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -23,6 +23,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--run-name", help="default: <experiment>-<version>")
     parser.add_argument("--kfp-experiment", default="kfchaos", help="KFP experiment (run folder) for --host")
     parser.add_argument("--experiment-dir", help="where traffic paths resolve in the run (--host default: the image's)")
+    parser.add_argument(
+        "--service-account", help="Kubernetes service account the run's pods use (e.g. kfchaos-runner), --host only"
+    )
     parser.add_argument("--root", default=".", type=Path, help="repository root, for baselines (default: .)")
     parser.add_argument("--output", default="runs/local", type=Path, help="pipeline root for --local")
     # --host sits in the mode group above, so the shared connection options are spelled out here.
@@ -55,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         experiment_dir=args.experiment_dir,
         run_name=args.run_name,
         kfp_experiment=args.kfp_experiment,
+        service_account=args.service_account,
     )
     print(f"submitted run {run_id}")
     return EXIT_PASS

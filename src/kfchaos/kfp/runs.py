@@ -41,6 +41,7 @@ def submit_experiment(
     experiment_dir: str | None = None,
     run_name: str | None = None,
     kfp_experiment: str = kfp_client.DEFAULT_EXPERIMENT,
+    service_account: str | None = None,
 ) -> str:
     experiment = load_experiment(experiment_path)
     meta = experiment.metadata
@@ -51,6 +52,7 @@ def submit_experiment(
         parameters_for(experiment_path, experiment, root, target, experiment_dir),
         run_name=run_name or f"{meta.name}-{meta.version}",
         kfp_experiment=kfp_experiment,
+        service_account=service_account,
     )
 
 
