@@ -30,20 +30,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or with just `only` (its module alone is imported: some commands
+    import pyarrow, scipy or kfp, which would slow every other command's start)."""
     parser = _Parser(prog="kfchaos", description="Chaos engineering as code for Kubeflow Pipelines.")
     parser.add_argument("--version", action="version", version=f"kfchaos {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     package = importlib.import_module(__name__)
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name.startswith("cmd_"):
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            module.register(subparsers)
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.name.startswith("cmd_"))
+    if only is not None and f"cmd_{only}" in names:
+        names = [f"cmd_{only}"]
+    for name in names:
+        importlib.import_module(f"{__name__}.{name}").register(subparsers)
     return parser
 
 
+def _command_word(argv: Sequence[str]) -> str | None:
+    words = [a for a in argv if not a.startswith("-")]
+    return words[0].replace("-", "_") if words else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_word(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
