@@ -137,3 +137,29 @@ def test_bad_fault_definitions_are_refused(proxy: tuple[str, str], body: dict[st
     _, control = proxy
     response = _put(control, "bad", **body)
     assert response.status_code == 422 and response.json()["error"]
+
+
+def test_connect_retry_holds_requests_while_the_upstream_restarts() -> None:
+    port, listen, control = free_port(), free_port(), free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kfchaos.demo.proxy", "--listen", f"127.0.0.1:{listen}",
+         "--control", f"127.0.0.1:{control}", "--upstream", f"http://127.0.0.1:{port}", "--connect-retry", "5"]
+    )  # fmt: skip
+    upstream: socketserver.ThreadingTCPServer | None = None
+    try:
+        wait_http(f"http://127.0.0.1:{control}/health")
+
+        def start_upstream_later() -> None:
+            nonlocal upstream
+            time.sleep(1.0)
+            upstream = socketserver.ThreadingTCPServer(("127.0.0.1", port), _Echo)
+            upstream.serve_forever()
+
+        threading.Thread(target=start_upstream_later, daemon=True).start()
+        elapsed, status = _timed_get(f"http://127.0.0.1:{listen}/held")
+        assert status == 200 and elapsed >= 0.9, "held until the upstream came up, not failed"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if upstream is not None:
+            upstream.shutdown()

@@ -83,8 +83,11 @@ def parse_fault(name: str, body: dict[str, Any]) -> ProxyFault:
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, seed: int | None = None) -> None:
+    def __init__(self, upstream: str, seed: int | None = None, connect_retry_s: float = 0.0) -> None:
         self.upstream = upstream.rstrip("/")
+        # Like a service mesh's retry on connect-failure: while the upstream restarts, hold requests this
+        # long instead of failing them (they then show up as latency, as they would behind Envoy or Istio).
+        self.connect_retry_s = connect_retry_s
         self.faults: dict[str, ProxyFault] = {}
         self.random = random.Random(seed)
         self._session: aiohttp.ClientSession | None = None
@@ -195,12 +198,19 @@ class FaultProxy:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         body = await request.read()
-        try:
-            upstream = await self._session.request(
-                request.method, self.upstream + request.rel_url.path_qs, headers=headers, data=body
-            )
-        except aiohttp.ClientError as exc:
-            return web.Response(status=502, text=f"upstream unavailable: {exc}\n")
+        deadline = time.monotonic() + self.connect_retry_s
+        while True:
+            try:
+                upstream = await self._session.request(
+                    request.method, self.upstream + request.rel_url.path_qs, headers=headers, data=body
+                )
+                break
+            except aiohttp.ClientConnectorError as exc:
+                if time.monotonic() >= deadline:
+                    return web.Response(status=502, text=f"upstream unavailable: {exc}\n")
+                await asyncio.sleep(0.1)
+            except aiohttp.ClientError as exc:
+                return web.Response(status=502, text=f"upstream unavailable: {exc}\n")
         async with upstream:
             response = web.StreamResponse(
                 status=upstream.status,
@@ -235,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--control", default="127.0.0.1:8101")
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--connect-retry", type=float, default=0.0, help="seconds to retry a refused upstream")
     args = parser.parse_args(argv)
 
     def address(text: str) -> tuple[str, int]:
@@ -242,7 +253,9 @@ def main(argv: list[str] | None = None) -> None:
         return host or "127.0.0.1", int(port)
 
     async def run() -> None:
-        runners = await serve(FaultProxy(args.upstream, args.seed), address(args.listen), address(args.control))
+        runners = await serve(
+            FaultProxy(args.upstream, args.seed, args.connect_retry), address(args.listen), address(args.control)
+        )
         try:
             await asyncio.Event().wait()
         finally:

@@ -37,11 +37,23 @@ DEMO_EXPERIMENT = Path(__file__).with_name("experiments") / "demo-llm-chaos.yaml
 SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
     "unsafe": (
         "--max-num-seqs 256 --gpu-memory-utilization 0.95",
-        ServerSettings(max_num_seqs=256, gpu_memory_utilization=0.95, enable_prefix_caching=False, decode_step_ms=90),
+        ServerSettings(
+            max_num_seqs=256,
+            gpu_memory_utilization=0.95,
+            enable_prefix_caching=False,
+            decode_step_ms=90,
+            connect_retry_s=10,
+        ),
     ),
     "tuned": (
         "--max-num-seqs 96 --gpu-memory-utilization 0.85 --enable-prefix-caching",
-        ServerSettings(max_num_seqs=96, gpu_memory_utilization=0.85, enable_prefix_caching=True, decode_step_ms=90),
+        ServerSettings(
+            max_num_seqs=96,
+            gpu_memory_utilization=0.85,
+            enable_prefix_caching=True,
+            decode_step_ms=90,
+            connect_retry_s=10,
+        ),
     ),
 }
 ARTIFACTS = {

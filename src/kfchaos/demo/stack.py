@@ -54,6 +54,7 @@ class ServerSettings:
     enable_prefix_caching: bool = False
     restart_delay_s: float = 3.0
     decode_step_ms: float = 30.0
+    connect_retry_s: float = 0.0  # the proxy holds requests this long while the server restarts
 
     def args(self) -> list[str]:
         out = ["--max-num-seqs", str(self.max_num_seqs), "--gpu-memory-utilization", str(self.gpu_memory_utilization),
@@ -112,7 +113,8 @@ class DemoStack:
         )  # fmt: skip
         proxy = self._spawn(
             [python, "-m", "kfchaos.demo.proxy", "--listen", f"127.0.0.1:{self.proxy_port}",
-             "--control", f"127.0.0.1:{self.control_port}", "--upstream", self.server_url, "--seed", "0"],
+             "--control", f"127.0.0.1:{self.control_port}", "--upstream", self.server_url, "--seed", "0",
+             "--connect-retry", str(self.settings.connect_retry_s)],
             "proxy.log",
         )  # fmt: skip
         wait_http(f"{self.server_url}/health", 30, server)
