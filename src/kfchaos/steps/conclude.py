@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kfchaos import audit
+from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
 from kfchaos.steps.results import StepResult, load_history
 
@@ -44,6 +47,27 @@ def _judge_step(result: StepResult) -> tuple[str, str | None] | None:
 
 def _label(result: StepResult) -> str:
     return f"stage {result.stage}%" if result.step == "stage" else result.step.replace("_", " ")
+
+
+def _baseline_p99(baseline_text: str) -> float | None:
+    """The baseline's P99 for the report's band (the baseline step already checked its hash)."""
+    if not baseline_text.strip():
+        return None
+    try:
+        value = yaml.safe_load(baseline_text)["series"]["latency_p99"]["median"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _run_metrics(experiment: Any, started: float | None) -> Any | None:
+    """The run's series (KV-cache usage, OOM kills) for the report's plots; None where there is no Prometheus."""
+    if started is None:
+        return None
+    try:
+        return seams.metrics_snapshot(experiment, (float(started), time.time()))
+    except KfchaosError:
+        return None
 
 
 def overall(results: list[StepResult], recovery: dict[str, Any] | None) -> tuple[str, list[str]]:
@@ -127,12 +151,16 @@ def conclude(
         "steps": steps,
         "recovery": recovery_data,
     }
-    rendered = seams.render_report(document, {"experiment": experiment})
+    started = json.loads(preflight).get("started_at") if preflight else None
+    baseline_p99 = _baseline_p99(baseline_text)
+    if baseline_p99 is not None:
+        document["baseline"] = {"latency_p99": baseline_p99}
+    context: dict[str, Any] = {"experiment": experiment, "metrics": _run_metrics(experiment, started)}
+    rendered = seams.render_report(document, context)
     markdown, page = rendered if rendered else (_markdown(document), _html(_markdown(document)))
     for path, text in ((markdown_path, markdown), (html_path, page)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text)
-    started = json.loads(preflight).get("started_at") if preflight else None
     record = audit.build_record(
         run_id=run_id,
         pipeline=pipeline,
