@@ -4,7 +4,7 @@ Two scenarios retell the classic incident of a large model that went live withou
 OOM-killed again and again in its first hours:
 - unsafe: vLLM defaults pushed for throughput (--max-num-seqs 256, --gpu-memory-utilization 0.95) under
   long-context traffic plus 200 ms of network delay -> FAIL, naming the OOM kills and the P99 drift;
-- tuned: --max-num-seqs 96, --gpu-memory-utilization 0.85, --enable-prefix-caching -> PASS.
+- tuned: --max-num-seqs 128, --gpu-memory-utilization 0.85, --enable-prefix-caching -> PASS.
 For each: start the demo stack (server under its supervisor, fault proxy, local Prometheus), capture the
 scenario's baseline from Prometheus after a short fault-free replay, run the experiment's pipeline with
 kfp.local (faults applied by the local backend through the proxy), and collect the run's artifacts into
@@ -46,9 +46,9 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
         ),
     ),
     "tuned": (
-        "--max-num-seqs 96 --gpu-memory-utilization 0.85 --enable-prefix-caching",
+        "--max-num-seqs 128 --gpu-memory-utilization 0.85 --enable-prefix-caching",
         ServerSettings(
-            max_num_seqs=96,
+            max_num_seqs=128,
             gpu_memory_utilization=0.85,
             enable_prefix_caching=True,
             decode_step_ms=90,
@@ -88,7 +88,8 @@ def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, second
     if not stack.prometheus_url:
         raise KfchaosError("the demo needs Prometheus for its baseline: `make demo` installs it (Debian `prometheus`)")
     experiment = load_experiment(experiment_path)
-    plan = plan_stage(experiment, 100, base_dir=experiment_path.parent, duration=seconds)
+    # Fault-free: the long-context bursts are a fault, so they stay out of the baseline's traffic.
+    plan = plan_stage(experiment, 100, base_dir=experiment_path.parent, duration=seconds, bursts=())
     run_stage(plan, stack.target_url, fault_active=False)
     time.sleep(3)  # two scrapes after the last request
     baseline = capture(
@@ -192,8 +193,9 @@ def _run_pipeline(
 def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: float) -> ScenarioResult:
     flags, settings = SCENARIOS[name]
     log(f"scenario {name}: demo LLM server with {flags}")
-    with DemoStack(settings) as stack:
-        workdir = stack.workdir
+    # Logs (server, proxy, Prometheus, pipeline) stay next to the runs, where a user looks for them.
+    workdir = runs_root / ".work" / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    with DemoStack(settings, workdir=workdir) as stack:
         log(f"  stack up: target {stack.target_url} (fault proxy), Prometheus {stack.prometheus_url}")
         log(f"  capturing the baseline: {baseline_seconds:g}s of fault-free traffic")
         baseline = _capture_baseline(stack, DEMO_EXPERIMENT, workdir / "baseline.yaml", baseline_seconds)

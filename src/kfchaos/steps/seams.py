@@ -86,7 +86,11 @@ def replay_stage(
     True, or the reason the replay itself is not trustworthy.
     """
     api = _module("kfchaos.traffic.api", "replaying traffic")
-    overrides = {"duration": duration} if duration is not None else {}
+    overrides: dict[str, Any] = {}
+    if duration is not None:
+        # A probe (steady state before injection, recovery after removal) measures the system without faults,
+        # so the traffic-side ones (long-context bursts) are left out of its plan too.
+        overrides = {"duration": duration, "bursts": ()}
     plan = api.plan_stage(experiment, stage, base_dir=base_dir, **overrides)
     result = api.run_stage(plan, target or experiment.spec.target.endpoint, out=records_path, fault_active=fault_active)
     summary: dict[str, Any] = result.summary.to_dict()
