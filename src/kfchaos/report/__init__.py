@@ -59,7 +59,7 @@ def _pct(value: float) -> str:
 def _baseline_band(document: dict[str, Any]) -> tuple[float, float, str] | None:
     baseline = document.get("baseline") or {}
     p99 = baseline.get("latency_p99")
-    drift = None
+    drift = baseline.get("drift")  # given by the pipeline's verdict document, which has steps, not stages
     for stage in document.get("stages", []):
         for check in stage.get("checks", []):
             if check["name"] == "p99_drift" and check.get("threshold") is not None:

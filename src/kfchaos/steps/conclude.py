@@ -154,7 +154,7 @@ def conclude(
     started = json.loads(preflight).get("started_at") if preflight else None
     baseline_p99 = _baseline_p99(baseline_text)
     if baseline_p99 is not None:
-        document["baseline"] = {"latency_p99": baseline_p99}
+        document["baseline"] = {"latency_p99": baseline_p99, "drift": experiment.spec.slo.p99_drift_max}
     context: dict[str, Any] = {"experiment": experiment, "metrics": _run_metrics(experiment, started)}
     rendered = seams.render_report(document, context)
     markdown, page = rendered if rendered else (_markdown(document), _html(_markdown(document)))
