@@ -153,22 +153,14 @@ def _network_delay(fault: FaultBase, params: Any) -> dict[str, Any]:
     return {**_network_common(params), "delay": delay}
 
 
-def _network_loss(fault: FaultBase, params: Any) -> dict[str, Any]:
-    assert isinstance(params, p.NetworkLossParams)
-    loss = {"loss": percent_string(params.loss), "correlation": percent_string(params.correlation)}
-    return {**_network_common(params), "loss": loss}
+def _network_share(action: str) -> Callable[[FaultBase, Any], dict[str, Any]]:
+    """loss, duplicate and corrupt: one share of packets plus its correlation, under a key named after the action."""
 
+    def render_action(fault: FaultBase, params: Any) -> dict[str, Any]:
+        share = {action: percent_string(getattr(params, action)), "correlation": percent_string(params.correlation)}
+        return {**_network_common(params), action: share}
 
-def _network_duplicate(fault: FaultBase, params: Any) -> dict[str, Any]:
-    assert isinstance(params, p.NetworkDuplicateParams)
-    duplicate = {"duplicate": percent_string(params.duplicate), "correlation": percent_string(params.correlation)}
-    return {**_network_common(params), "duplicate": duplicate}
-
-
-def _network_corrupt(fault: FaultBase, params: Any) -> dict[str, Any]:
-    assert isinstance(params, p.NetworkCorruptParams)
-    corrupt = {"corrupt": percent_string(params.corrupt), "correlation": percent_string(params.correlation)}
-    return {**_network_common(params), "corrupt": corrupt}
+    return render_action
 
 
 def _network_bandwidth(fault: FaultBase, params: Any) -> dict[str, Any]:
@@ -265,9 +257,9 @@ _SPEC_BUILDERS: dict[str, Callable[[FaultBase, Any], dict[str, Any]]] = {
     "pod-failure": _none,
     "container-kill": _none,
     "network-delay": _network_delay,
-    "network-loss": _network_loss,
-    "network-duplicate": _network_duplicate,
-    "network-corrupt": _network_corrupt,
+    "network-loss": _network_share("loss"),
+    "network-duplicate": _network_share("duplicate"),
+    "network-corrupt": _network_share("corrupt"),
     "network-bandwidth": _network_bandwidth,
     "network-partition": _network_partition,
     "stress-memory": _stress_memory,
