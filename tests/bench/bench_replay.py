@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kfchaos.demo.stack import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_CPU, CLIENT_CPU = "0", "1"
 STEP_SECONDS = float(os.environ.get("KFCHAOS_BENCH_SECONDS", "4"))
@@ -50,12 +52,6 @@ http {{
   server {{ listen 127.0.0.1:{port} backlog=16384; location / {{ return 200 "ok"; }} }}
 }}
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_port(port: int, timeout: float = 10.0) -> None:
@@ -292,7 +288,7 @@ def run() -> None:
     columns, rss = bytes_per_record()
     print(f"memory per recorded request: {columns:.0f} B in columns, {rss:.0f} B peak RSS growth (target <= 200 B)")
     with tempfile.TemporaryDirectory() as tmp:
-        port = _free_port()
+        port = free_port()
         for sub in ("body", "proxy", "fcgi", "uwsgi", "scgi", "logs"):
             Path(tmp, sub).mkdir()
         conf = Path(tmp, "nginx.conf")
@@ -340,7 +336,7 @@ def run() -> None:
                   f">{big['requests'] * 100 / 1e6:.0f} MB of objects)")  # fmt: skip
             print(f"  replayed its first 5 s at 20,000 req/s: {big['replayed']:,} sent, valid {big['replay_valid']}, "
                   f"peak RSS {big['rss_peak_kb'] / 1024:.0f} MB")  # fmt: skip
-        sse_port = _free_port()
+        sse_port = free_port()
         server = ["taskset", "-c", SERVER_CPU, sys.executable, "-m", "tests.bench.bench_replay", "sse-server",
                   str(sse_port), "20", "0.25"]  # fmt: skip
         with _process(server, sse_port):

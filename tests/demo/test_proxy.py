@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 import requests
 
-from tests.demo.test_server import free_port, wait_http
+from kfchaos.demo.stack import free_port, wait_http
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,25 +15,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from kfchaos.demo.stack import free_port, wait_http
+
 MODEL = "demo/llama-3-8b-sim"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_http(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(url, timeout=1).ok:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} did not come up")
 
 
 def metric(base: str, name: str) -> float:

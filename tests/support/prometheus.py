@@ -8,7 +8,6 @@ test, or fail it under CI=true (tests.conftest.require_tool).
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,16 +15,10 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from kfchaos.demo.stack import free_port
 from tests.conftest import require_tool
 
 READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def backfill(data_dir: Path, openmetrics: str) -> None:

@@ -30,7 +30,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_http(url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_http(url: str, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
