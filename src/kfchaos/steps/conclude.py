@@ -51,13 +51,16 @@ def _label(result: StepResult) -> str:
 
 def _baseline_p99(baseline_text: str) -> float | None:
     """The baseline's P99 for the report's band (the baseline step already checked its hash)."""
+    from pydantic import ValidationError
+
+    from kfchaos.baseline import Baseline
+
     if not baseline_text.strip():
         return None
     try:
-        value = yaml.safe_load(baseline_text)["series"]["latency_p99"]["median"]
-    except (yaml.YAMLError, KeyError, TypeError):
+        return Baseline.model_validate(yaml.safe_load(baseline_text)).p99()
+    except (yaml.YAMLError, ValidationError):
         return None
-    return float(value) if isinstance(value, int | float) else None
 
 
 def _run_metrics(experiment: Any, started: float | None) -> Any | None:
