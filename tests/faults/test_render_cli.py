@@ -56,3 +56,46 @@ def test_run_id_and_pipeline_version_options(capsys: pytest.CaptureFixture[str])
     (manifest,) = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
     assert manifest["metadata"]["labels"]["kfchaos.io/run-id"] == "nightly-7"
     assert manifest["metadata"]["labels"]["kfchaos.io/pipeline-version"] == "3.1.0"
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_render_check_passes_shipped_experiments(path: Path) -> None:
+    assert main(["render", str(path), "--check"]) == 0
+
+
+def test_render_check_refuses_what_the_crd_schema_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kfchaos.cli.cmd_render as cmd_render
+
+    real = cmd_render.render_experiment
+
+    def with_unknown_field(*args: object, **kwargs: object) -> list[dict[str, object]]:
+        manifests = real(*args, **kwargs)  # type: ignore[arg-type]
+        manifests[0]["spec"]["latncy"] = "1s"
+        return manifests
+
+    monkeypatch.setattr(cmd_render, "render_experiment", with_unknown_field)
+    assert main(["render", str(EXPERIMENTS / "vllm-network-delay.yaml"), "--check"]) == 3
+    assert "latncy" in capsys.readouterr().err
+
+
+def test_crds_are_vendored_inside_the_package() -> None:
+    """A clone is self-contained: the CRDs come from the package, never from a folder beside the repository."""
+    from kfchaos.faults.crdschema import CRD_DIR, load_crds
+
+    repo = Path(__file__).resolve().parents[2]
+    assert CRD_DIR.is_relative_to(repo / "src") or "site-packages" in str(CRD_DIR)
+    assert {"podchaos", "networkchaos", "stresschaos", "httpchaos"} <= set(load_crds())
+    assert (CRD_DIR.parent / "LICENSE").read_text().startswith(" " * 33 + "Apache License")
+
+
+def test_nothing_reads_outside_the_repository() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    offenders = [
+        str(path.relative_to(repo))
+        for folder in ("src", "tests", "scripts", "components", "pipelines")
+        for path in (repo / folder).rglob("*.py")
+        if "shared/" in path.read_text(errors="replace") and path.name != "test_render_cli.py"
+    ]
+    assert offenders == []

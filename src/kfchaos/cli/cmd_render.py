@@ -22,6 +22,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("experiment", metavar="EXPERIMENT")
     parser.add_argument("--run-id", default="dry-run", help="run id to label the objects with (default: dry-run)")
     parser.add_argument("--pipeline-version", default=None, help="default: the experiment's metadata.version")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="validate every manifest against the vendored Chaos Mesh CRD schemas (strict, offline); exit 3 on a problem",
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,6 +43,18 @@ def run(args: argparse.Namespace) -> int:
         document = load_yaml(Path(args.experiment).read_bytes(), args.experiment)
         print(document.problem(exc.path, str(exc)), file=sys.stderr)
         return EXIT_USAGE
+    if args.check:
+        from kfchaos.faults.crdschema import validate_chaos_object
+
+        problems = [
+            f"{args.experiment}: {manifest.get('kind')}/{(manifest.get('metadata') or {}).get('name')}: {problem}"
+            for manifest in manifests
+            for problem in validate_chaos_object(manifest)
+        ]
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            return EXIT_USAGE
     if manifests:
         yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, explicit_start=True)
     else:

@@ -23,7 +23,7 @@ class CatalogEntry:
     one_shot: bool = False
 
 
-# Plurals as the CRDs name them (all namespaced); see ../shared/chaos-mesh/README.md.
+# Plurals as the CRDs name them (all namespaced); see kfchaos/data/chaos-mesh/crds/.
 PLURALS: dict[str, str] = {
     "PodChaos": "podchaos",
     "NetworkChaos": "networkchaos",
