@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="validate every manifest against the vendored Chaos Mesh CRD schemas (strict, offline); exit 3 on a problem",
+        help="validate each manifest against the vendored Chaos Mesh CRD schemas (strict, offline); exit 3 if not",
     )
     parser.set_defaults(func=run)
 
