@@ -46,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         from kfchaos.faults.crdschema import validate_chaos_object
 
-        problems = [
+        schema_problems = [
             f"{args.experiment}: {manifest.get('kind')}/{(manifest.get('metadata') or {}).get('name')}: {problem}"
             for manifest in manifests
             for problem in validate_chaos_object(manifest)
         ]
-        for problem in problems:
-            print(problem, file=sys.stderr)
-        if problems:
+        for line in schema_problems:
+            print(line, file=sys.stderr)
+        if schema_problems:
             return EXIT_USAGE
     if manifests:
         yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, explicit_start=True)
