@@ -42,6 +42,7 @@ DEFAULT_PROTECTED_NAMESPACES = (
     "istio-system",
     "cert-manager",
 )
+DEFAULT_MAX_POD_PERCENT = 0.5
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?$")
 
 
@@ -271,7 +272,8 @@ class FaultBase(StrictModel):
 
     @model_validator(mode="after")
     def _mode_value(self, info: ValidationInfo) -> FaultBase:
-        max_percent = _context(info).get("max_pod_percent", 1.0)
+        # Without a context (an Experiment built in code) the default limit holds, never a laxer one.
+        max_percent = _context(info).get("max_pod_percent", DEFAULT_MAX_POD_PERCENT)
         if self.mode in ("one", "all"):
             if self.value is not None:
                 raise ValueError(f"mode {self.mode} takes no value")
@@ -431,7 +433,9 @@ class BaselineSource(StrictModel):
 class Safety(StrictModel):
     protected_namespaces: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_NAMESPACES))
     max_fault_duration: Duration = Field(7200.0, description="no fault object lives longer than this")
-    max_pod_percent: Percent = Field(0.5, description="largest share of matching pods a fault may hit")
+    max_pod_percent: Percent = Field(
+        DEFAULT_MAX_POD_PERCENT, description="largest share of matching pods a fault may hit"
+    )
     dry_run: bool = Field(False, description="validate everything server-side, inject nothing")
 
 
@@ -559,7 +563,7 @@ def validation_problems(document: YamlDocument) -> list[Problem]:
         kind = type(data).__name__ if data is not None else "null"
         return [document.problem((), f"expected a mapping (an Experiment document), got {kind}")]
     try:
-        Experiment.model_validate(data, context=_lenient_context(data))
+        experiment = Experiment.model_validate(data, context=_lenient_context(data))
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_url=False):
@@ -567,7 +571,63 @@ def validation_problems(document: YamlDocument) -> list[Problem]:
             problems.append(document.problem(path, _message(error)))
         unique = list(dict.fromkeys(problems))
         return sorted(unique, key=lambda p: p.line)
-    return []
+    return sorted(safety_problems(document, experiment), key=lambda p: p.line)
+
+
+def safety_problems(document: YamlDocument, experiment: Experiment) -> list[Problem]:
+    """The refusals `render` (and so every run) would make, found at validation.
+
+    One validator for validate, compile, render and run: the safety guards and the admission rules live
+    in kfchaos.faults (where they also guard Experiments built in code); here every fault goes through
+    them, so a file `validate` accepts is one `render` accepts.
+    """
+    from kfchaos.faults.render import render_fault
+    from kfchaos.faults.safety import FaultInputError, FaultSafetyError, check_fault
+
+    problems: list[Problem] = []
+    for fault in experiment.spec.faults:
+        try:
+            check_fault(experiment, fault)
+            if fault.cluster_side:
+                render_fault(experiment, fault, "validate")
+        except (FaultSafetyError, FaultInputError) as exc:
+            problems.append(document.problem(exc.path, str(exc)))
+    return list(dict.fromkeys(problems))
+
+
+def experiment_warnings(document: YamlDocument, experiment: Experiment) -> list[Problem]:
+    """What is accepted but silently changed at run time: say so rather than surprise the user."""
+    from kfchaos.faults.safety import fault_path
+
+    warnings: list[Problem] = []
+    limit = experiment.spec.safety.max_fault_duration
+    stages = experiment.spec.traffic.stages
+    for fault in experiment.spec.faults:
+        if fault.duration is not None or not fault.cluster_side:
+            continue
+        active = [stages.index(s) for s in experiment.fault_stages(fault) if s in stages] or [0, len(stages) - 1]
+        span = (max(active) - min(active) + 1) * experiment.spec.traffic.stage_duration
+        if span > limit:
+            warnings.append(
+                document.problem(
+                    fault_path(experiment, fault),
+                    f"warning: the fault's stages span {span:g}s but safety.max_fault_duration is {limit:g}s; "
+                    f"the fault is cut to {limit:g}s and the later stages run without it",
+                )
+            )
+    baseline = experiment.spec.baseline.file
+    if baseline and experiment.spec.baseline.capture is None:
+        # Relative to the repository root: the current directory or any folder above the experiment file.
+        folders = [FsPath.cwd(), *FsPath(document.file).resolve().parents]
+        if not any((folder / baseline).is_file() for folder in folders):
+            warnings.append(
+                document.problem(
+                    ("spec", "baseline", "file"),
+                    f"warning: baseline file {baseline} not found (looked in the current directory and the folders "
+                    "above the experiment); a run without a baseline cannot judge P99 drift and ends INCONCLUSIVE",
+                )
+            )
+    return warnings
 
 
 def parse_experiment(text: str | bytes, file: str) -> Experiment:
@@ -576,6 +636,18 @@ def parse_experiment(text: str | bytes, file: str) -> Experiment:
     if problems:
         raise SpecError(problems)
     return Experiment.model_validate(document.data, context=_lenient_context(document.data))
+
+
+def load_experiment_warnings(path: str | FsPath) -> list[Problem]:
+    """The warnings of a file that loads; [] for one that does not (its problems are errors instead)."""
+    try:
+        document = load_yaml(FsPath(path).read_bytes(), str(path))
+        if validation_problems(document):
+            return []
+        experiment = Experiment.model_validate(document.data, context=_lenient_context(document.data))
+    except (OSError, SpecError, ValidationError):
+        return []
+    return experiment_warnings(document, experiment)
 
 
 def load_experiment(path: str | FsPath) -> Experiment:
@@ -595,7 +667,31 @@ def experiment_hash(path: str | FsPath) -> str:
 def json_schema() -> dict[str, Any]:
     """JSON Schema of the experiment format, for editors (YAML language server) and `kfchaos schema`."""
     schema = TypeAdapter(Experiment).json_schema(mode="validation")
+    _defaults_as_written(schema)
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
     schema["$id"] = "https://kfchaos.io/schema/experiment-v1alpha1.json"
     schema["title"] = "kfchaos Experiment"
     return schema
+
+
+def _defaults_as_written(node: Any) -> None:
+    """Write defaults of duration and percent fields as a user would (`20m`, `0.5%`), not as the floats the
+    model holds (`1200.0`, `0.005`): a default must satisfy its own field's pattern, or editors flag it."""
+    from kfchaos.types import DURATION_PATTERN, PERCENT_PATTERN
+    from kfchaos.units import format_duration, format_percent
+
+    if isinstance(node, list):
+        for item in node:
+            _defaults_as_written(item)
+        return
+    if not isinstance(node, dict):
+        return
+    default = node.get("default")
+    if isinstance(default, int | float) and not isinstance(default, bool):
+        patterns = {node.get("pattern"), *(o.get("pattern") for o in node.get("anyOf", []) if isinstance(o, dict))}
+        if DURATION_PATTERN in patterns:
+            node["default"] = format_duration(float(default))
+        elif PERCENT_PATTERN in patterns:
+            node["default"] = format_percent(float(default))
+    for value in node.values():
+        _defaults_as_written(value)

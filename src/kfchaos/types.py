@@ -9,20 +9,20 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from kfchaos.units import DURATION_FORMS, PERCENT_FORMS, parse_duration, parse_percent
 
-_DURATION_PATTERN = r"^((\d+(\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h))+$"
-_PERCENT_PATTERN = r"^\s*\d+(\.\d+)?\s*%\s*$"
+DURATION_PATTERN = r"^((\d+(\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h))+$"
+PERCENT_PATTERN = r"^\s*\d+(\.\d+)?\s*%\s*$"
 
 Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
-    WithJsonSchema({"type": "string", "pattern": _DURATION_PATTERN, "description": DURATION_FORMS}),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN, "description": DURATION_FORMS}),
 ]
 """Seconds, written as a Go-style duration string (`200ms`, `20m`, `1h30m`)."""
 
 Percent = Annotated[
     float,
     BeforeValidator(parse_percent),
-    WithJsonSchema({"type": "string", "pattern": _PERCENT_PATTERN, "description": PERCENT_FORMS}),
+    WithJsonSchema({"type": "string", "pattern": PERCENT_PATTERN, "description": PERCENT_FORMS}),
 ]
 """A fraction in [0, 1], written as a percentage (`15%`)."""
 

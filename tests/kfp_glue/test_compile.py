@@ -48,8 +48,13 @@ def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Pat
     assert "pipeline kfchaos-experiment changed" in check.stderr and "pyproject.toml" in check.stderr
 
     # Compiling without --force refuses to rewrite a released version.
+    lock_file = root / "pipelines/versions.lock.yaml"
+    lock_before = lock_file.read_bytes()
     refused = kfchaos("compile", "--root", str(root))
     assert refused.returncode == 1 and compiled.read_bytes() == before
+    # ...and leaves the lock describing the files that exist (it was rewritten with the refused hash before).
+    assert lock_file.read_bytes() == lock_before
+    assert "vllm-network-delay not written; its lock entry is unchanged" in refused.stderr
 
     # Bumping the experiment's version compiles a new file and leaves the old version untouched.
     experiment = root / "experiments/vllm-network-delay.yaml"

@@ -19,6 +19,7 @@ def register(subparsers: Any) -> None:
     verify.add_argument(
         "--root", default=".", type=Path, help="repository with pipelines/compiled/, to check the IR hash"
     )
+    verify.add_argument("--json", action="store_true", help="one JSON document on stdout: ok and each finding")
     verify.set_defaults(func=run_verify)
 
 
@@ -26,6 +27,17 @@ def run_verify(args: argparse.Namespace) -> int:
     from kfchaos.audit import load_record, verify
 
     findings = verify(load_record(args.record), root=args.root.resolve())
+    if args.json:
+        from kfchaos.cli.jsonout import emit
+
+        emit(
+            {
+                "record": str(args.record),
+                "ok": all(f.ok for f in findings),
+                "findings": [{"what": f.what, "ok": f.ok, "detail": f.detail} for f in findings],
+            }
+        )
+        return EXIT_PASS if all(f.ok for f in findings) else EXIT_FAIL
     for finding in findings:
         print(finding)
     return EXIT_PASS if all(f.ok for f in findings) else EXIT_FAIL

@@ -10,10 +10,11 @@ from typing import Any
 import yaml
 
 from kfchaos.cli import EXIT_PASS, EXIT_USAGE
+from kfchaos.cli.jsonout import emit, problem_dict
 from kfchaos.errors import SpecError
 from kfchaos.faults.render import render_experiment
 from kfchaos.faults.safety import FaultInputError, FaultSafetyError
-from kfchaos.spec import load_experiment
+from kfchaos.spec import load_experiment, load_experiment_warnings
 from kfchaos.yamlsource import load_yaml
 
 
@@ -27,34 +28,56 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="validate each manifest against the vendored Chaos Mesh CRD schemas (strict, offline); exit 3 if not",
     )
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON document on stdout: manifests, problems, warnings"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    problems: list[str] = []
+    structured: list[dict[str, object]] = []
+    manifests: list[dict[str, object]] = []
     try:
         experiment = load_experiment(args.experiment)
         manifests = render_experiment(experiment, args.run_id, args.pipeline_version)
     except SpecError as exc:
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return EXIT_USAGE
+        problems = [str(p) for p in exc.problems]
+        structured = [problem_dict(p) for p in exc.problems]
     except (FaultSafetyError, FaultInputError) as exc:
         # Point at the line of the field that caused the refusal, like `kfchaos validate` does.
         document = load_yaml(Path(args.experiment).read_bytes(), args.experiment)
-        print(document.problem(exc.path, str(exc)), file=sys.stderr)
-        return EXIT_USAGE
-    if args.check:
+        problem = document.problem(exc.path, str(exc))
+        problems, structured = [str(problem)], [problem_dict(problem)]
+    if not problems and args.check:
         from kfchaos.faults.crdschema import validate_chaos_object
 
-        schema_problems = [
-            f"{args.experiment}: {manifest.get('kind')}/{(manifest.get('metadata') or {}).get('name')}: {problem}"
-            for manifest in manifests
-            for problem in validate_chaos_object(manifest)
-        ]
-        for line in schema_problems:
-            print(line, file=sys.stderr)
-        if schema_problems:
-            return EXIT_USAGE
+        for manifest in manifests:
+            metadata = manifest.get("metadata")
+            name = metadata.get("name") if isinstance(metadata, dict) else None
+            for finding in validate_chaos_object(manifest):
+                line = f"{args.experiment}: {manifest.get('kind')}/{name}: {finding}"
+                problems.append(line)
+                structured.append(
+                    {"file": args.experiment, "object": f"{manifest.get('kind')}/{name}", "message": finding}
+                )
+    warnings = [] if problems else load_experiment_warnings(args.experiment)
+    if args.json:
+        emit(
+            {
+                "valid": not problems,
+                "manifests": [] if problems else manifests,
+                "problems": structured,
+                "warnings": [problem_dict(w) for w in warnings],
+            }
+        )
+        return EXIT_USAGE if problems else EXIT_PASS
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        return EXIT_USAGE
+    for warning in warnings:
+        print(warning, file=sys.stderr)
     if manifests:
         yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, explicit_start=True)
     else:
