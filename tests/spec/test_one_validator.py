@@ -63,7 +63,9 @@ def test_validate_refuses_what_render_refuses_with_the_same_line(case: str, tmp_
     render = kfchaos("render", str(path))
     assert (validate.returncode, render.returncode) == (3, 3), (validate.stderr, render.stderr)
     assert words in validate.stderr and f": {field}: " in validate.stderr
-    assert validate.stderr.strip().splitlines()[0].split(": ")[0] == render.stderr.strip().splitlines()[0].split(": ")[0]
+    assert (
+        validate.stderr.strip().splitlines()[0].split(": ")[0] == render.stderr.strip().splitlines()[0].split(": ")[0]
+    )
     # compile and run load experiments through the same function, so they refuse it too.
     with pytest.raises(SpecError, match=words.replace("'", ".")):
         load_experiment(path)
@@ -127,6 +129,7 @@ def test_every_schema_default_satisfies_its_own_field_schema() -> None:
     defaults = _defaults(schema)
     assert len(defaults) > 20
     for where, node in defaults:
+        assert where
         field = {k: v for k, v in node.items() if k != "default"}
         if "$ref" in field:
             continue  # a nested model's default object: its fields' defaults are checked one by one
