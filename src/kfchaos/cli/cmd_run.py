@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from kfchaos.kfp import runs
 
     if args.local:
+        from kfchaos.demo.preflight import check_local_run
+        from kfchaos.spec import load_experiment
+
+        check_local_run(load_experiment(args.experiment), args.target)  # one line, exit 3, before any task
         outcome = runs.run_local(
             args.experiment, root=args.root.resolve(), target=args.target, pipeline_root=args.output.resolve()
         )
