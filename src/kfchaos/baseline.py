@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from pydantic import Field, ValidationError, field_validator
 
 from kfchaos.errors import KfchaosError, SpecError
-from kfchaos.metrics import names
+from kfchaos.metrics import oom
 from kfchaos.metrics.catalog import Scope, standard_queries, with_user_queries
 from kfchaos.metrics.histogram import wide_bucket_warning
 from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError
@@ -299,13 +299,7 @@ def capture(
     requests = float(np.nansum(fetch("requests")[1]))
     _, error_values = fetch("errors")
     errors = float(np.nansum(error_values)) if len(error_values) else None
-    times, oom_values = fetch(names.OOM_KILLS)
-    oom_kills = None
-    if len(oom_values) >= 2:
-        # Counter points; only increases between consecutive kept points count (a reset adds its new value).
-        steps = np.diff(oom_values)
-        adjacent = np.isclose(np.diff(times), step)
-        oom_kills = float(np.where(steps >= 0, steps, oom_values[1:])[adjacent].sum())
+    oom_kills = _oom_kills(source, scope, t0, t1, step, excluded, used)
     totals = Totals(
         requests=requests,
         errors=errors,
@@ -331,6 +325,29 @@ def capture(
         totals=totals,
         warnings=notes,
     ).sealed()
+
+
+def _oom_kills(
+    source: MetricsSource,
+    scope: Scope,
+    t0: float,
+    t1: float,
+    step: float,
+    excluded: list[tuple[float, float]],
+    used: dict[str, str],
+) -> float | None:
+    """Host OOM kills in the kept intervals, counted as the verdict counts them (kfchaos.metrics.oom: per
+    container series, then summed); None without kube-state-metrics."""
+    grid_step = max(step, (t1 - t0) / 10_000)  # under Prometheus's 11,000 points per series
+    for part, query in oom.queries(scope).items():
+        used[f"oom.{part}"] = query
+    counted = oom.collect(source, scope, t0, t1, grid_step)
+    series = counted.series.get(oom.HOST_OOM)
+    if series is None or len(series.times) < 2:
+        return None
+    steps = np.diff(series.values)
+    keep = kept_intervals(series.times[1:], grid_step, excluded)
+    return float(steps[keep].sum())
 
 
 def _bucket_warnings(

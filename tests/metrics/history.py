@@ -51,6 +51,18 @@ def history(start: int, end: int, release: tuple[int, int]) -> str:
     lines += [f'http_requests_total{{{LABELS},status="2xx"}} {v:.3f} {t}' for t, v in zip(times, ok, strict=True)]
     lines.append("# TYPE container_oom_events counter")
     lines += [f"container_oom_events_total{{{LABELS}}} {v:g} {t}" for t, v in zip(times, oom, strict=True)]
+    # The same kill as kube-state-metrics shows it: the restart count steps up with OOMKilled as last reason.
+    container = f'{LABELS},container="vllm",uid="u-1"'
+    lines.append("# TYPE kube_pod_container_status_restarts counter")
+    lines += [
+        f"kube_pod_container_status_restarts_total{{{container}}} {v:g} {t}" for t, v in zip(times, oom, strict=True)
+    ]
+    lines.append("# TYPE kube_pod_container_status_last_terminated_reason gauge")
+    lines += [
+        f'kube_pod_container_status_last_terminated_reason{{{container},reason="OOMKilled"}} 1 {t}'
+        for t, v in zip(times, oom, strict=True)
+        if v > 0
+    ]
     lines.append("# TYPE kube_deployment_status_observed_generation gauge")
     lines += [
         f'kube_deployment_status_observed_generation{{namespace="serving",deployment="vllm"}} {v:g} {t}'

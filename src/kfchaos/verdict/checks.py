@@ -12,6 +12,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from kfchaos.metrics.oom import OomCount
 from kfchaos.verdict.model import Check, Status
 from kfchaos.verdict.stats import TAIL, clopper_pearson, empirical_quantile_rank, order_statistics, quantile_ranks
 
@@ -112,20 +113,46 @@ def rate_check(name: str, count: int, total: int, limit: float, *, min_samples: 
     return Check(name, status, reason, count / total, limit, (low, high), total, "fraction", details={"count": count})
 
 
-def oom_check(kills: float | None, missing: str | None, served: int, limit: float, confidence: float) -> Check:
-    """OOM kills per request served. Kills are counted, not sampled: the observed rate decides, the interval
-    (Clopper-Pearson on kills/served) is reported for scale."""
+def oom_check(counted: OomCount | None, missing: str | None, served: int, limit: float, confidence: float) -> Check:
+    """OOM events per request served: host-memory OOM kills plus GPU OOM crashes (kfchaos.metrics.oom).
+
+    Events are counted, not sampled: the observed rate decides, the Clopper-Pearson interval on
+    events/served is reported for scale. Shown events above the limit FAIL even when some evidence is
+    missing; otherwise missing evidence (no kube-state-metrics, crashes whose logs could not be read)
+    that could carry the rate over the limit is INCONCLUSIVE.
+    """
     name = "oom_kill_rate"
-    if missing is not None or kills is None:
+    if counted is None:
         return Check(name, Status.INCONCLUSIVE, missing or "no OOM series", threshold=limit, unit="fraction")
     if served == 0:
         return Check(name, Status.INCONCLUSIVE, "no requests sent", threshold=limit, unit="fraction")
-    count = round(kills)
+    host, gpu, unread = round(counted.host_kills), round(counted.gpu), round(counted.unread)
+    count = host + gpu
     rate = count / served
     interval = clopper_pearson(min(count, served), served, confidence)
-    status = Status.PASS if rate <= limit else Status.FAIL
-    reason = f"{count} OOM kill(s) / {served} requests = {100 * rate:.4g}% vs {100 * limit:g}%"
-    return Check(name, status, reason, rate, limit, interval, served, "fraction", details={"oom_kills": count})
+    details = {
+        "oom_kills": count,
+        "host_oom_kills": host,
+        "host_oom_kills_kube_state_metrics": None if counted.host is None else round(counted.host + counted.pending),
+        "host_oom_kills_cadvisor": None if counted.cadvisor is None else round(counted.cadvisor),
+        "gpu_oom_crashes": gpu,
+        "crash_restarts_unread": unread,
+    }
+    shown = f"{host} host-memory OOM kill(s) + {gpu} GPU OOM crash(es)"
+    reason = f"{shown} / {served} requests = {100 * rate:.4g}% vs {100 * limit:g}%"
+    if rate > limit:
+        status = Status.FAIL
+    elif missing or counted.missing:
+        status, reason = Status.INCONCLUSIVE, f"{reason}; cannot PASS: {missing or counted.missing}"
+    elif unread and (count + unread) / served > limit:
+        status = Status.INCONCLUSIVE
+        reason += (
+            f"; {unread} crash restart(s) whose previous log could not be read may be GPU OOMs "
+            "(grant get pods/log, or see docs/verdict.md)"
+        )
+    else:
+        status = Status.PASS
+    return Check(name, status, reason, rate, limit, interval, served, "fraction", details=details)
 
 
 def replay_check(
