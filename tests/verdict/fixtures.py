@@ -6,7 +6,15 @@ import math
 
 import numpy as np
 
-from kfchaos.baseline import Baseline, Provenance, SeriesStat, Totals, Window
+from kfchaos.baseline import (
+    Baseline,
+    ControlBaseline,
+    LatencyHistogram,
+    Provenance,
+    SeriesStat,
+    Totals,
+    Window,
+)
 from kfchaos.metrics import oom
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
 
@@ -20,7 +28,17 @@ def exponential(scale: float, n: int) -> np.ndarray:
     return np.asarray(-scale * np.log1p(-u))
 
 
-def baseline(p99: float = LN100, captured_at: str = "2026-12-01T00:00:00Z") -> Baseline:
+# Buckets 5 % apart: fine enough to resolve the 15 % drift the tests use.
+FINE_BUCKETS = [float(b) for b in np.geomspace(0.01, 200.0, 204)]
+
+
+def baseline(
+    p99: float = LN100,
+    captured_at: str = "2026-12-01T00:00:00Z",
+    *,
+    buckets: list[float] | None = FINE_BUCKETS,
+    control: ControlBaseline | None = None,
+) -> Baseline:
     return Baseline(
         experiment="verdict-test",
         captured_at=captured_at,
@@ -32,6 +50,8 @@ def baseline(p99: float = LN100, captured_at: str = "2026-12-01T00:00:00Z") -> B
         ),
         series={"latency_p99": SeriesStat(median=p99, spread=0.01, p10=p99 * 0.95, p90=p99 * 1.05, intervals=2016)},
         totals=Totals(requests=1_000_000, errors=100, error_rate=1e-4, oom_kills=0, oom_kill_rate=0.0),
+        latency_histogram=None if buckets is None else LatencyHistogram(query="count by (le) (...)", bounds=buckets),
+        control=control,
     ).sealed()
 
 

@@ -17,6 +17,7 @@ from kfchaos.baseline import Baseline
 from kfchaos.metrics import oom
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.spec import Experiment, Slo
+from kfchaos.verdict import drift
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.model import Check, StageResult, Status, Verdict, status_of, worst
@@ -70,13 +71,12 @@ def stage_checks(
     )
     checks = list(stage_gate.checks)
     latency, beyond = _tail_sample(requests, requests.latency)
-    base_p99 = baseline.p99("latency_p99") if baseline else None
     checks.append(
         drift_check(
             "p99_drift",
             latency,
             beyond,
-            base_p99,
+            drift.reference(baseline, stage, slo.p99_drift_max),
             slo.p99_drift_max,
             what="latency",
             min_samples=samples,
