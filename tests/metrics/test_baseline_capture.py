@@ -130,3 +130,19 @@ def test_cli_capture_then_show(prom: History, tmp_path: Path, capsys: pytest.Cap
     assert main(["baseline", "show", str(out)]) == 3
     assert "does not match content_hash" in capsys.readouterr().err
     assert main([*argv, "--end", "yesterday"]) == 3
+
+
+def test_cli_reads_the_capture_step_from_the_spec(prom: History, tmp_path: Path) -> None:
+    from kfchaos.cli import main
+    from tests.verdict.builders import experiment_text
+
+    end = prom.end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    capture_section = f"{{file: {tmp_path / 'b.yaml'}, capture: {{prometheus: '{prom.client.url}', days: 2, "
+    capture_section += f"end: '{end}', step: 10m}}}}"
+    text = experiment_text().replace("{file: baselines/verdict-test.yaml}", capture_section)
+    experiment_file = tmp_path / "verdict-test.yaml"
+    experiment_file.write_text(text)
+    assert main(["baseline", "capture", "--experiment", str(experiment_file)]) == 0
+    baseline, _ = load_baseline(tmp_path / "b.yaml")
+    assert baseline.provenance.step == 600.0  # spec.baseline.capture.step, not the command's 300 s
+    assert baseline.series["latency_p99"].intervals <= 2 * 24 * 6 + 1
