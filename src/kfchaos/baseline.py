@@ -21,11 +21,11 @@ from numpy.typing import NDArray
 from pydantic import Field, ValidationError, field_validator
 
 from kfchaos.errors import KfchaosError, SpecError
-from kfchaos.metrics import oom
+from kfchaos.metrics import oom, releases
 from kfchaos.metrics.catalog import Scope, standard_queries, with_user_queries
 from kfchaos.metrics.histogram import wide_bucket_warning
-from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError
-from kfchaos.metrics.source import MetricsSource, RangeSeries, as_series
+from kfchaos.metrics.prometheus import PrometheusError
+from kfchaos.metrics.source import MetricsSource, as_series
 from kfchaos.types import StrictModel
 from kfchaos.yamlsource import load_yaml
 
@@ -267,27 +267,12 @@ def robust_stat(values: NDArray[np.float64], unit: str = "s") -> SeriesStat | No
     )
 
 
-def release_changes(times: NDArray[np.float64], values: NDArray[np.float64]) -> list[tuple[float, float]]:
-    """(before, after) time pairs between which a deployment-generation series changed: a rollout happened."""
-    finite = np.isfinite(values)
-    times, values = times[finite], values[finite]
-    changed = np.nonzero(np.diff(values) != 0)[0]
-    return [(float(times[i]), float(times[i + 1])) for i in changed]
-
-
 def kept_intervals(times: NDArray[np.float64], step: float, excluded: list[tuple[float, float]]) -> NDArray[np.bool_]:
     """Whether each evaluation at `t` (covering (t - step, t]) stays clear of every excluded window."""
     keep = np.ones(len(times), dtype=bool)
     for start, end in excluded:
         keep &= ~((times - step < end) & (times > start))
     return keep
-
-
-def _range(source: MetricsSource, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
-    """A range query; over a week at a short step, in pieces under Prometheus's points limit."""
-    if isinstance(source, PrometheusClient):
-        return source.range_chunked(query, start, end, step)
-    return source.range(query, start, end, step)
 
 
 def capture(
@@ -319,19 +304,20 @@ def capture(
         )
         for a, b in release_windows
     ]
+    release_notes: list[str] = []
     if detect_releases:
-        query = catalog["deployment_generation"]
-        used[query.name] = query.promql
-        for generation in _range(source, query.promql, t0, t1, step):
-            for before, after in release_changes(generation.times, generation.values):
-                exclusions.append(
-                    Exclusion(
-                        start=format_time(datetime.fromtimestamp(before - release_margin, UTC)),
-                        end=format_time(datetime.fromtimestamp(after + release_margin, UTC)),
-                        source="detected",
-                        reason=f"generation of {generation.labels.get('deployment', '?')} changed",
-                    )
+        # The whole rollout, not just the generation change (kfchaos.metrics.releases), +/- the margin.
+        found, release_notes, sent = releases.detect(source, scope.namespace, t0, t1, step)
+        used.update(sent)
+        for release in found:
+            exclusions.append(
+                Exclusion(
+                    start=format_time(datetime.fromtimestamp(release.start - release_margin, UTC)),
+                    end=format_time(datetime.fromtimestamp(release.end + release_margin, UTC)),
+                    source="detected",
+                    reason=release.reason,
                 )
+            )
     excluded = [(parse_time(e.start).timestamp(), parse_time(e.end).timestamp()) for e in exclusions]
 
     def fetch(name: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -384,7 +370,7 @@ def capture(
         provenance=provenance,
         series=series,
         totals=totals,
-        warnings=notes,
+        warnings=release_notes + notes,
         latency_histogram=histogram,
     ).sealed()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfchaos.baseline import BaselineError, capture, load_baseline
+from kfchaos.baseline import BaselineError, capture, load_baseline, parse_time
 from kfchaos.errors import SpecError
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
@@ -86,7 +86,19 @@ def test_detected_release_is_excluded(prom: History) -> None:
     assert exclusion.source == "detected" and "vllm" in exclusion.reason
     assert baseline.totals.oom_kills == 0  # type: ignore[attr-defined]
     assert baseline.totals.error_rate == pytest.approx(NORMAL_ERRORS, rel=0.02)  # type: ignore[attr-defined]
-    assert "deployment_generation" in baseline.provenance.queries  # type: ignore[attr-defined]
+    assert "rollout.observed" in baseline.provenance.queries  # type: ignore[attr-defined]
+
+
+def test_a_detected_release_is_excluded_whole(prom: History) -> None:
+    # The rollout spans the release hour; a margin of 5 minutes leaves none of it in the baseline.
+    baseline = run(prom, detect_releases=True, release_margin=300.0)
+    (exclusion,) = baseline.provenance.exclusions  # type: ignore[attr-defined]
+    assert "rollout of vllm" in exclusion.reason and "complete at" in exclusion.reason
+    assert parse_time(exclusion.start) <= prom.release[0] - timedelta(seconds=300)
+    assert parse_time(exclusion.end) >= prom.release[1] + timedelta(seconds=300)
+    assert baseline.totals.oom_kills == 0  # type: ignore[attr-defined]
+    assert baseline.totals.error_rate == pytest.approx(NORMAL_ERRORS, rel=0.02)  # type: ignore[attr-defined]
+    assert baseline.series["latency_p99"].p90 == pytest.approx(NORMAL_P99, rel=1e-6)  # type: ignore[attr-defined]
 
 
 def test_written_baseline_round_trips_and_edits_are_refused(prom: History, tmp_path: Path) -> None:
