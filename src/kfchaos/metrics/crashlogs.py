@@ -39,24 +39,33 @@ def demo_reader(state_file: Path) -> CrashLogReader:
 
 
 def kubernetes_reader() -> CrashLogReader | None:
-    """The pod log API through the kubernetes client (in-cluster, else kubeconfig); None without either."""
+    """The pod log API through the kubernetes client (in-cluster config, else kubeconfig), configured on the
+    first crash to read: a run without crashes talks to no API server. None without the client."""
     try:
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
     except ImportError:
         return None
-    try:
-        config.load_incluster_config()
-    except ConfigException:
-        try:
-            config.load_kube_config()
-        except (ConfigException, OSError, TypeError, ValueError):
-            return None
-    api = client.CoreV1Api()
+    api: list[object] = []
+
+    def connect() -> object | None:
+        if not api:
+            try:
+                config.load_incluster_config()
+            except ConfigException:
+                try:
+                    config.load_kube_config()
+                except (ConfigException, OSError, TypeError, ValueError):
+                    return None
+            api.append(client.CoreV1Api())
+        return api[0]
 
     def read(namespace: str, pod: str, container: str) -> str | None:
+        core = connect()
+        if core is None:
+            return None
         try:
-            text = api.read_namespaced_pod_log(
+            text = core.read_namespaced_pod_log(  # type: ignore[attr-defined]
                 pod,
                 namespace,
                 container=container,
