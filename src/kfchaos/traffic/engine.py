@@ -19,6 +19,7 @@ import contextlib
 import gc
 import math
 import resource
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -49,6 +50,7 @@ class StageResult:
     table: pa.Table
     report: SourceReport
     path: Path | None = None
+    interrupted: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the stage, when `signals` was on
 
 
 def _itl(gaps: list[float]) -> tuple[float, float, float]:
@@ -211,12 +213,20 @@ class _Stage:
         clock, start = self.clock, self.start
         since_yield = 0
         sleep = asyncio.sleep
+        # The plan ends at the duration; this is the engine's own bound on it, whatever a source yields.
+        end = self.settings.duration if self.settings.duration is not None else math.inf
         for planned in self.plan.schedule():
+            if not planned.offset < end:
+                return
             due = start + planned.offset
             wait = due - clock()
             if wait > 0:
                 if wait > 2 * SPIN:
-                    await sleep(wait - SPIN)
+                    if stop is None:
+                        await sleep(wait - SPIN)
+                    else:  # a stop (signal, abort) must not wait for a request due minutes from now
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), wait - SPIN)
                 while clock() < due:
                     await sleep(0)
                 since_yield = 0
@@ -306,14 +316,41 @@ def raise_open_file_limit(needed: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def run_stage(plan: ReplayPlan, target: str, out: str | Path | None = None, **options: object) -> StageResult:
-    """Synchronous `replay` on a fresh uvloop; writes the records to `out` (Parquet) when given."""
+def run_stage(
+    plan: ReplayPlan, target: str, out: str | Path | None = None, *, signals: bool = False, **options: object
+) -> StageResult:
+    """Synchronous `replay` on a fresh uvloop; writes the records to `out` (Parquet) when given.
+
+    `signals` (the `kfchaos replay` command): SIGINT and SIGTERM stop the stage as an abort does, the records
+    taken until then are returned (and written), and `result.interrupted` names the signal. Off by default:
+    a pipeline step must die on SIGTERM, not report a shortened stage as complete.
+    """
     raise_open_file_limit(plan.settings.concurrency_limit)
     loop = new_event_loop()
+    caught: list[int] = []
+    if signals:
+        stop = options.get("stop")
+        if not isinstance(stop, asyncio.Event):
+            stop = options["stop"] = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+
+            def handler(signum: int = signum, stop: asyncio.Event = stop) -> None:
+                caught.append(signum)
+                stop.set()
+
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                loop.add_signal_handler(signum, handler)
     try:
         result = loop.run_until_complete(replay(plan, target, **options))  # type: ignore[arg-type]
     finally:
+        if signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                    loop.remove_signal_handler(signum)
         loop.close()
+    if caught:
+        result.interrupted = caught[0]
+        result.summary.notes.append(f"stopped by {signal.Signals(caught[0]).name}")
     if out is not None:
         result.path = write_parquet(result.table, out)
     return result

@@ -10,6 +10,7 @@ time per connection (no pipelining); new connections are opened on demand.
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -20,7 +21,11 @@ from urllib.parse import urlsplit
 import httptools
 
 from kfchaos.errors import KfchaosError
+from kfchaos.traffic.httpsyntax import encode_path
 from kfchaos.traffic.sse import SseError, SseTimer
+
+# A DNS name, IPv4 address or (urlsplit strips the brackets) IPv6 address: nothing that could break a line.
+_HOST = re.compile(r"[A-Za-z0-9._:%-]{1,253}")
 
 
 @dataclass(frozen=True)
@@ -37,14 +42,23 @@ class Target:
 
 
 def parse_target(url: str) -> Target:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise KfchaosError(f"target {url!r} must be an http:// or https:// URL with a host")
+    """The target of `--target URL` / spec.target.url. Errors name the flag; the URL is not echoed (it may
+    carry a user:password or a query token)."""
     try:
+        parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise KfchaosError(f"target {url!r} has an invalid port") from None
-    return Target(parts.hostname, port, parts.scheme == "https", parts.path.rstrip("/"))
+    except ValueError as exc:  # 'http://[::1' (unclosed bracket), a port outside 0-65535 or not a number
+        raise KfchaosError(f"--target: not a valid URL ({exc})") from None
+    host = parts.hostname
+    if parts.scheme not in ("http", "https") or not host:
+        raise KfchaosError("--target: must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise KfchaosError("--target: credentials in the URL are not sent; use spec.target.auth")
+    if not _HOST.fullmatch(host):
+        raise KfchaosError("--target: the host has characters a host name or address cannot have")
+    if parts.query or parts.fragment:
+        raise KfchaosError("--target: give a base URL without query or fragment")
+    return Target(host, port, parts.scheme == "https", encode_path(parts.path.rstrip("/")))
 
 
 class Exchange:

@@ -67,6 +67,12 @@ class StageSummary:
     source: dict[str, Any] | None = None  # the SourceReport: lines read, malformed lines with numbers
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def answered(self) -> bool:
+        """Whether any request got a response: against a dead port every request is a connect error, and a
+        stage that measured nothing must not read as a valid replay (`kfchaos replay` exits 2)."""
+        return self.completed > 0
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
