@@ -25,7 +25,7 @@ MAX_CONCURRENCY = 1_000_000
 MAX_SHARDS = 32768  # the records' int16 shard column
 
 # A target's answer: the bytes read for one response, one SSE event, and token counts it may report.
-MAX_RESPONSE_BYTES = 256 << 20
+MAX_RESPONSE_BYTES = 64 << 20
 MAX_SSE_EVENT_BYTES = 4 << 20
 MAX_TOKENS = 2**31 - 1  # the records' int32 columns
 

@@ -2,10 +2,12 @@
 
 One coroutine walks the plan's schedule and writes each request when its time comes, from a plain
 call (no task per request) onto an idle keep-alive connection, or a new one. Responses end in callbacks
-that write a record. The send time is taken when the bytes are handed to the socket, so the lag
-(sent - intended) is the replayer's own delay; latency is recorded from both times, which makes
-coordinated omission visible instead of hiding it. When `concurrency_limit` requests are in flight,
-a due request is dropped and recorded as `dropped`, never queued (queueing would bend the schedule).
+that write a record. The send time is taken when the request is handed to the connection pool, before a
+connection is opened for it, so the lag (sent - intended) is the replayer's own delay, and connection setup
+(recorded per request as `connect`) is part of the latency, as it is for a client; latency is recorded from
+both times, which makes coordinated omission visible instead of hiding it. When `concurrency_limit`
+requests are in flight, a due request is dropped and recorded as `dropped`, never queued (queueing would
+bend the schedule).
 
 Timing: uvloop timers have 1 ms resolution, so the scheduler sleeps until ~1 ms before a request is due
 and then yields to the event loop (handling I/O) until the due time. Time comes from the loop's
@@ -157,6 +159,7 @@ class _Stage:
             planned.record_id, exchange.trace_id, intended + self.epoch, sent + self.epoch if sent else math.nan,
             status, error, latency, ttft, itl, tpot, prompt_tokens, output_tokens,
             exchange.bytes_sent if sent else -1, exchange.bytes_received, request.long_context, active,
+            exchange.connect if sent else math.nan,
         )  # fmt: skip
 
     def _sweep(self) -> None:

@@ -5,6 +5,15 @@ caps a Python load generator near 9k requests/s and, worse, ties the send time t
 Here a request is written to an idle connection from a plain callback; responses are parsed by
 httptools (llhttp, as in uvicorn) and reported back through the `Exchange` object. One request at a
 time per connection (no pipelining); new connections are opened on demand.
+
+Times: `sent` is when the engine starts the request (hands it to the pool), before any connection is
+opened for it, so the time to open one (TCP, TLS) is part of its latency and TTFT, as in vLLM's benchmark
+client (vllm/benchmarks/lib/endpoint_request_func.py takes `st = time.perf_counter()` before
+`session.post`), and never part of the send lag, which measures the scheduler alone. `connect` is the
+seconds spent opening connections for this request: 0 on a kept-alive connection.
+
+An answer is bounded: more than MAX_RESPONSE_BYTES, or anything the parsers refuse, ends that request as a
+protocol error and closes its connection; the per-request timeout bounds the time.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from kfchaos.errors import KfchaosError
+from kfchaos.traffic.bounds import MAX_RESPONSE_BYTES
 from kfchaos.traffic.httpsyntax import encode_path
 from kfchaos.traffic.sse import SseError, SseTimer
 
@@ -68,6 +78,7 @@ class Exchange:
         "bytes_received",
         "bytes_sent",
         "complete",
+        "connect",
         "connection",
         "data",
         "ended",
@@ -87,6 +98,7 @@ class Exchange:
         self.bytes_sent = len(data)
         self.sse = sse
         self.sent = 0.0
+        self.connect = 0.0
         self.status = -1
         self.bytes_received = 0
         self.ended = 0.0
@@ -116,11 +128,14 @@ class Connection(asyncio.Protocol):
             self.close()  # bytes nobody asked for: the connection is not trustworthy any more
             return
         exchange.bytes_received += len(data)
+        if exchange.bytes_received > MAX_RESPONSE_BYTES:
+            self._fail("protocol")
+            return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
+        except (httptools.HttpParserError, SseError):  # HttpParserUpgrade and callback errors derive from it
             self._fail("protocol")
-        except (httptools.HttpParserError, SseError):
+        except Exception:  # whatever an answer does, it ends this request only, not the whole replay
             self._fail("protocol")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -161,7 +176,6 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         self.exchange = exchange
         exchange.connection = self
-        exchange.sent = self.clock()
         self.transport.write(exchange.data)
 
     def close(self) -> None:
@@ -211,7 +225,8 @@ class Pool:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def submit(self, exchange: Exchange) -> None:
-        """Send now on an idle connection, or as soon as a new one is connected."""
+        """Send now on an idle connection, or as soon as a new one is connected. The request's time starts now."""
+        exchange.sent = self.clock()
         while self.idle:
             connection = self.idle.pop()
             if connection.transport is not None and not connection.transport.is_closing():
@@ -226,6 +241,7 @@ class Pool:
 
     async def _connect_and_send(self, exchange: Exchange) -> None:
         self.connecting += 1
+        began = self.clock()
         try:
             _, connection = await self.loop.create_connection(
                 lambda: Connection(self), self.target.host, self.target.port, ssl=self.ssl
@@ -234,12 +250,15 @@ class Pool:
             if exchange.complete:
                 return
             exchange.error = "connect"
-            exchange.sent = exchange.ended = self.clock()
+            exchange.ended = self.clock()
+            exchange.connect += exchange.ended - began
+            exchange.bytes_sent = 0
             exchange.complete = True
             self.done(exchange)
             return
         finally:
             self.connecting -= 1
+        exchange.connect += self.clock() - began
         self.open += 1
         if exchange.complete:  # timed out or cancelled while connecting
             self.idle.append(connection)
