@@ -33,6 +33,7 @@ from .loopback_server import LoopbackServer
 
 pytestmark = pytest.mark.integration
 SECRET = "sk-live-0123456789abcdef"
+CLI = "import sys; from kfchaos.cli import main; sys.exit(main())"
 
 
 def write_jsonl(path: Path, rows: list[Any]) -> str:
@@ -152,7 +153,7 @@ def test_sigint_and_sigterm_write_the_records_then_exit(tmp_path: Path) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             out = tmp_path / f"r{signum}.parquet"
             process = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from kfchaos.cli import main; sys.exit(main())", "replay", path, "--target", server.url, "--out", str(out),
+                [sys.executable, "-c", CLI, "replay", path, "--target", server.url, "--out", str(out),
                  "--duration", "60s", "--quiet"],
                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
