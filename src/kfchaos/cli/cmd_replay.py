@@ -219,7 +219,8 @@ def format_summary(summary: StageSummary) -> str:
     ]
     if summary.ttft is not None or summary.goodput is not None:
         lines.append(
-            f"  llm       TTFT p99 {ms(summary.ttft)}  TPOT p99 {ms(summary.tpot)}  ITL p99 {ms(summary.itl_p99)}  "
+            f"  llm       TTFT p99 {ms(summary.ttft)}  TPOT p99 {ms(summary.tpot)}  "
+            f"ITL p99 of per-request p99 {ms(summary.itl_request_p99)}  "
             f"output {summary.output_tokens} tokens  goodput {summary.goodput or 0:.2f}/s"
         )
     if summary.long_context_requests:
