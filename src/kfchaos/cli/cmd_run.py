@@ -8,6 +8,7 @@ from typing import Any
 
 from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
+from kfchaos.kfp.client import RUN_SERVICE_ACCOUNT
 
 
 def register(subparsers: Any) -> None:
@@ -24,7 +25,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kfp-experiment", default="kfchaos", help="KFP experiment (run folder) for --host")
     parser.add_argument("--experiment-dir", help="where traffic paths resolve in the run (--host default: the image's)")
     parser.add_argument(
-        "--service-account", help="Kubernetes service account the run's pods use (e.g. kfchaos-runner), --host only"
+        "--service-account",
+        default=RUN_SERVICE_ACCOUNT,
+        help="service account the whole run executes as, KFP's drivers and launchers included (--host only; "
+        f"default {RUN_SERVICE_ACCOUNT}: manifests/base grants it KFP's runner Role and the chaos Role)",
     )
     parser.add_argument("--root", default=".", type=Path, help="repository root, for baselines (default: .)")
     parser.add_argument("--output", default="runs/local", type=Path, help="pipeline root for --local")
