@@ -8,12 +8,11 @@ tests/manifests/data/ from upstream, which manifests/ binds to the run identity.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
-
 import yaml
 
 from kfchaos.errors import KfchaosError
