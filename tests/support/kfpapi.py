@@ -71,7 +71,12 @@ def _matches(item: dict[str, Any], raw_filter: str | None) -> bool:
 class KfpApiServer:
     """Start with `with KfpApiServer() as api:`; `api.url` is the host for kfp.Client."""
 
-    def __init__(self) -> None:
+    def __init__(self, tag_name: str = "2.15.0", multi_user: bool = False) -> None:
+        # What the API server's healthz reports about itself: its release tag and mode (the fields
+        # kubeflow/pipelines frontend/server/handlers/healthz.ts reads from it: commit_sha, tag_name,
+        # multi_user, pipeline_store).
+        self.tag_name = tag_name
+        self.multi_user = multi_user
         self.state = KfpState()
         self.requests: list[Recorded] = []
         self._ids = itertools.count(1)
@@ -181,14 +186,18 @@ class KfpApiServer:
         if body and content_type.startswith("application/json"):
             parsed = json.loads(body)
         self.requests.append(Recorded(method, path, query, parsed, headers))
+        if path in (f"{PREFIX}/healthz", "/apis/v1beta1/healthz") and method == "GET":
+            return 200, {
+                "commit_sha": "0" * 40,
+                "tag_name": self.tag_name,
+                "multi_user": self.multi_user,
+                "pipeline_store": "database",
+            }
         if not path.startswith(PREFIX):
             raise ApiError(404, f"unknown path {path}")
         parts = path[len(PREFIX) :].strip("/").split("/")
         s = self.state
         first = lambda name: query.get(name, [None])[0]  # noqa: E731
-
-        if parts == ["healthz"]:
-            return 200, {"multi_user": False}
 
         # pipelines and their versions
         if parts == ["pipelines", "upload"] and method == "POST":
