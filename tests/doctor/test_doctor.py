@@ -36,6 +36,11 @@ UPSTREAM_KFP_RBAC = [
 ]
 # Placement rules come from kfchaos.faults.clustercheck (the chaosmesh area); until it is merged they are
 # UNKNOWN, which the doctor counts as not passing.
+PERMISSION_ROWS = (
+    "permissions kubeflow (KFP runtime)",
+    "permissions llm-serving (faults)",
+    "permissions cluster (cluster-wide)",
+)
 PLACEMENT = {"chaos-daemon on target nodes", "namespace filter annotation", "chaos mesh placement"}
 
 
@@ -145,7 +150,7 @@ def add_secret(server: KubeApiServer, namespace: str, token: str = "s3cret") -> 
             "kind": "Secret",
             "metadata": {"name": "kfchaos-target", "namespace": namespace},
             "data": data,
-        },  # fmt: skip
+        },
     )
 
 
@@ -171,7 +176,7 @@ def test_a_healthy_cluster_passes_every_check(live: Live) -> None:
     assert names["kfp backend version"].detail.startswith("backend 2.15.0")
     assert "optional Secret as env >= 2.15.0" in names["kfp backend version"].detail
     assert "dsl.OneOf outputs >= 2.4.0" in names["kfp backend version"].detail
-    for name in ("permissions kubeflow (KFP runtime)", "permissions llm-serving (faults)", "permissions cluster (cluster-wide)"):  # fmt: skip
+    for name in PERMISSION_ROWS:
         assert names[name].status is Status.PASS
     assert names["series vllm:e2e_request_latency_seconds_bucket"].status is Status.PASS
     assert not any(n.startswith("series DCGM") for n in names)  # no pod requests a GPU
