@@ -12,11 +12,10 @@ from typing import Any
 from kfchaos.doctor import kfpcheck
 from kfchaos.doctor.model import Report, Status
 from kfchaos.kfp.identity import RUN_CALLS, Call
+from kfchaos.kfp.targetsecret import TARGET_SECRET, TARGET_SECRET_KEY
 from kfchaos.spec import Experiment
 
 TIMEOUT = 10.0
-TARGET_SECRET = "kfchaos-target"  # pipelines/chaos_experiment.py mounts it with use_secret_as_env
-TARGET_SECRET_KEY = "token"
 # Chaos Mesh's Helm chart names its controller Deployment so (helm/chaos-mesh/templates/
 # controller-manager-deployment.yaml); its image tag is the release.
 CONTROLLER = "chaos-controller-manager"
