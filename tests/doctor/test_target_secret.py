@@ -16,9 +16,7 @@ from tests.conftest import ROOT
 EXPERIMENT = ROOT / "experiments/vllm-network-delay.yaml"  # spec.target.auth.env: KFCHAOS_TARGET_TOKEN
 
 
-def test_missing_token_names_the_secret_and_the_pods_namespace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_token_names_the_secret_and_the_pods_namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     namespace_file = tmp_path / "namespace"
     namespace_file.write_text("kubeflow\n")
     monkeypatch.setattr(targetsecret, "POD_NAMESPACE_FILE", namespace_file)
@@ -40,5 +38,5 @@ def test_an_experiment_without_auth_needs_no_token() -> None:
 def test_steady_state_stops_before_replaying(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("KFCHAOS_TARGET_TOKEN", raising=False)
     monkeypatch.setattr(targetsecret, "POD_NAMESPACE_FILE", tmp_path / "absent")
-    with pytest.raises(KfchaosError, match="target credential missing.*<the KFP namespace>"):
+    with pytest.raises(KfchaosError, match=r"target credential missing.*<the KFP namespace>"):
         steady_state(EXPERIMENT.read_text(), str(EXPERIMENT.parent), "http://127.0.0.1:9", "run-1", "")
