@@ -85,6 +85,6 @@ def run(args: argparse.Namespace) -> int:
         timeout, poll = parse_duration(args.wait_timeout), parse_duration(args.poll)
     except ValueError as exc:
         raise KfchaosError(f"--wait-timeout/--poll: {exc}") from None
-    outcome = follow(client, run_id, poll=poll, timeout=timeout, out=lambda line: print(line, flush=True))
-    print(outcome.summary())
-    return outcome.exit_code
+    followed = follow(client, run_id, poll=poll, timeout=timeout, out=lambda line: print(line, flush=True))
+    print(followed.summary())
+    return followed.exit_code
