@@ -1,4 +1,5 @@
-"""`kfchaos demo`: the main job on the embedded default -- a real chaos experiment on this machine."""
+"""`kfchaos demo [up|down]`: the main job on the embedded default -- a real chaos experiment on this machine;
+`up` keeps the demo stack running for one's own experiments (`run --local`), `down` stops it."""
 
 from __future__ import annotations
 
@@ -6,24 +7,50 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from kfchaos.cli import EXIT_PASS
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "demo", help="run a real chaos experiment on this machine against the bundled demo LLM server"
+        "demo",
+        help="run a real chaos experiment on this machine against the bundled demo LLM server; "
+        "`demo up` / `demo down` keep the demo stack running for your own experiments",
+    )
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=["run", "up", "down"],
+        default="run",
+        help="run (default): both scenarios, side by side; up: start server, proxy and Prometheus and print "
+        "what to export and the `run --local` line; down: stop what `up` started",
     )
     parser.add_argument(
         "--scenario",
         action="append",
         choices=["unsafe", "tuned"],
-        help="run only this scenario (repeatable); default: both, side by side",
+        help="run only this scenario (repeatable); default: both. With `up`: the server settings (default tuned)",
     )
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where run folders go (default: runs/)")
     parser.add_argument("--root", type=Path, default=Path("."), help="the kfchaos checkout (default: .)")
     parser.add_argument("--baseline-seconds", type=float, default=15.0, help="fault-free traffic for the baseline")
+    parser.add_argument("--no-baseline", action="store_true", help="with `up`: skip recording the control baseline")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        from kfchaos.demo.up import up
+
+        scenario = (args.scenario or ["tuned"])[-1]
+        state = up(args.runs, scenario, args.baseline_seconds, with_baseline=not args.no_baseline)
+        print(state.instructions())
+        return EXIT_PASS
+    if args.action == "down":
+        from kfchaos.demo.up import down
+
+        stopped = down(args.runs)
+        print(f"demo stack down ({stopped} process(es) stopped)" if stopped else "no demo stack was up")
+        return EXIT_PASS
     from kfchaos.demo.run import main
 
     return main(args.scenario or ["unsafe", "tuned"], args.root.resolve(), args.runs, args.baseline_seconds)

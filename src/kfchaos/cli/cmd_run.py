@@ -56,6 +56,14 @@ def run(args: argparse.Namespace) -> int:
         from kfchaos.spec import load_experiment
 
         check_local_run(load_experiment(args.experiment), args.target)  # one line, exit 3, before any task
+        import os
+
+        from kfchaos.demo import localrun
+
+        if not os.environ.get(localrun.CHILD_ENV):  # progress and a verdict table; kfp.local's dumps to a log
+            return localrun.main(
+                args.experiment, root=args.root.resolve(), target=args.target, pipeline_root=args.output.resolve()
+            )
         outcome = runs.run_local(
             args.experiment, root=args.root.resolve(), target=args.target, pipeline_root=args.output.resolve()
         )

@@ -14,10 +14,7 @@ runs/<run-id>/: verdict.json, report.html, report.md, requests.parquet, audit.js
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -30,8 +27,6 @@ import yaml
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 DEMO_EXPERIMENT = Path(__file__).with_name("experiments") / "demo-llm-chaos.yaml"
 SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
@@ -166,35 +161,21 @@ def headline_reasons(document: dict[str, Any], limit: int = 6) -> list[str]:
     return reasons[:limit] or list(document.get("reasons", []))[:limit] or ["all checks passed"]
 
 
-_TASK_LINE = re.compile(r"Task '(?P<task>[^']+)' finished with status (?P<status>\w+)")
-
-
 def _run_pipeline(
     experiment: Path, repo_root: Path, target: str, pipeline_root: Path, env: dict[str, str], workdir: Path
 ) -> LocalOutcome:
     """`kfchaos run --local` in a child process: kfp.local's own logs go to a file, progress to the terminal."""
-    from kfchaos.kfp.runs import read_local_outcome
+    from kfchaos.demo.localrun import run_child
 
-    command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--target", target,
-               "--root", str(repo_root), "--output", str(pipeline_root)]  # fmt: skip
-    started = time.time()
-    log_path = workdir / "pipeline.log"
-    with open(log_path, "w") as log_file:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env}
-        )
-        assert process.stdout is not None
-        for line in process.stdout:
-            log_file.write(line)
-            match = _TASK_LINE.search(_ANSI.sub("", line))
-            if match:
-                log(f"    {match['task']:<22} {match['status'].lower()}")
-        process.wait()
-    name = yaml.safe_load(experiment.read_text())["metadata"]["name"]
-    try:
-        return read_local_outcome(pipeline_root, name, since=started)
-    except KfchaosError:
-        raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}") from None
+    return run_child(
+        experiment,
+        root=repo_root,
+        target=target,
+        pipeline_root=pipeline_root,
+        log_path=workdir / "pipeline.log",
+        env=env,
+        on_task=lambda task, status: log(f"    {task:<22} {status}"),
+    )
 
 
 def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: float) -> ScenarioResult:

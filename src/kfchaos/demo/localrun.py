@@ -1,0 +1,121 @@
+"""`kfchaos run --local` for people: kfp.local's executor dumps and warnings go to a log file; the terminal
+shows task progress, a verdict table and the run folder (report.html first).
+
+The pipeline runs in a child `kfchaos run --local` (marked by CHILD_ENV, so it does the plain run), the way
+`kfchaos demo` runs it: kfp.local writes its logs to the process's own stdout and stderr, which only a
+parent process can keep off the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kfchaos.errors import KfchaosError
+from kfchaos.kfp.runs import LocalOutcome
+
+CHILD_ENV = "KFCHAOS_LOCAL_RUN_CHILD"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TASK_LINE = re.compile(r"Task '(?P<task>[^']+)' finished with status (?P<status>\w+)")
+
+
+def progress_line(line: str) -> tuple[str, str] | None:
+    """(task, status) when `line` is kfp.local's "Task ... finished with status ..." line."""
+    match = _TASK_LINE.search(_ANSI.sub("", line))
+    return (match["task"], match["status"].lower()) if match else None
+
+
+def run_child(
+    experiment: Path,
+    *,
+    root: Path,
+    target: str,
+    pipeline_root: Path,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    on_task: Callable[[str, str], None] | None = None,
+) -> LocalOutcome:
+    """Run the pipeline in a child process; its output goes to `log_path`, finished tasks to `on_task`."""
+    from kfchaos.kfp.runs import read_local_outcome
+
+    command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--target", target,
+               "--root", str(root), "--output", str(pipeline_root)]  # fmt: skip
+    started = time.time()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log_file:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {}), CHILD_ENV: "1"},
+        )
+        assert process.stdout is not None
+        try:
+            for line in process.stdout:
+                log_file.write(line)
+                task = progress_line(line)
+                if task and on_task:
+                    on_task(*task)
+            process.wait()
+        except BaseException:
+            process.terminate()
+            process.wait(timeout=30)
+            raise
+    name = yaml.safe_load(experiment.read_text())["metadata"]["name"]
+    try:
+        return read_local_outcome(pipeline_root, name, since=started)
+    except KfchaosError:
+        raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}") from None
+
+
+def verdict_table(document: dict[str, Any]) -> str:
+    """Stage x check, status and reason: what an SRE reads first."""
+    rows = [("stage", "check", "status", "reason")]
+    for stage in document.get("stages", []):
+        for check in stage.get("checks", []):
+            rows.append(
+                (f"{stage.get('stage')}%", str(check.get("name")), str(check.get("status")), str(check.get("reason")))
+            )
+    if len(rows) == 1:
+        rows += [("-", "-", str(document.get("status")), reason) for reason in document.get("reasons", [])]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(f"  {row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}" for row in rows)
+
+
+def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path) -> int:
+    from kfchaos.demo.run import _collect
+
+    def progress(task: str, status: str) -> None:
+        print(f"  {datetime.now().strftime('%H:%M:%S')}  {task:<22} {status}", flush=True)
+
+    # Not beside the run folders in the pipeline root: nothing else may match "<name>-*" there.
+    log_path = pipeline_root / ".logs" / f"{experiment.stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.log"
+    print(f"running {experiment} with kfp.local (task logs: {log_path})", flush=True)
+    outcome = run_child(
+        experiment, root=root, target=target, pipeline_root=pipeline_root, log_path=log_path, on_task=progress
+    )
+    run_folder = pipeline_root.parent / outcome.run_dir.name
+    _collect(outcome.run_dir, run_folder)
+    verdict_file = run_folder / "verdict.json"
+    if verdict_file.is_file():
+        import json
+
+        print()
+        print(verdict_table(json.loads(verdict_file.read_text())))
+    print()
+    print(outcome.summary())
+    report = run_folder / "report.html"
+    if report.is_file():
+        print(f"report: {report}")
+    print(f"run folder: {run_folder}")
+    return outcome.exit_code

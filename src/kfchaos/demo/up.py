@@ -1,0 +1,158 @@
+"""`kfchaos demo up` / `kfchaos demo down`: the demo stack kept running for one's own experiments.
+
+`up` starts the demo LLM server (under its supervisor), the fault proxy and a local Prometheus, records a
+control baseline for the demo experiment (unless --no-baseline), writes what it started to a state file
+(runs/.work/demo-up.json) and prints the environment to export and the exact `kfchaos run --local` line.
+`down` reads the state file and stops every process it names (each is the leader of its own session, so
+its group is signalled), then removes the file. `up` while a stack is up prints the same lines again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+from kfchaos.demo.stack import DemoStack
+from kfchaos.errors import KfchaosError
+
+STATE_NAME = "demo-up.json"
+
+
+@dataclass
+class UpState:
+    scenario: str
+    workdir: str
+    pids: list[int]
+    target: str
+    control: str
+    prometheus: str
+    server_state: str
+    experiment: str
+    started: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            "KFCHAOS_FAULT_BACKEND": "local",
+            "KFCHAOS_FAULT_PROXY": self.control,
+            "KFCHAOS_DEMO_STATE": self.server_state,
+            "KFCHAOS_PROMETHEUS_URL": self.prometheus,
+        }
+
+    def instructions(self) -> str:
+        from kfchaos.demo.local_backend import LOCAL_FAULT_TYPES
+
+        exports = "\n".join(f"export {key}={value}" for key, value in self.env().items())
+        return (
+            f"demo stack up ({self.scenario} server settings); logs in {self.workdir}\n\n"
+            f"{exports}\n"
+            f"kfchaos run {self.experiment} --local --target {self.target}\n\n"
+            f"Your own experiment: kfchaos run EXPERIMENT --local --target {self.target}\n"
+            f"(faults the local backend performs: {', '.join(LOCAL_FAULT_TYPES)}, and long-context bursts)\n"
+            "Stop it with: kfchaos demo down"
+        )
+
+
+def state_path(runs_root: Path) -> Path:
+    return runs_root / ".work" / STATE_NAME
+
+
+def _alive(pid: int) -> bool:
+    """Running and still one of ours: a pid from an old state file may since belong to another program."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc (not Linux): trust the state file
+    return b"kfchaos.demo" in command or b"prometheus" in command
+
+
+def read_state(runs_root: Path) -> UpState | None:
+    path = state_path(runs_root)
+    try:
+        return UpState(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as exc:
+        raise KfchaosError(f"{path}: unreadable demo state ({exc}); remove it after stopping the processes") from None
+
+
+def up(runs_root: Path, scenario: str, baseline_seconds: float, with_baseline: bool = True) -> UpState:
+    from kfchaos.demo.run import DEMO_EXPERIMENT, SCENARIOS, _capture_baseline, _scenario_experiment, log
+
+    existing = read_state(runs_root)
+    if existing is not None and any(_alive(pid) for pid in existing.pids):
+        log(f"a demo stack is already up (started {existing.started}); `kfchaos demo down` stops it")
+        return existing
+    _, settings = SCENARIOS[scenario]
+    workdir = runs_root.resolve() / ".work" / f"up-{scenario}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    stack = DemoStack(settings, workdir=workdir)
+    try:
+        stack.start()
+        experiment = DEMO_EXPERIMENT
+        if with_baseline:
+            log(f"recording the control baseline ({len(_stages())} stages of fault-free traffic)")
+            baseline = _capture_baseline(stack, DEMO_EXPERIMENT, workdir / "baseline.yaml", baseline_seconds)
+            experiment = _scenario_experiment(workdir, baseline)
+    except BaseException:
+        stack.stop()
+        raise
+    state = UpState(
+        scenario=scenario,
+        workdir=str(workdir),
+        pids=[p.pid for p in stack.processes],
+        target=stack.target_url,
+        control=stack.control_url,
+        prometheus=stack.prometheus_url or "",
+        server_state=str(stack.state_file),
+        experiment=str(experiment),
+        started=datetime.now().isoformat(timespec="seconds"),
+    )
+    path = state_path(runs_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(state), indent=2))
+    return state
+
+
+def _stages() -> list[int]:
+    from kfchaos.demo.run import DEMO_EXPERIMENT
+    from kfchaos.spec import load_experiment
+
+    return list(load_experiment(DEMO_EXPERIMENT).spec.traffic.stages)
+
+
+def down(runs_root: Path, grace_s: float = 10.0) -> int:
+    """Stop what `up` started; the number of processes that were still running."""
+    state = read_state(runs_root)
+    if state is None:
+        return 0
+    running = [pid for pid in state.pids if _alive(pid)]
+    for pid in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(pid) for pid in running):
+        time.sleep(0.1)
+    for pid in running:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    # The supervisor's child (the server) is in the supervisor's session; end it too if it outlived it.
+    try:
+        child = json.loads(Path(state.server_state).read_text()).get("pid")
+        if child and _alive(int(child)):
+            os.kill(int(child), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+    state_path(runs_root).unlink(missing_ok=True)
+    return len(running)
