@@ -219,6 +219,7 @@ def test_header_policy_compares_normalised_names_and_refuses_bad_additions() -> 
     assert policy.apply([("x-drop", "1"), ("Authorization", "b"), ("X-Keep", "k"), ("X-Bad", "a\r\nb")]) == [
         ("X-Keep", "k")
     ]
+    assert SECRET not in repr(HeaderPolicy(add=(("X-Api-Key", SECRET),)))
     with pytest.raises(Exception, match="headers to add"):
         HeaderPolicy(add=(("X-A", "1\r\nX-B: 2"),))
     with pytest.raises(Exception, match="credential") as error:

@@ -45,9 +45,9 @@ class HeaderPolicy:
     allow_credentials: bool = False
     credential: tuple[str, str] | None = field(default=None, repr=False)  # (header, value); never printed
 
-    def __repr__(self) -> str:  # the credential must not appear in logs or tracebacks
+    def __repr__(self) -> str:  # no header value (an added API key, the credential) in logs or tracebacks
         return (
-            f"HeaderPolicy(add={self.add!r}, strip={sorted(self.strip)!r}, "
+            f"HeaderPolicy(add={[name for name, _ in self.add]!r}, strip={sorted(self.strip)!r}, "
             f"allow_credentials={self.allow_credentials}, credential={'set' if self.credential else 'none'})"
         )
 
