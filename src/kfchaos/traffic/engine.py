@@ -44,6 +44,7 @@ SPIN = 0.001  # wake this long before a request is due (timer resolution), then 
 SWEEP = 0.05  # how often timeouts are checked
 YIELD_EVERY = 32  # when behind schedule, still let responses in after this many sends
 START_DELAY = 0.05  # the first request is due this long after the engine starts
+STOP_POLL = 0.1  # with a stop event, a long wait for the next request is cut in slices this long
 
 
 @dataclass
@@ -228,8 +229,8 @@ class _Stage:
                     if stop is None:
                         await sleep(wait - SPIN)
                     else:  # a stop (signal, abort) must not wait for a request due minutes from now
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(stop.wait(), wait - SPIN)
+                        while (left := due - SPIN - clock()) > 0 and not stop.is_set():
+                            await sleep(min(left, STOP_POLL))
                 while clock() < due:
                     await sleep(0)
                 since_yield = 0

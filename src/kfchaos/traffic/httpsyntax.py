@@ -22,6 +22,7 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff](?:[\x20\x09\x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?")
 # RFC 3986 pchar plus "/" and "?" (query), and "%" so existing percent-encodings are kept as they are.
 _PATH_SAFE = "/?:@!$&'()*+,;=%-._~"
+_ENCODED = re.compile(r"[A-Za-z0-9/?:@!$&'()*+,;=%\-._~]*")
 
 
 def is_token(text: str) -> bool:
@@ -30,6 +31,8 @@ def is_token(text: str) -> bool:
 
 def header_problem(name: object, value: object) -> str | None:
     """Why (name, value) cannot be sent as a header, or None. Never quotes the value."""
+    if type(name) is str and type(value) is str and _TOKEN.fullmatch(name) and _FIELD_VALUE.fullmatch(value):
+        return None  # the hot path: one call per recorded header
     if not isinstance(name, str) or not is_token(name):
         return "header name is not an HTTP token (RFC 9110 5.1)"
     if not isinstance(value, str):
@@ -44,4 +47,6 @@ def encode_path(path: str | bytes) -> str:
     bytes, as a capture holds them, as they are)."""
     if isinstance(path, bytes):
         return quote(path, safe=_PATH_SAFE)
+    if _ENCODED.fullmatch(path):  # the common case, and every path a reader already encoded: nothing to do
+        return path
     return quote(path, safe=_PATH_SAFE, encoding="utf-8", errors="surrogatepass")
