@@ -74,11 +74,16 @@ class HeaderPolicy:
         replaced = {name.lower() for name, _ in self.add}
         if self.credential:
             replaced.add(self.credential[0].lower())
-        out = [
-            (n, v)
-            for n, v in recorded
-            if not self.drops(n) and n.strip().lower() not in replaced and header_problem(n, v) is None
-        ]
+        out = []
+        for name, value in recorded:
+            if header_problem(name, value) is not None:  # the readers refuse these already: a last guard
+                continue
+            lower = name.lower()  # a valid token has no whitespace to strip
+            if lower in replaced or lower in HOP_HEADERS or lower in self.strip:
+                continue
+            if lower in CREDENTIAL_HEADERS and not self.allow_credentials:
+                continue
+            out.append((name, value))
         out.extend(self.add)
         if self.credential:
             out.append(self.credential)
