@@ -19,7 +19,7 @@ import pytest
 
 from kfchaos.cli import main
 from kfchaos.demo.stack import free_port
-from kfchaos.traffic import http1
+from kfchaos.traffic import engine, http1
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.formats import READERS
 from kfchaos.traffic.formats import sharegpt as sharegpt_module
@@ -352,3 +352,14 @@ def test_a_huge_sharegpt_element_is_skipped_and_the_file_goes_on(
     path.write_text(json.dumps(items))
     requests, report = sharegpt(path)
     assert [r.id for r in requests] == ["c0", "c2", "c3"] and report.malformed_count == 1 and not report.truncated
+
+
+def test_the_request_count_of_a_stage_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-line recording at --speed 1e6 for a long --duration plans millions of requests a second: the
+    records (held in memory) must stay bounded, and the stage says it was cut (INVALID), not VALID."""
+    monkeypatch.setattr(engine, "MAX_REQUESTS", 50)
+    path = write_jsonl(tmp_path / "t.jsonl", ok_rows(1))
+    with LoopbackServer() as server:
+        result = run_stage(plan_stage(ReplaySettings(stage=100, source=path, speed=1e6, duration=3600.0)), server.url)
+    assert result.table.num_rows == 50 and not result.summary.valid
+    assert "more than 50 requests" in (result.summary.invalid_reason or "")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from kfchaos.traffic.bounds import MAX_REQUESTS
 from kfchaos.traffic.http1 import Exchange, Pool, Target, parse_target
 from kfchaos.traffic.plan import Planned, ReplayPlan
 from kfchaos.traffic.progress import Progress, Snapshot
@@ -93,6 +94,7 @@ class _Stage:
         self.recent: list[float] = []
         self.start = 0.0
         self.stopped = False
+        self.capped = False  # the plan had more than MAX_REQUESTS requests: the rest were not sent
 
     # ------------------------------------------------------------ sending
 
@@ -222,6 +224,9 @@ class _Stage:
         for planned in self.plan.schedule():
             if not planned.offset < end:
                 return
+            if self.scheduled >= MAX_REQUESTS:  # records are held in memory: their count is bounded too
+                self.capped = True
+                return
             due = start + planned.offset
             wait = due - clock()
             if wait > 0:
@@ -298,6 +303,9 @@ async def replay(
     summary.source = plan.report.to_dict()
     if stage.stopped:
         summary.notes.append("stopped early (abort)")
+    if stage.capped:
+        summary.valid = False
+        summary.invalid_reason = f"the plan has more than {MAX_REQUESTS} requests; only that many were sent"
     return StageResult(summary, table, plan.report)
 
 
