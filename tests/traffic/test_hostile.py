@@ -146,25 +146,27 @@ def test_a_dead_target_is_not_valid(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "NO ANSWER" in out and "VALID" not in out.replace("INVALID", "")
 
 
-def test_sigint_and_sigterm_write_the_records_then_exit(tmp_path: Path) -> None:
-    """Before: SIGINT exited 130 with no records (and SIGTERM killed the process outright)."""
-    path = write_jsonl(tmp_path / "t.jsonl", ok_rows(400, step=0.05))
+@pytest.mark.parametrize(("gap", "seen_before"), [(0.05, 5), (1000.0, 1)])
+def test_sigint_and_sigterm_write_the_records_then_exit(tmp_path: Path, gap: float, seen_before: int) -> None:
+    """Before: SIGINT exited 130 with no records (and SIGTERM killed the process outright). With the next
+    request 1000 s away, the signal must end the wait for it (the run ends long before)."""
+    path = write_jsonl(tmp_path / "t.jsonl", ok_rows(400, step=gap))
     with LoopbackServer() as server:
         for signum in (signal.SIGINT, signal.SIGTERM):
             out = tmp_path / f"r{signum}.parquet"
             process = subprocess.Popen(
                 [sys.executable, "-c", CLI, "replay", path, "--target", server.url, "--out", str(out),
-                 "--duration", "60s", "--quiet"],
+                 "--duration", "2000s", "--quiet"],
                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
             seen = len(server.seen)
-            while len(server.seen) < seen + 5 and process.poll() is None:
+            while len(server.seen) < seen + seen_before and process.poll() is None:
                 time.sleep(0.05)
             process.send_signal(signum)
             _, err = process.communicate(timeout=60)
             assert process.returncode == 128 + signum, err
             assert f"stopped by {signal.Signals(signum).name}" in err
-            assert pq.read_metadata(out).num_rows >= 5
+            assert pq.read_metadata(out).num_rows >= seen_before
 
 
 # ------------------------------------------------------------------ nothing from a file is injected

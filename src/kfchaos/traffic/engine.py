@@ -236,6 +236,9 @@ class _Stage:
                     else:  # a stop (signal, abort) must not wait for a request due minutes from now
                         while (left := due - SPIN - clock()) > 0 and not stop.is_set():
                             await sleep(min(left, STOP_POLL))
+                        if stop.is_set():
+                            self.stopped = True
+                            return
                 while clock() < due:
                     await sleep(0)
                 since_yield = 0
