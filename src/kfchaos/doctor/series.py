@@ -2,9 +2,10 @@
 
 Each catalog query (kfchaos.metrics.catalog) is reduced to its series selectors, keeping only the
 namespace/pod matchers: a healthy target has no 5xx answers or OOM kills, but it must have the series
-those are counted from. Series that exist only after an event are left out:
-`kube_pod_container_status_last_terminated_reason` appears only for a container that has terminated
-(kube-state-metrics docs/metrics/workload/pod-metrics.md).
+those are counted from. Series that exist only after an event are left out: those the catalog selects by a
+termination `reason` (kube-state-metrics' `kube_pod_container_status_terminated_reason` and
+`..._last_terminated_reason` appear only for a container that has terminated, docs/metrics/workload/
+pod-metrics.md); the restart counter they are read with is checked instead.
 
 DCGM: the exporter's own `namespace`/`pod` labels name the GPU's pod, but Prometheus renames them to
 `exported_namespace`/`exported_pod` when the scrape's target labels clash (honor_labels false: Prometheus
@@ -21,7 +22,7 @@ from kfchaos.doctor.model import Report, Status
 from kfchaos.metrics.catalog import Scope, standard_queries
 from kfchaos.metrics.prometheus import PrometheusClient
 
-EVENT_ONLY = {"kube_pod_container_status_last_terminated_reason"}
+EVENT_MATCHERS = {"reason"}  # a selector on these counts an event: no series until it happens
 _SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}")
 _MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 
@@ -42,9 +43,10 @@ def catalog_series(scope: Scope) -> list[Series]:
     seen: dict[tuple[str, str], Series] = {}
     for query in standard_queries(scope).values():
         for metric, matchers in _SELECTOR.findall(query.promql):
-            if metric in EVENT_ONLY:
+            found = _MATCHER.findall(matchers)
+            if any(m[0] in EVENT_MATCHERS for m in found):
                 continue
-            kept = [m for m in _MATCHER.findall(matchers) if m[0] in ("namespace", "pod")]
+            kept = [m for m in found if m[0] in ("namespace", "pod")]
             selector = ",".join(f'{k}{op}"{v}"' for k, op, v in kept)
             seen.setdefault((metric, selector), Series(metric, selector, metric.startswith("DCGM_")))
     return sorted(seen.values(), key=lambda s: s.metric)
