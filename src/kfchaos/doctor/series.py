@@ -2,10 +2,11 @@
 
 Each catalog query (kfchaos.metrics.catalog) is reduced to its series selectors, keeping only the
 namespace/pod matchers: a healthy target has no 5xx answers or OOM kills, but it must have the series
-those are counted from. Series that exist only after an event are left out: those the catalog selects by a
-termination `reason` (kube-state-metrics' `kube_pod_container_status_terminated_reason` and
-`..._last_terminated_reason` appear only for a container that has terminated, docs/metrics/workload/
-pod-metrics.md); the restart counter they are read with is checked instead.
+those are counted from. Series that exist only after an event are left out:
+`kube_pod_container_status_last_terminated_reason` appears only for a container that has terminated before,
+and `kube_pod_container_status_terminated_reason` only while one is terminated (kube-state-metrics
+docs/metrics/workload/pod-metrics.md; internal/store/pod.go emits them from the container's state); the
+restart counter they are read with is checked instead.
 
 DCGM: the exporter's own `namespace`/`pod` labels name the GPU's pod, but Prometheus renames them to
 `exported_namespace`/`exported_pod` when the scrape's target labels clash (honor_labels false: Prometheus
@@ -22,7 +23,8 @@ from kfchaos.doctor.model import Report, Status
 from kfchaos.metrics.catalog import Scope, standard_queries
 from kfchaos.metrics.prometheus import PrometheusClient
 
-EVENT_MATCHERS = {"reason"}  # a selector on these counts an event: no series until it happens
+EVENT_ONLY = {"kube_pod_container_status_last_terminated_reason", "kube_pod_container_status_terminated_reason"}
+EVENT_MATCHERS = {"reason"}  # any other series the catalog selects by a termination reason: also event-only
 _SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}")
 _MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 
@@ -44,7 +46,7 @@ def catalog_series(scope: Scope) -> list[Series]:
     for query in standard_queries(scope).values():
         for metric, matchers in _SELECTOR.findall(query.promql):
             found = _MATCHER.findall(matchers)
-            if any(m[0] in EVENT_MATCHERS for m in found):
+            if metric in EVENT_ONLY or any(m[0] in EVENT_MATCHERS for m in found):
                 continue
             kept = [m for m in found if m[0] in ("namespace", "pod")]
             selector = ",".join(f'{k}{op}"{v}"' for k, op, v in kept)
