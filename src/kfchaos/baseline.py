@@ -26,7 +26,7 @@ from kfchaos.metrics.histogram import wide_bucket_warning
 from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError
 from kfchaos.metrics.source import MetricsSource, RangeSeries, as_series
 from kfchaos.types import StrictModel
-from kfchaos.yamlsource import load_yaml
+from kfchaos.yamlsource import load_yaml, read_source
 
 API_VERSION = "kfchaos.io/v1alpha1"
 STALE_AFTER = timedelta(days=30)
@@ -151,7 +151,7 @@ def load_baseline(
     """The baseline in `path` and warnings (stale). Raises BaselineError or SpecError (file:line: field)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_source(path)
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read baseline: {exc.strerror or exc}") from None
     document = load_yaml(raw, str(path))
