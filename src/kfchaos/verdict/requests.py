@@ -15,18 +15,18 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from numpy.typing import NDArray
 
-from kfchaos.errors import KfchaosError
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA
+from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, RecordsError, impossible_data
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
-OPTIONAL = ("long_context",)  # read when present; older or hand-made records may lack it
+# Read when present; older or hand-made records may lack them. request_id is read only to refuse rows written
+# twice (kfchaos.records.impossible_data) and dropped right after.
+OPTIONAL = ("long_context", "request_id")
 NO_ERROR = -1
 _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
 TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED = (_KIND_CODE[k] for k in ERROR_KINDS)
 
 
-class RecordsError(KfchaosError):
-    """The records file cannot be used: unreadable, or a column is missing or of the wrong type."""
+__all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Requests:
 def _float(table: pa.Table, name: str) -> NDArray[np.float64]:
     column = table.column(name)
     if column.type != pa.float64():
-        column = column.cast(pa.float64())
+        column = column.cast(pa.float64(), safe=False)  # int64 beyond 2**53: rounded, then range-checked
     return np.asarray(column.to_numpy(), dtype=np.float64)
 
 
@@ -121,6 +121,10 @@ def from_table(table: pa.Table, source: str = "records") -> Requests:
     stage = table.column("stage")
     if stage.null_count:
         raise RecordsError(f"{source}: column stage has {stage.null_count} null value(s); every record needs its stage")
+    problems = impossible_data(table)
+    if problems:
+        # Never judged: each of these turned a true FAIL into PASS (issue 11 §4). An input error, exit 3.
+        raise RecordsError(f"{source}: impossible records: " + "; ".join(problems))
     return Requests(
         stage=np.asarray(stage.cast(pa.int16()).to_numpy(), dtype=np.int16),
         intended=_float(table, "intended"),
