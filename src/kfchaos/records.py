@@ -74,7 +74,7 @@ MAX_SPAN_S = 7 * 86400.0
 # `sent` is taken after `intended` has come (open loop, one clock); allow a float rounding of the epoch offset.
 SEND_BEFORE_INTENDED_TOLERANCE_S = 1e-3
 STAGE_RANGE = (0, 100)
-DURATIONS = ("latency", "latency_intended", "ttft", "itl_mean", "itl_p99", "itl_max", "tpot")
+DURATIONS = ("latency", "latency_intended", "ttft", "itl_mean", "itl_p99", "itl_max", "tpot", "connect")
 _DROPPED_OR_CANCELLED = ("dropped", "cancelled")
 
 
