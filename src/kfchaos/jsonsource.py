@@ -36,7 +36,7 @@ def load_json(path: str | Path, what: str, *, max_bytes: int = MAX_BYTES, finite
     except UnicodeDecodeError as exc:
         raise KfchaosError(f"{path}: {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise KfchaosError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+        raise KfchaosError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     except RecursionError:
         raise KfchaosError(f"{path}: {what} nested too deeply") from None
     except ValueError as exc:  # NaN/Infinity; an integer over Python's int-string limit
