@@ -16,31 +16,13 @@ def node(name: str, taints: list[dict[str, Any]] | None = None) -> dict[str, Any
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {"taints": taints or []}}
 
 
-def daemonset(tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/component": "chaos-daemon"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "chaos-daemon", "namespace": "chaos-mesh", "labels": labels},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"tolerations": tolerations or []}},
-        },
-    }
-
-
 def cluster(server: KubeApiServer, tolerations: list[dict[str, Any]] | None = None) -> None:
-    """Two GPU nodes tainted as GPU node pools are; one CPU node. chaos-daemon runs where its tolerations
-    let the DaemonSet controller place it (the test plays that controller)."""
+    """Two GPU nodes tainted as GPU node pools are; one CPU node. The server plays the DaemonSet controller
+    for chaos-daemon with the chart's `chaosDaemon.tolerations`."""
+    server.daemon_tolerations = tolerations or []
     server.add_object("nodes", node("cpu-0"))
     for name in ("gpu-0", "gpu-1"):
         server.add_object("nodes", node(name, [GPU_TAINT]))
-    server.add_object("daemonsets", daemonset(tolerations))
-    for name in ("cpu-0", "gpu-0", "gpu-1"):
-        taints = [] if name == "cpu-0" else [GPU_TAINT]
-        if all(clustercheck.tolerates(tolerations or [], t) for t in taints):
-            server.add_pod("chaos-mesh", f"chaos-daemon-{name}", {"app.kubernetes.io/component": "chaos-daemon"},
-                           node=name)  # fmt: skip
     for index in range(2):
         server.add_pod("llm-serving", f"vllm-{index}", {"app.kubernetes.io/name": "vllm"}, node=f"gpu-{index}")
 
@@ -61,7 +43,7 @@ def test_tolerating_the_gpu_taint_covers_the_nodes() -> None:
 
 
 def test_no_daemonset_at_all_is_named() -> None:
-    with KubeApiServer() as server:
+    with KubeApiServer(chaos_daemon=False) as server:
         server.add_pod("llm-serving", "vllm-0", {"app.kubernetes.io/name": "vllm"}, node="gpu-0")
         (gap,) = clustercheck.daemon_gaps(kubernetes_client(server.url), ["gpu-0"])
     assert "no chaos-daemon DaemonSet" in gap

@@ -88,7 +88,7 @@ def _raw(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def daemon_gaps(api_client: kubernetes.client.ApiClient, nodes: Iterable[str]) -> list[str]:
+def daemon_gaps(api_client: kubernetes.client.ApiClient, nodes: Iterable[str | None]) -> list[str]:
     """Nodes among `nodes` with no Running chaos-daemon pod, each with the reason when the DaemonSet's
     tolerations explain it (a taint they do not tolerate)."""
     core = kubernetes.client.CoreV1Api(api_client)
