@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -15,7 +14,7 @@ from kfchaos.errors import SpecError
 from kfchaos.faults.render import render_experiment
 from kfchaos.faults.safety import FaultInputError, FaultSafetyError
 from kfchaos.spec import load_experiment, load_experiment_warnings
-from kfchaos.yamlsource import load_yaml
+from kfchaos.yamlsource import load_yaml, read_source
 
 
 def register(subparsers: Any) -> None:
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         structured = [problem_dict(p) for p in exc.problems]
     except (FaultSafetyError, FaultInputError) as exc:
         # Point at the line of the field that caused the refusal, like `kfchaos validate` does.
-        document = load_yaml(Path(args.experiment).read_bytes(), args.experiment)
+        document = load_yaml(read_source(args.experiment), args.experiment)
         problem = document.problem(exc.path, str(exc))
         problems, structured = [str(problem)], [problem_dict(problem)]
     if not problems and args.check:
