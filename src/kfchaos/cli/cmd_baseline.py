@@ -29,9 +29,9 @@ def register(subparsers: Any) -> None:
     grab.add_argument("--end", metavar="TIME", help="RFC 3339 end of the window (default: spec, else now)")
     grab.add_argument(
         "--step",
-        type=float,
-        metavar="SECONDS",
-        help="interval of the per-interval P99s (default: spec.baseline.capture.step, else 300)",
+        type=_duration,
+        metavar="DURATION",
+        help="interval of the per-interval P99s, e.g. 10s or 5m (default: spec.baseline.capture.step, else 5m)",
     )
     grab.add_argument("--pod", action="append", default=[], metavar="NAME", help="limit to these pods (repeatable)")
     grab.add_argument(
@@ -56,6 +56,20 @@ def register(subparsers: Any) -> None:
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
     parser.set_defaults(func=lambda args: parser.print_help(sys.stderr) or 3)
+
+
+def _duration(text: str) -> float:
+    """A duration as everywhere else (`10s`, `5m`); a bare number still means seconds, as it always did."""
+    from kfchaos.units import parse_duration
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _user_queries(items: list[str]) -> dict[str, str]:
@@ -102,6 +116,15 @@ def run_capture(args: argparse.Namespace) -> int:
     for warning in baseline.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     stat = baseline.series["latency_p99"]
+    window = (args.days or (settings.days if settings else 7)) * 86400.0
+    covered = stat.intervals * baseline.provenance.step
+    if covered < 0.5 * window:
+        print(
+            f"warning: the data covers {covered:g}s of the {window / 86400:g}-day window ({stat.intervals} intervals "
+            f"of {baseline.provenance.step:g}s): Prometheus has little history for this target; the baseline "
+            "describes that stretch only",
+            file=sys.stderr,
+        )
     print(
         f"{out}: latency P99 median {stat.median:.4g}s (spread {stat.spread:.2g}s, {stat.intervals} intervals), "
         f"{baseline.totals.requests:.0f} requests, {len(baseline.provenance.exclusions)} exclusion(s)"

@@ -21,11 +21,16 @@ def register(subparsers: Any) -> None:
         "--namespace", action="append", default=None, metavar="NS", help="repeatable; default: all namespaces"
     )
     parser.add_argument("--older-than", metavar="DURATION", help="only objects created longer ago than this, e.g. 6h")
+    # --kube-host / --kube-context as in `doctor` and `run`, where --host is the KFP API; the old spellings
+    # still work so existing scripts do not break.
     parser.add_argument(
-        "--host", help="Kubernetes API URL (e.g. from kubectl proxy); default: in-cluster or kubeconfig"
+        "--kube-host",
+        "--host",
+        dest="host",
+        help="Kubernetes API URL (e.g. from kubectl proxy); default: in-cluster or kubeconfig",
     )
     parser.add_argument("--kubeconfig", help="kubeconfig file")
-    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument("--kube-context", "--context", dest="context", help="kubeconfig context")
     parser.add_argument("--timeout", default="2m", metavar="DURATION", help="wait this long for finalizers (2m)")
     parser.add_argument("--audit", metavar="FILE", help="write the API calls made, as JSON lines")
     parser.set_defaults(func=run)
