@@ -41,7 +41,7 @@ def test_protected_partition_target_refused() -> None:
         "params": {"target": {"namespace": "kubeflow", "labels": {"a": "b"}}},
     }
     # The loader refuses it (validate = render, issue 14); built in code, the render guard still does.
-    with pytest.raises(KfchaosError, match="params.target.namespace: refused by safety rule protected-namespace"):
+    with pytest.raises(KfchaosError, match=r"params\.target\.namespace: refused by safety rule protected-namespace"):
         experiment_with(fault)
     error = _refusal(unchecked_experiment(fault))
     assert (error.rule, error.path[-1]) == ("protected-namespace", "namespace")
@@ -89,7 +89,7 @@ def test_explicit_duration_kept() -> None:
 
 
 def test_container_kill_without_containers_refused() -> None:
-    with pytest.raises(KfchaosError, match="spec.faults.0..containers: container-kill needs containers"):
+    with pytest.raises(KfchaosError, match=r"spec\.faults\[0\]\.containers: container-kill needs containers"):
         experiment_with({"name": "ck", "type": "container-kill"})  # refused at validation already
     with pytest.raises(FaultInputError) as info:
         render_experiment(unchecked_experiment({"name": "ck", "type": "container-kill"}), "r")
