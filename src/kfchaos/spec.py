@@ -29,7 +29,7 @@ from kfchaos.errors import Path, Problem, SpecError
 from kfchaos.faults.params import PARAMS_BY_TYPE, PARAMS_OPTIONAL, TRAFFIC_SIDE_TYPES
 from kfchaos.types import DnsLabel, Duration, Percent, StrictModel, check_label
 from kfchaos.units import parse_duration, parse_percent
-from kfchaos.yamlsource import YamlDocument, load_yaml
+from kfchaos.yamlsource import YamlDocument, load_yaml, read_source
 
 API_VERSION = "kfchaos.io/v1alpha1"
 DEFAULT_STAGES = (10, 30, 60, 90, 100)
@@ -576,7 +576,7 @@ def parse_experiment(text: str | bytes, file: str) -> Experiment:
 def load_experiment(path: str | FsPath) -> Experiment:
     path = FsPath(path)
     try:
-        raw = path.read_bytes()
+        raw = read_source(path)
     except OSError as exc:
         raise SpecError([Problem(str(path), 1, (), f"cannot read file: {exc.strerror or exc}")]) from None
     return parse_experiment(raw, str(path))

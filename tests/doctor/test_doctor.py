@@ -309,6 +309,9 @@ def test_requirements_are_read_from_the_compiled_pipeline() -> None:
 
 def test_catalog_series_keep_only_the_scope_matchers() -> None:
     found = {s.metric: s for s in series.catalog_series(Scope(NAMESPACE, PODS))}
-    assert "kube_pod_container_status_last_terminated_reason" not in found  # exists only after a termination
+    # Selected by a termination reason: exists only after one; the restart counter stands in for them.
+    assert "kube_pod_container_status_last_terminated_reason" not in found
+    assert "kube_pod_container_status_terminated_reason" not in found
+    assert "kube_pod_container_status_restarts_total" in found
     assert found["http_requests_total"].selector == 'namespace="llm-serving",pod=~"vllm\\\\-0|vllm\\\\-1"'
     assert found["DCGM_FI_DEV_FB_USED"].gpu and not found["vllm:kv_cache_usage_perc"].gpu
