@@ -709,6 +709,10 @@ class KubeApiServer:
             meta.setdefault("finalizers", [CHAOS_FINALIZER])
         if plural == "pods":
             body.setdefault("status", {"phase": "Pending"})
+            if body["spec"].get("nodeName"):
+                rejection = self._kubelet_admission(body)
+                if rejection is not None:
+                    body["status"] = rejection
             body["spec"].setdefault("nodeName", self._node_for(body))
         if dry_run:
             return 201, body
@@ -804,6 +808,33 @@ class KubeApiServer:
                     return _denied("vauth.kb.io", f"{self.user} is forbidden on namespace {space}")
         return None
 
+    def _kubelet_admission(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """A pod created with spec.nodeName skips the scheduler; the kubelet checks extended resources itself
+        and rejects the pod (phase Failed, reason OutOf<resource>, kubernetes pkg/kubelet/lifecycle/predicate.go
+        InsufficientResourceError: "Node didn't have enough resource: %s, requested: %d, used: %d, capacity:
+        %d"). Modelled for nvidia.com/gpu against the node's status.allocatable, when the node is stored."""
+        node = self._store.get(("nodes", "", pod["spec"]["nodeName"]))
+        allocatable = ((node.body.get("status") or {}).get("allocatable") or {}) if node else {}
+        if GPU not in allocatable:
+            return None
+        requested = _gpus(pod)
+        used = sum(
+            _gpus(stored.body)
+            for key, stored in self._store.items()
+            if key[0] == "pods"
+            and (stored.body.get("spec") or {}).get("nodeName") == pod["spec"]["nodeName"]
+            and (stored.body.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+        )
+        capacity = int(allocatable[GPU])
+        if requested == 0 or requested + used <= capacity:
+            return None
+        return {
+            "phase": "Failed",
+            "reason": f"OutOf{GPU}",
+            "message": f"Pod was rejected: Node didn't have enough resource: {GPU}, requested: {requested}, "
+            f"used: {used}, capacity: {capacity}",
+        }
+
     def _node_for(self, pod: dict[str, Any]) -> str:
         """The scheduler's part for a pod with pod affinity: the node of a matching pod."""
         terms = (
@@ -880,6 +911,16 @@ def _status(code: int, message: str, name: str | None = None, kind: str | None =
         "details": details,
         "code": code,
     }
+
+
+GPU = "nvidia.com/gpu"
+
+
+def _gpus(pod: dict[str, Any]) -> int:
+    return sum(
+        int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+        for c in (pod.get("spec") or {}).get("containers") or []
+    )
 
 
 def _tolerated(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:

@@ -471,6 +471,26 @@ class ChaosMeshBackend:
             last = self._get(handle)
             if last is None:
                 raise BackendError(f"{handle.kind} {handle.namespace}/{handle.name} disappeared while being injected")
+            if handle.plural == "pods" and (last.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+                # Ended before it was ready: rejected by the kubelet (nodeName bypasses the scheduler, so no free
+                # nvidia.com/gpu reads as phase Failed, reason OutOfnvidia.com/gpu: kubernetes
+                # pkg/kubelet/lifecycle/predicate.go), or the allocator held less than asked (exit 4). Waiting
+                # longer cannot make it injected.
+                status = last.get("status") or {}
+                terminated = [
+                    (s.get("state") or {}).get("terminated") or {} for s in status.get("containerStatuses") or []
+                ]
+                detail = "; ".join(
+                    f"exit {t.get('exitCode')} {t.get('reason') or ''} {t.get('message') or ''}".strip()
+                    for t in terminated
+                    if t
+                )
+                raise InjectionTimeout(
+                    f"{handle.kind} {handle.namespace}/{handle.name} ended ({status.get('phase')}"
+                    f"{', ' + status['reason'] if status.get('reason') else ''}"
+                    f"{': ' + status['message'] if status.get('message') else ''}"
+                    f"{'; ' + detail if detail else ''}) before holding the asked memory; not injected"
+                )
             targets = _injected_targets(handle, last)
             if targets is not None:
                 return InjectionReport(handle, targets, time.monotonic() - started)
