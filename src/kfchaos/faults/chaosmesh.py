@@ -383,7 +383,9 @@ class ChaosMeshBackend:
             other_side = self._other_side(manifest)
             if manifest["kind"] == EXEC_KIND:
                 continue  # not an API object; exec is checked when it runs
-            self._check_placement(manifest, pods + other_side, report)
+            # `from`/`both` inject on the target pods too (through their nodes' chaos-daemon); `to` only on ours.
+            both_ends = (manifest.get("spec") or {}).get("direction") in ("from", "both")
+            self._check_placement(manifest, pods + (other_side if both_ends else []), report)
             created = self._create(_with_node(manifest, pods), dry_run=True)
             # 409: the object exists already (a retried step) - the server accepted it once.
             report.dry_run.append(name)
