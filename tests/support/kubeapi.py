@@ -16,6 +16,13 @@ For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, deploymen
 stored with `add_object`), and answers authorization.k8s.io/v1 SubjectAccessReview and SelfSubjectAccessReview
 as the real API does (see `_access_review`), deciding with the RBAC objects in `rbac` (tests/support/rbac.py).
 
+It also plays the rest of Chaos Mesh and Kubernetes that decides whether a fault can land (each cited where
+modelled): the validating webhooks v<kind>.kb.io (tests/support/kubeapi_webhook.py) and vauth.kb.io, also on
+dry runs; the selector's pod count (ceil for fixed-percent, a draw for random-max-percent); the chaos-daemon
+DaemonSet placed by node taints and the chart's tolerations; the NamespaceLifecycle plugin for a namespace
+being deleted (`delete_namespace`); the kubelet rejecting a pinned pod without a free nvidia.com/gpu; and a
+server clock (`clock_offset`) for timestamps and the Date header.
+
 And it fails on request: `fail(status, ...)` injects 409/429/500/503/... responses (optionally after the
 request took effect, as when a response is lost), `forbid(verb, plural)` answers 403, and `installed`
 chooses which CRDs exist.
