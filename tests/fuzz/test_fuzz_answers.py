@@ -80,7 +80,7 @@ def _ask(url: str, kind: str) -> str:
     return "ok"
 
 
-@settings(max_examples=budget(40))
+@settings(max_examples=budget(30))
 @given(
     body=st.one_of(mutated(VECTOR), mutated(MATRIX), RAW),
     status=st.sampled_from([200, 200, 200, 400, 422, 500, 204]),

@@ -78,7 +78,7 @@ def test_every_command_is_fuzzed() -> None:
     assert {"validate", "verdict", "replay", "render", "baseline show", "audit verify"} <= set(COMMANDS)
 
 
-@settings(max_examples=budget(60))
+@settings(max_examples=budget(40))
 @given(argv=argvs())
 def test_parsing_ends_in_a_namespace_or_exit_0_or_3(argv: list[str]) -> None:
     warm()
@@ -88,7 +88,7 @@ def test_parsing_ends_in_a_namespace_or_exit_0_or_3(argv: list[str]) -> None:
     assert kind == "parsed" or code in (0, 3), (argv, code)
 
 
-@settings(max_examples=budget(30))
+@settings(max_examples=budget(20))
 @given(argv=argvs().filter(lambda a: a[0] in RUNNABLE and a[:2] != ["baseline", "capture"]))
 def test_local_commands_end_in_a_result_or_an_input_error(argv: list[str]) -> None:
     assume("--out" not in argv)  # writes reports: kept out so the fuzz never writes into the checkout

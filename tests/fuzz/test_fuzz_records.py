@@ -91,7 +91,7 @@ def mutated_table(draw: st.DrawFn) -> tuple[pa.Table, bool]:
     return table, impossible
 
 
-@settings(max_examples=budget(40))
+@settings(max_examples=budget(30))
 @given(case=mutated_table())
 def test_verdict_on_mutated_records(inputs: dict[str, Path], case: tuple[pa.Table, bool]) -> None:
     table, impossible = case
