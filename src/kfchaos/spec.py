@@ -281,20 +281,15 @@ class FaultBase(StrictModel):
                     "use fixed-percent or raise the limit"
                 )
             return self
-        if self.value is None:
-            raise ValueError(f"mode {self.mode} needs a value")
-        try:
-            number = float(self.value)
-        except ValueError:
-            raise ValueError(f"value {self.value!r} must be a number for mode {self.mode}") from None
-        if self.mode == "fixed":
-            if not self.value.isdigit() or int(self.value) < 1:
-                raise ValueError(f"value {self.value!r} must be a whole number of pods >= 1 for mode fixed")
-        else:
-            if not 0 < number <= 100:
-                raise ValueError(f"value {self.value!r} must be a percentage in (0, 100] for mode {self.mode}")
-            if number / 100 > max_percent:
-                raise ValueError(f"value {self.value}% exceeds safety.max_pod_percent ({max_percent * 100:g}%)")
+        # Chaos Mesh's webhook parses the value with strconv.Atoi (kfchaos.faults.admission).
+        from kfchaos.faults.admission import mode_value_problem
+
+        problem = mode_value_problem(self.mode, self.value)
+        if problem:
+            raise ValueError(problem)
+        assert self.value is not None
+        if self.mode != "fixed" and int(self.value) / 100 > max_percent:
+            raise ValueError(f"value {self.value}% exceeds safety.max_pod_percent ({max_percent * 100:g}%)")
         return self
 
     @property
