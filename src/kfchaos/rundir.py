@@ -22,6 +22,7 @@ pipeline verdict that the offline verdict would not reproduce is visible instead
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -254,10 +255,9 @@ def report_context(run: RunDir) -> dict[str, Any]:
     if run.has(EXPERIMENT):
         from kfchaos.spec import load_experiment
 
-        try:
+        # Unloadable: the report still shows the verdict; the header says which experiment from the manifest.
+        with contextlib.suppress(KfchaosError):
             context["experiment"] = load_experiment(run.file(EXPERIMENT))
-        except KfchaosError:
-            pass  # the report still shows the verdict; the header says which experiment from the manifest
     if run.has(BASELINE):
         context["baseline"] = yaml.safe_load(run.file(BASELINE).read_text())
     for key, name in (("run_state", RUN_STATE), ("audit", AUDIT)):

@@ -169,7 +169,7 @@ def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: Metri
 
 
 def run(args: argparse.Namespace) -> int:
-    verdict, experiment, metrics = build(args)
+    verdict, _experiment, metrics = build(args)
     if args.out:
         _write_run_folder(args, verdict, metrics)
     if args.json:

@@ -66,8 +66,11 @@ def _pct(value: float) -> str:
 
 
 def _matches(document: dict[str, Any], context: dict[str, Any]) -> list[Match]:
+    """Known failure modes that fit, best first: the most failing checks pointing at a mode (its fault type
+    counting as one more), then the larger share of the mode's own checks."""
     normalized = {"checks": document.get("checks", []), "stages": stages_of(document)}
-    return match(normalized, _fault_types(context))
+    found = match(normalized, _fault_types(context))
+    return sorted(found, key=lambda m: (-(len(m.checks) + m.fault_match), -len(m.checks) / len(m.mode.checks)))
 
 
 def _slo(context: dict[str, Any]) -> Any:
@@ -193,9 +196,9 @@ def _header(document: dict[str, Any], context: dict[str, Any]) -> str:
     baseline_text = "none: P99 drift cannot be judged"
     if baseline:
         p99 = baseline.get("latency_p99")
-        baseline_text = (
-            f"P99 {p99 * 1000:.0f} ms" if isinstance(p99, int | float) else "P99 unknown"
-        ) + (f", {window.get('start')} → {window.get('end')}" if window else "")
+        baseline_text = (f"P99 {p99 * 1000:.0f} ms" if isinstance(p99, int | float) else "P99 unknown") + (
+            f", {window.get('start')} → {window.get('end')}" if window else ""
+        )
         if baseline.get("captured_at"):
             baseline_text += f", captured {baseline['captured_at']}"
     pipeline = run.get("pipeline") or document.get("pipeline") or {}
@@ -312,19 +315,24 @@ def _failure_modes(matches: list[Match]) -> str:
     if not matches:
         return "<p>No known failure mode matches the failing checks.</p>"
     parts = []
+    shown = 2  # the best matches open; the rest one click away, so the page stays short
     for rank, item in enumerate(matches, 1):
         mode = item.mode
         score = f"matches {len(item.checks)} of its {len(mode.checks)} check(s): {', '.join(item.checks)}"
         if item.fault_match:
             score += "; and the experiment's fault type"
-        parts.append(
-            f"<div class='mode'><h3>{rank}. {escape(mode.title)}</h3><p><small>{escape(score)}</small></p>"
-            f"<p>{escape(mode.explanation)}</p><b>Evidence to collect</b><ul>"
+        body = (
+            f"<p><small>{escape(score)}</small></p><p>{escape(mode.explanation)}</p><b>Evidence to collect</b><ul>"
             + "".join(f"<li>{escape(e)}</li>" for e in mode.evidence)
             + "</ul><b>Remediation</b><ul>"
             + "".join(f"<li>{escape(r)}</li>" for r in mode.remediation)
-            + "</ul></div>"
+            + "</ul>"
         )
+        title = f"{rank}. {escape(mode.title)}"
+        if rank <= shown:
+            parts.append(f"<div class='mode'><h3>{title}</h3>{body}</div>")
+        else:
+            parts.append(f"<details class='mode'><summary><b>{title}</b></summary>{body}</details>")
     return "".join(parts)
 
 
@@ -385,7 +393,9 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
     else:
         parts.append("<p>No records and no metric series: nothing to plot over time.</p>")
     if context.get("metrics") is None:
-        parts.append("<p><em>No metric series for this run: KV-cache, GPU memory, restarts and OOM kills unknown.</em></p>")
+        parts.append(
+            "<p><em>No metric series for this run: KV-cache, GPU memory, restarts and OOM kills unknown.</em></p>"
+        )
     parts.append("<h2>Per stage</h2>")
     cdf = plots.stage_cdf(frame, figures, band, control_latencies(context, document), p99_max)
     if cdf is not None:

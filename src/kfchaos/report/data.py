@@ -144,7 +144,10 @@ def stage_figures(document: dict[str, Any], frame: pd.DataFrame | None, slo: Any
         p50 = p90 = p99 = math.nan
         never = 0
         share = rate = math.nan
-        window = tuple(stage["window"]) if isinstance(stage.get("window"), list | tuple) else None
+        raw = stage.get("window")
+        window: tuple[float, float] | None = None
+        if isinstance(raw, list | tuple) and len(raw) == 2 and all(isinstance(v, int | float) for v in raw):
+            window = (float(raw[0]), float(raw[1]))
         subset = frame[frame["stage"] == percent] if frame is not None and "stage" in frame else None
         if subset is not None and len(subset):
             p50, p90, p99 = quantiles(subset, (0.5, 0.9, 0.99))
@@ -168,7 +171,7 @@ def stage_figures(document: dict[str, Any], frame: pd.DataFrame | None, slo: Any
                 oom_kills=_nan((check_of(stage, "oom_kill_rate").get("details") or {}).get("oom_kills")),
                 goodput=share,
                 goodput_rate=rate,
-                window=window,  # type: ignore[arg-type]
+                window=window,
             )
         )
     return out
@@ -337,7 +340,9 @@ def baseline_band(context: dict[str, Any], document: dict[str, Any], drift: floa
     stat = ((context.get("baseline") or {}).get("series") or {}).get("latency_p99")
     p99 = (document.get("baseline") or {}).get("latency_p99")
     if isinstance(stat, dict) and isinstance(stat.get("median"), int | float):
-        median, low, high = float(stat["median"]), float(stat.get("p10", stat["median"])), float(stat.get("p90", 0))
+        median = float(stat["median"])
+        low, high = _nan(stat.get("p10", median)), _nan(stat.get("p90", median))
+        low, high = (median if math.isnan(low) else low), (median if math.isnan(high) else high)
     elif isinstance(p99, int | float):
         median = low = high = float(p99)
     else:

@@ -38,12 +38,27 @@ def _ms(values: np.ndarray) -> list[float | None]:
 def _shade(fig: go.Figure, spans: list[tuple[int, float, float]], faults: list[FaultWindow], end: float) -> None:
     """Stage boundaries and fault windows (applied -> verified -> removed) across every row of the figure."""
     for i, (stage, start, stop) in enumerate(spans):
-        fig.add_vrect(x0=_dt(start)[0], x1=_dt(stop)[0], fillcolor=STAGE_SHADE[i % 2], line_width=0, layer="below",
-                      row="all", col=1)  # fmt: skip
+        fig.add_vrect(
+            x0=_dt(start)[0],
+            x1=_dt(stop)[0],
+            fillcolor=STAGE_SHADE[i % 2],
+            line_width=0,
+            layer="below",
+            row="all",
+            col=1,
+        )
         fig.add_vline(x=_dt(start)[0], line={"color": "#888", "width": 1, "dash": "dot"}, row="all", col=1)
-        fig.add_annotation(x=_dt(start)[0], y=1.0, yref="paper", yshift=22, text=f"<b>stage {stage}%</b>",
-                           showarrow=False, xanchor="left", yanchor="bottom",
-                           font={"size": 12, "color": "#333"})  # fmt: skip
+        fig.add_annotation(
+            x=_dt(start)[0],
+            y=1.0,
+            yref="paper",
+            yshift=22,
+            text=f"<b>stage {stage}%</b>",
+            showarrow=False,
+            xanchor="left",
+            yanchor="bottom",
+            font={"size": 12, "color": "#333"},
+        )
     for fault in faults:
         applied = fault.applied if fault.applied is not None else fault.verified
         verified = fault.verified
@@ -51,17 +66,38 @@ def _shade(fig: go.Figure, spans: list[tuple[int, float, float]], faults: list[F
         if applied is None:
             continue
         if verified is not None and verified > applied:
-            fig.add_vrect(x0=_dt(applied)[0], x1=_dt(verified)[0], fillcolor=FAULT_APPLIED, line_width=0,
-                          layer="below", row="all", col=1)  # fmt: skip
-        fig.add_vrect(x0=_dt(verified if verified is not None else applied)[0], x1=_dt(removed)[0],
-                      fillcolor=FAULT_VERIFIED if verified is not None or fault.source == "records" else FAULT_APPLIED,
-                      line_width=0, layer="below", row="all", col=1)  # fmt: skip
+            fig.add_vrect(
+                x0=_dt(applied)[0],
+                x1=_dt(verified)[0],
+                fillcolor=FAULT_APPLIED,
+                line_width=0,
+                layer="below",
+                row="all",
+                col=1,
+            )
+        fig.add_vrect(
+            x0=_dt(verified if verified is not None else applied)[0],
+            x1=_dt(removed)[0],
+            fillcolor=FAULT_VERIFIED if verified is not None or fault.source == "records" else FAULT_APPLIED,
+            line_width=0,
+            layer="below",
+            row="all",
+            col=1,
+        )
     for fault in faults:  # the names on top, once
         at = fault.applied if fault.applied is not None else fault.verified
         if at is not None:
-            fig.add_annotation(x=_dt(at)[0], y=1.0, yref="paper", yshift=42, text=f"⚡ {fault.name}",
-                               showarrow=False, xanchor="left", yanchor="bottom",
-                               font={"size": 11, "color": "#b22"})  # fmt: skip
+            fig.add_annotation(
+                x=_dt(at)[0],
+                y=1.0,
+                yref="paper",
+                yshift=42,
+                text=f"⚡ {fault.name}",
+                showarrow=False,
+                xanchor="left",
+                yanchor="bottom",
+                font={"size": 11, "color": "#b22"},
+            )
 
 
 def timeline(
@@ -92,68 +128,175 @@ def timeline(
         "Preemptions, restarts and OOM kills",
     ]
     heights = [0.22, 0.13, 0.12, 0.13, 0.1, 0.16, 0.14]
-    fig = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.035, subplot_titles=rows,
-                        specs=[[{}]] * 5 + [[{"secondary_y": True}], [{}]], row_heights=heights)  # fmt: skip
+    fig = make_subplots(
+        rows=len(rows),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.035,
+        subplot_titles=rows,
+        specs=[[{}]] * 5 + [[{"secondary_y": True}], [{}]],
+        row_heights=heights,
+    )
     if series is not None:
         x = _dt(series.starts + series.width / 2)
         first, last = x[0], x[-1]
         if band is not None:
-            fig.add_trace(go.Scatter(x=[first, last, last, first], y=[band.low * 1000, band.low * 1000,
-                          band.high * 1000, band.high * 1000], fill="toself", fillcolor="rgba(40,140,80,0.15)", mode="lines",
-                          line={"width": 0}, name="baseline P99 band (P10–P90)", hoverinfo="skip",
-                          legendgroup="lat"), row=1, col=1)  # fmt: skip
-            fig.add_trace(go.Scatter(x=[first, last], y=[band.median * 1000] * 2, mode="lines", name="baseline P99",
-                          line={"color": "#2a7", "dash": "dash"}), row=1, col=1)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=[first, last, last, first],
+                    y=[band.low * 1000, band.low * 1000, band.high * 1000, band.high * 1000],
+                    fill="toself",
+                    fillcolor="rgba(40,140,80,0.15)",
+                    mode="lines",
+                    line={"width": 0},
+                    name="baseline P99 band (P10–P90)",
+                    hoverinfo="skip",
+                ),
+                row=1,
+                col=1,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=[first, last],
+                    y=[band.median * 1000] * 2,
+                    mode="lines",
+                    name="baseline P99",
+                    line={"color": "#2a7", "dash": "dash"},
+                ),
+                row=1,
+                col=1,
+            )
             if band.limit is not None:
-                fig.add_trace(go.Scatter(x=[first, last], y=[band.limit * 1000] * 2, mode="lines",
-                              name="baseline P99 + allowed drift", line={"color": "#c80", "dash": "dot"},
-                              legendgroup="lat"), row=1, col=1)  # fmt: skip
+                fig.add_trace(
+                    go.Scatter(
+                        x=[first, last],
+                        y=[band.limit * 1000] * 2,
+                        mode="lines",
+                        name="baseline P99 + allowed drift",
+                        line={"color": "#c80", "dash": "dot"},
+                    ),
+                    row=1,
+                    col=1,
+                )
         if p99_max is not None:
-            fig.add_trace(go.Scatter(x=[first, last], y=[p99_max * 1000] * 2, mode="lines", name="SLO p99_max",
-                          line={"color": "#c22", "dash": "dash"}), row=1, col=1)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=[first, last],
+                    y=[p99_max * 1000] * 2,
+                    mode="lines",
+                    name="SLO p99_max",
+                    line={"color": "#c22", "dash": "dash"},
+                ),
+                row=1,
+                col=1,
+            )
         for name, color in (("p50", "#1f77b4"), ("p90", "#9467bd"), ("p99", "#d62728")):
-            fig.add_trace(go.Scatter(x=x, y=_ms(series.columns[name]), mode="lines+markers", name=name.upper(),
-                          line={"color": color}, marker={"size": 4},
-                          hovertemplate="%{y:.0f} ms"), row=1, col=1)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=_ms(series.columns[name]),
+                    mode="lines+markers",
+                    name=name.upper(),
+                    line={"color": color},
+                    marker={"size": 4},
+                    hovertemplate="%{y:.0f} ms",
+                ),
+                row=1,
+                col=1,
+            )
         for name, label in (("ttft_p99", "TTFT P99"), ("itl_p99", "ITL P99"), ("tpot_p99", "TPOT P99")):
             if name in series.columns:
-                fig.add_trace(go.Scatter(x=x, y=_ms(series.columns[name]), mode="lines", name=label,
-                              hovertemplate="%{y:.1f} ms"), row=2, col=1)  # fmt: skip
-        fig.add_trace(go.Scatter(x=x, y=series.columns["intended_rate"], mode="lines", name="intended rate",
-                      line={"color": "#777", "dash": "dash"}, line_shape="hv"), row=3, col=1)  # fmt: skip
+                fig.add_trace(
+                    go.Scatter(x=x, y=_ms(series.columns[name]), mode="lines", name=label, hovertemplate="%{y:.1f} ms"),
+                    row=2,
+                    col=1,
+                )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=series.columns["intended_rate"],
+                mode="lines",
+                name="intended rate",
+                line={"color": "#777", "dash": "dash"},
+                line_shape="hv",
+            ),
+            row=3,
+            col=1,
+        )
         if "achieved_rate" in series.columns:
-            fig.add_trace(go.Scatter(x=x, y=series.columns["achieved_rate"], mode="lines", name="achieved rate",
-                          line={"color": "#17becf"}, line_shape="hv"), row=3, col=1)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=series.columns["achieved_rate"],
+                    mode="lines",
+                    name="achieved rate",
+                    line={"color": "#17becf"},
+                    line_shape="hv",
+                ),
+                row=3,
+                col=1,
+            )
         for kind, counts in series.errors.items():
             fig.add_trace(go.Bar(x=x, y=counts, name=f"error: {kind}"), row=4, col=1)
         if "never_completed" in series.columns and not series.errors:
             fig.add_trace(go.Bar(x=x, y=series.columns["never_completed"], name="never completed"), row=4, col=1)
         if "send_lag_p99" in series.columns:
-            fig.add_trace(go.Scatter(x=x, y=_ms(series.columns["send_lag_p99"]), mode="lines", name="send lag P99",
-                          line={"color": "#8c564b"}), row=5, col=1)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=_ms(series.columns["send_lag_p99"]),
+                    mode="lines",
+                    name="send lag P99",
+                    line={"color": "#8c564b"},
+                ),
+                row=5,
+                col=1,
+            )
     if kv is not None:
-        fig.add_trace(go.Scatter(x=_dt(kv[0]), y=kv[1] * 100, mode="lines", name="KV-cache usage %",
-                      line={"color": "#ff7f0e"}), row=6, col=1, secondary_y=False)  # fmt: skip
+        fig.add_trace(
+            go.Scatter(x=_dt(kv[0]), y=kv[1] * 100, mode="lines", name="KV-cache usage %", line={"color": "#ff7f0e"}),
+            row=6,
+            col=1,
+            secondary_y=False,
+        )
     if gpu is not None:
-        fig.add_trace(go.Scatter(x=_dt(gpu[0]), y=gpu[1], mode="lines", name="GPU memory used MiB",
-                      line={"color": "#7f7f7f"}), row=6, col=1, secondary_y=True)  # fmt: skip
+        fig.add_trace(
+            go.Scatter(x=_dt(gpu[0]), y=gpu[1], mode="lines", name="GPU memory used MiB", line={"color": "#7f7f7f"}),
+            row=6,
+            col=1,
+            secondary_y=True,
+        )
     for (times, counts), name, symbol, color in (
         (preempt, "preemptions", "circle", "#ff7f0e"),
         (restarts, "container restarts", "diamond", "#1f77b4"),
         (oom, "OOM kills", "x", "#d62728"),
     ):
         # An event strip: one lane per kind, a marker where the counter went up, its size the increase.
-        fig.add_trace(go.Scatter(x=_dt(times), y=[name] * len(times), mode="markers", name=name,
-                      customdata=counts, marker={"symbol": symbol, "size": 8 + 4 * np.minimum(counts, 5),
-                      "color": color}, hovertemplate=f"+%{{customdata:g}} {name}<extra></extra>"),
-                      row=7, col=1)  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=_dt(times),
+                y=[name] * len(times),
+                mode="markers",
+                name=name,
+                customdata=counts,
+                marker={"symbol": symbol, "size": 8 + 4 * np.minimum(counts, 5), "color": color},
+                hovertemplate=f"+%{{customdata:g}} {name}<extra></extra>",
+            ),
+            row=7,
+            col=1,
+        )
     starts = [s for _, s, _ in spans] or ([float(series.starts[0])] if series is not None else [])
     end = max([e for _, _, e in spans] + ([float(series.starts[-1] + series.width)] if series is not None else [0]))
     if starts:
         _shade(fig, spans, faults, end)
     _row_legends(fig, len(rows))
-    fig.update_layout(height=1700, barmode="stack", hovermode="x unified", margin={"l": 60, "r": 190, "t": 110, "b": 40},
-                      template="plotly_white")  # fmt: skip
+    fig.update_layout(
+        height=1700,
+        barmode="stack",
+        hovermode="x unified",
+        margin={"l": 60, "r": 190, "t": 110, "b": 40},
+        template="plotly_white",
+    )
     fig.update_xaxes(type="date", showticklabels=True, tickformat="%H:%M:%S")
     fig.update_yaxes(rangemode="tozero")
     # Latency on a log axis: the baseline band, a multi-second tail and the SLO line stay readable together.
@@ -192,11 +335,22 @@ def _row_legends(fig: go.Figure, rows: int) -> None:
         subplot = fig.get_subplot(row, 1)
         axis_of_row[subplot.yaxis.plotly_name.replace("yaxis", "y")] = row
         top = subplot.yaxis.domain[1]
-        fig.update_layout({f"legend{'' if row == 1 else row}": {"y": top, "yanchor": "top", "x": 1.02,
-                           "xanchor": "left", "font": {"size": 11}, "bgcolor": "rgba(255,255,255,0)"}})  # fmt: skip
+        fig.update_layout(
+            {
+                f"legend{'' if row == 1 else row}": {
+                    "y": top,
+                    "yanchor": "top",
+                    "x": 1.02,
+                    "xanchor": "left",
+                    "font": {"size": 11},
+                    "bgcolor": "rgba(255,255,255,0)",
+                }
+            }
+        )
     for trace in fig.data:
-        row = axis_of_row.get(trace.yaxis or "y")
-        if row is None:  # a secondary axis: its row is the one whose primary axis is just before it
+        found = axis_of_row.get(trace.yaxis or "y")
+        row = found if found is not None else 1
+        if found is None:  # a secondary axis: its row is the one whose primary axis is just before it
             row = max((r for a, r in axis_of_row.items() if _axis_number(a) < _axis_number(trace.yaxis)), default=1)
         trace.legend = "legend" if row == 1 else f"legend{row}"
 
@@ -207,16 +361,24 @@ def _axis_number(name: str | None) -> int:
 
 
 def stage_cdf(
-    frame: pd.DataFrame | None, figures: list[StageFigures], band: BaselineBand | None,
-    control: dict[str, float] | None, p99_max: float | None,
-) -> go.Figure | None:  # fmt: skip
+    frame: pd.DataFrame | None,
+    figures: list[StageFigures],
+    band: BaselineBand | None,
+    control: dict[str, float] | None,
+    p99_max: float | None,
+) -> go.Figure | None:
     """Latency CDF of each stage against the control baseline's quantiles and the baseline P99: the whole
     curve on the left, the tail (90-100 %) on the right. A curve stops short of 100 % by the share of requests
     that never completed, so an infinite P99 shows as a curve that never reaches the 99 % line."""
     if frame is None or "stage" not in frame or frame.empty:
         return None
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.08,
-                        subplot_titles=["Latency CDF (log scale)", "The tail: 90–100 %"])  # fmt: skip
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.55, 0.45],
+        horizontal_spacing=0.08,
+        subplot_titles=["Latency CDF (log scale)", "The tail: 90–100 %"],
+    )
     colors = ("#1f77b4", "#ff7f0e", "#9467bd", "#d62728", "#8c564b", "#e377c2")
     low, high, tail_low = math.inf, 0.0, math.inf
     for i, f in enumerate(figures):
@@ -237,15 +399,36 @@ def stage_cdf(
             pick = np.unique(np.linspace(0, len(values) - 1, 2000).astype(int))
             values, share = values[pick], share[pick]
         for col in (1, 2):
-            fig.add_trace(go.Scatter(x=values * 1000, y=share, mode="lines", name=f"stage {f.stage}% ({f.status})",
-                          line={"color": colors[i % len(colors)]}, legendgroup=str(f.stage), showlegend=col == 1,
-                          hovertemplate="%{x:.0f} ms: %{y:.2%}"), row=1, col=col)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=values * 1000,
+                    y=share,
+                    mode="lines",
+                    name=f"stage {f.stage}% ({f.status})",
+                    line={"color": colors[i % len(colors)]},
+                    legendgroup=str(f.stage),
+                    showlegend=col == 1,
+                    hovertemplate="%{x:.0f} ms: %{y:.2%}",
+                ),
+                row=1,
+                col=col,
+            )
     if control:
         qs = sorted((float(q), v) for q, v in control.items())
         for col in (1, 2):
-            fig.add_trace(go.Scatter(x=[v * 1000 for _, v in qs], y=[q for q, _ in qs], mode="lines+markers",
-                          name="control baseline", legendgroup="control", showlegend=col == 1,
-                          line={"color": "#2a7", "width": 3, "dash": "dash"}), row=1, col=col)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=[v * 1000 for _, v in qs],
+                    y=[q for q, _ in qs],
+                    mode="lines+markers",
+                    name="control baseline",
+                    legendgroup="control",
+                    showlegend=col == 1,
+                    line={"color": "#2a7", "width": 3, "dash": "dash"},
+                ),
+                row=1,
+                col=col,
+            )
     marks = []
     if band is not None:
         marks.append((band.median, "baseline P99", "#2a7", "dash"))
@@ -256,9 +439,20 @@ def stage_cdf(
     for at, label, color, dash in marks:
         high = max(high, at)
         for col in (1, 2):  # a line trace, not a shape: it has a legend entry and a hover label
-            fig.add_trace(go.Scatter(x=[at * 1000, at * 1000], y=[0, 1.02], mode="lines", name=label,
-                          line={"color": color, "dash": dash}, legendgroup=label, showlegend=col == 1,
-                          hovertemplate=f"{label} {at * 1000:.0f} ms<extra></extra>"), row=1, col=col)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=[at * 1000, at * 1000],
+                    y=[0, 1.02],
+                    mode="lines",
+                    name=label,
+                    line={"color": color, "dash": dash},
+                    legendgroup=label,
+                    showlegend=col == 1,
+                    hovertemplate=f"{label} {at * 1000:.0f} ms<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     for col in (1, 2):
         fig.add_hline(y=0.99, line={"color": "#999", "width": 1, "dash": "dot"}, row=1, col=col)
     if math.isfinite(low) and low > 0:
@@ -268,8 +462,12 @@ def stage_cdf(
     fig.update_xaxes(type="log", title_text="latency, ms")
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%", title_text="share of requests sent", row=1, col=1)
     fig.update_yaxes(range=[0.9, 1.002], tickformat=".0%", row=1, col=2)
-    fig.update_layout(height=440, template="plotly_white", margin={"l": 60, "r": 20, "t": 40, "b": 40},
-                      legend={"orientation": "h", "y": -0.2})  # fmt: skip
+    fig.update_layout(
+        height=440,
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 40, "b": 40},
+        legend={"orientation": "h", "y": -0.2},
+    )
     return fig
 
 
