@@ -11,6 +11,7 @@ Runtime, Log, Page.captureScreenshot captureBeyondViewport).
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -94,7 +95,38 @@ class _Pipe:
         return parsed
 
 
-def open_page(report: Path, *, timeout: float = 60.0, width: int = 1280) -> PageReport:
+PLOTS_DRAWN = "[...document.querySelectorAll('.js-plotly-plot')].filter(d => d.querySelector('.main-svg')).length"
+PLOTS_WANTED = "document.querySelectorAll('.plotly-graph-div').length"
+
+# The KFP UI shows an HTML artifact in <iframe sandbox='allow-scripts'> with srcdoc set to the file's content
+# (kubeflow/pipelines frontend/src/components/viewers/HTMLViewer.tsx): no same origin, no storage.
+# The report inside tells the host page, by postMessage, how many plots it drew.
+_PROBE = f"<script>addEventListener('load',()=>setTimeout(()=>parent.postMessage({PLOTS_DRAWN},'*'),300))</script>"
+_HOST = """<!doctype html><meta charset='utf-8'><title>waiting</title>
+<iframe id='viewer' sandbox='allow-scripts' src='javascript:void(0);' style='width:1200px;height:2400px'></iframe>
+<script>
+addEventListener('message', event => { document.title = 'plots:' + event.data; });
+document.getElementById('viewer').srcdoc = CONTENT;
+</script>"""
+VIEWER_DRAWN = "document.title.startsWith('plots:') ? Number(document.title.slice(6)) : 0"
+
+
+def kfp_viewer_page(report: Path, folder: Path) -> Path:
+    """A page that shows `report` the way the KFP UI's HTML viewer does; returns its path in `folder`."""
+    content = report.read_text().replace("</body>", _PROBE + "</body>", 1)
+    host = folder / "kfp-viewer.html"
+    host.write_text(_HOST.replace("CONTENT", json.dumps(content).replace("</", "<\\/")))
+    return host
+
+
+def open_page(
+    report: Path,
+    *,
+    timeout: float = 60.0,
+    width: int = 1280,
+    drawn_js: str = PLOTS_DRAWN,
+    wanted_js: str = PLOTS_WANTED,
+) -> PageReport:
     """Load `report` (file://) and collect what it did; raises FileNotFoundError when there is no chromium."""
     binary = chromium()
     if binary is None:
@@ -135,18 +167,13 @@ def open_page(report: Path, *, timeout: float = 60.0, width: int = 1280) -> Page
         pipe.wait_for("Page.loadEventFired", timeout)
         # Plotly draws on load; give it until every plot has its SVG (bounded: the page may be broken).
         deadline = time.monotonic() + timeout
-        count_js = "document.querySelectorAll('.js-plotly-plot .main-svg').length / 1"
-        expected_js = "document.querySelectorAll('.plotly-graph-div').length"
         while time.monotonic() < deadline:
-            drawn = pipe.send("Runtime.evaluate", {"expression": count_js, "returnByValue": True}, session)
-            wanted = pipe.send("Runtime.evaluate", {"expression": expected_js, "returnByValue": True}, session)
-            result.plots = int(drawn["result"].get("value", 0)) // 1
-            if result.plots and result.plots >= int(wanted["result"].get("value", 0)):
+            drawn = pipe.send("Runtime.evaluate", {"expression": drawn_js, "returnByValue": True}, session)
+            wanted = pipe.send("Runtime.evaluate", {"expression": wanted_js, "returnByValue": True}, session)
+            result.plots = int(drawn["result"].get("value", 0))
+            if result.plots >= int(wanted["result"].get("value", 0)):
                 break
             time.sleep(0.2)
-        plots_js = "document.querySelectorAll('.js-plotly-plot').length"
-        result.plots = int(pipe.send("Runtime.evaluate", {"expression": plots_js, "returnByValue": True},
-                                     session)["result"].get("value", 0))  # fmt: skip
         metrics = pipe.send("Page.getLayoutMetrics", session=session)
         size = metrics.get("cssContentSize") or metrics["contentSize"]
         result.height = int(size["height"])
@@ -155,10 +182,8 @@ def open_page(report: Path, *, timeout: float = 60.0, width: int = 1280) -> Page
                          session)  # fmt: skip
         result.screenshot = base64.b64decode(shot["data"])
     finally:
-        try:
+        with contextlib.suppress(RuntimeError, OSError):
             pipe.send("Browser.close")
-        except (RuntimeError, OSError):
-            pass
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:

@@ -60,7 +60,7 @@ def test_a_folder_without_records_or_manifest_is_refused_by_name(tmp_path: Path)
     out = tmp_path / "run"
     main([*sample.verdict_argv(), "--out", str(out)])
     (out / rundir.RECORDS).unlink()
-    with pytest.raises(rundir.RunDirError, match="missing records.parquet"):
+    with pytest.raises(rundir.RunDirError, match=r"missing records\.parquet"):
         rundir.open_run(out)
     assert main(["verdict", "--run", str(out)]) == 3
     assert main(["verdict", "--run", str(tmp_path / "nowhere")]) == 3
@@ -72,9 +72,15 @@ def test_a_pipeline_audit_becomes_a_documented_verdict_with_stages_and_run_state
         "parameters": {"experiment": "metadata: {name: x, version: 1.2.3}\n", "baseline": ""},
         "steps": [
             {"step": "inject", "stage": 0, "status": "PASS", "proceed": True, "reasons": [], "detail": {}},
-            {"step": "stage", "stage": 30, "status": "FAIL", "proceed": False, "reasons": ["p99"],
-             "detail": {"stage": stage, "replay": {"valid": "send lag 80ms"}}},
-        ],  # fmt: skip
+            {
+                "step": "stage",
+                "stage": 30,
+                "status": "FAIL",
+                "proceed": False,
+                "reasons": ["p99"],
+                "detail": {"stage": stage, "replay": {"valid": "send lag 80ms"}},
+            },
+        ],
         "recovery": {"removed_at": 123.0, "recovery": None},
         "verdict": {"status": "FAIL", "reasons": ["stage 30%: p99"]},
     }
