@@ -28,9 +28,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--root", default=".", type=Path, help="repository root, for baselines (default: .)")
     parser.add_argument("--output", default="runs/local", type=Path, help="pipeline root for --local")
-    parser.add_argument(
-        "--runs", default="runs", type=Path, help="--local: where the run folder runs/<run-id>/ goes (default: runs/)"
-    )
+    parser.add_argument("--runs", type=Path, help="--local: where the run folder <run-id>/ goes (default: ROOT/runs)")
     # --host sits in the mode group above, so the shared connection options are spelled out here.
     group = parser.add_argument_group("KFP authentication")
     group.add_argument("--token", help="bearer token (default: env KFCHAOS_KFP_TOKEN); never stored")
@@ -58,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             args.experiment, root=args.root.resolve(), target=args.target, pipeline_root=args.output.resolve()
         )
         print(outcome.summary())
-        _run_folder(outcome, args.runs)
+        _run_folder(outcome, args.runs or args.root / "runs")
         return outcome.exit_code
     from kfchaos.kfp import client as kfp_client
     from kfchaos.kfp.cliargs import connection_from
