@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ LAYOUT_VERSION = 1
 MANIFEST = "run.json"
 EXPERIMENT = "experiment.yaml"
 BASELINE = "baseline.yaml"
+CONTROL_RECORDS = "baseline.control.parquet"  # the control baseline's own records (`kfchaos baseline control`)
 RECORDS = "records.parquet"
 METRICS = "metrics.json"
 RUN_STATE = "run-state.json"
@@ -47,7 +49,19 @@ VERDICT = "verdict.json"
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
 AUDIT = "audit.json"
-FILES = (EXPERIMENT, BASELINE, RECORDS, METRICS, RUN_STATE, STAGES, VERDICT, REPORT_HTML, REPORT_MD, AUDIT)
+FILES = (
+    EXPERIMENT,
+    BASELINE,
+    CONTROL_RECORDS,
+    RECORDS,
+    METRICS,
+    RUN_STATE,
+    STAGES,
+    VERDICT,
+    REPORT_HTML,
+    REPORT_MD,
+    AUDIT,
+)
 
 # Where kfp.local leaves the pipeline's artifacts: <run>/<task>/<output name> (KFP output names cannot hold dots).
 PIPELINE_ARTIFACTS = {REPORT_HTML: ("verdict-report", "report_html"), AUDIT: ("verdict-report", "audit")}
@@ -134,6 +148,7 @@ def write(
     records: Any,
     verdict: dict[str, Any],
     baseline_text: str | None = None,
+    baseline_path: Path | None = None,
     metrics: Any | None = None,
     run_state: dict[str, Any] | None = None,
     stages: list[dict[str, Any]] | None = None,
@@ -151,6 +166,9 @@ def write(
     run.file(EXPERIMENT).write_text(experiment_text)
     if baseline_text and baseline_text.strip():
         run.file(BASELINE).write_text(baseline_text)
+        control = _control_records(baseline_text, baseline_path)
+        if control is not None:
+            shutil.copyfile(control, run.file(CONTROL_RECORDS))
     if isinstance(records, pa.Table):
         table = records
     elif isinstance(records, list):
@@ -189,6 +207,21 @@ def write(
     manifest["files"] = sorted(name for name in FILES if run.has(name))
     run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return run
+
+
+def _control_records(baseline_text: str, baseline_path: Path | None) -> Path | None:
+    """The control baseline's records file named in the baseline (it lies beside the baseline file)."""
+    if baseline_path is None:
+        return None
+    try:
+        control = (yaml.safe_load(baseline_text) or {}).get("control")
+    except yaml.YAMLError:
+        return None
+    name = control.get("records") if isinstance(control, dict) else None
+    if not isinstance(name, str) or not name or Path(name).name != name:
+        return None  # a bare file name only: never a path out of the baseline's folder
+    found = Path(baseline_path).parent / name
+    return found if found.is_file() else None
 
 
 def _manifest(run: RunDir, experiment_text: str, verdict: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
@@ -260,6 +293,8 @@ def report_context(run: RunDir) -> dict[str, Any]:
             context["experiment"] = load_experiment(run.file(EXPERIMENT))
     if run.has(BASELINE):
         context["baseline"] = yaml.safe_load(run.file(BASELINE).read_text())
+    if run.has(CONTROL_RECORDS):
+        context["control_records"] = run.file(CONTROL_RECORDS)
     for key, name in (("run_state", RUN_STATE), ("audit", AUDIT)):
         if run.has(name):
             context[key] = _json(run.file(name))

@@ -4,6 +4,7 @@ series (KV-cache usage, preemptions, GPU memory, a restart after an OOM kill).""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kfchaos.baseline import ControlBaseline
 from kfchaos.metrics.names import GPU_MEMORY_USED, KV_CACHE_USAGE, OOM_KILLS, PREEMPTIONS, RESTARTS
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
 from tests.verdict.builders import concat, experiment_text, records
@@ -49,7 +51,26 @@ def _stage(percent: int, index: int, scale: float, errors: dict[str, int], fault
                    fault_active=intended >= fault_from, send_lag=0.002)  # fmt: skip
 
 
-def write_sample(root: Path, *, with_timeouts: bool = True) -> SampleRun:
+def _control(root: Path) -> ControlBaseline:
+    """A fault-free replay of the same stages, written beside the baseline as `kfchaos baseline control` does."""
+    from kfchaos.metrics.control import measure_stage, sha256_file
+    from kfchaos.verdict.requests import from_table
+
+    path = root / "baseline.control.parquet"
+    tables = {p: _stage(p, i, 0.07, {}, math.inf) for i, p in enumerate((10, 30, 60))}
+    pq.write_table(concat(*tables.values()), path)
+    return ControlBaseline(
+        captured_at="2025-12-03T20:00:00Z",
+        target="http://127.0.0.1:8000",
+        stage_duration=STAGE_SECONDS,
+        confidence=0.95,
+        records=path.name,
+        records_sha256=sha256_file(path),
+        stages=[measure_stage(from_table(t), p, p * 0.1, 0.95) for p, t in tables.items()],
+    )
+
+
+def write_sample(root: Path, *, with_timeouts: bool = True, with_control: bool = False) -> SampleRun:
     root.mkdir(parents=True, exist_ok=True)
     fault_from = START + 0.5 * STAGE_SECONDS
     table = concat(
@@ -62,7 +83,7 @@ def write_sample(root: Path, *, with_timeouts: bool = True) -> SampleRun:
     experiment.write_text(experiment_text("p99_drift_max: 30%\np99_max: 2s\nmin_samples: 100", stages=[10, 30, 60],
                                           faults=faults))  # fmt: skip
     pq.write_table(table, root / "records.parquet")
-    baseline(p99=0.4).write(root / "baseline.yaml")
+    baseline(p99=0.4, control=_control(root) if with_control else None).write(root / "baseline.yaml")
     times = np.arange(START - 10, START + 3 * STAGE_SECONDS + 10, 5.0)
     progress = (times - times[0]) / (times[-1] - times[0])
     kills = np.where(times >= START + 100, 1.0, 0.0)

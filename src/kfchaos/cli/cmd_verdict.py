@@ -159,6 +159,7 @@ def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: Metri
             records=args.records,
             verdict=verdict.to_dict(),
             baseline_text=Path(baseline_path).read_text() if baseline_path else None,
+            baseline_path=Path(baseline_path) if baseline_path else None,
             metrics=metrics,
             run_state=run_state or None,
             info={"source": "verdict"},

@@ -7,7 +7,8 @@ checks, and the known failure modes that fit, ranked. Both accept a `kfchaos.Ver
 
 `markdown(verdict, context)` and `html(verdict, context)` return text. Context keys, all optional: run (the
 run folder's manifest), experiment (an Experiment), records (Parquet path, Table or Requests), metrics (a
-MetricsSnapshot or its JSON), baseline (the baseline file's mapping), run_state, steps, audit, fault_types.
+MetricsSnapshot or its JSON), baseline (the baseline file's mapping), control_records (the control
+baseline's Parquet), run_state, steps, audit, fault_types.
 `kfchaos.rundir` builds the context from a run folder.
 """
 
@@ -23,7 +24,7 @@ from kfchaos.report.data import (
     StageFigures,
     baseline_band,
     check_of,
-    control_latencies,
+    control_stages,
     fault_windows,
     load_frame,
     stage_figures,
@@ -397,7 +398,8 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
             "<p><em>No metric series for this run: KV-cache, GPU memory, restarts and OOM kills unknown.</em></p>"
         )
     parts.append("<h2>Per stage</h2>")
-    cdf = plots.stage_cdf(frame, figures, band, control_latencies(context, document), p99_max)
+    control_frame = load_frame(context.get("control_records"))
+    cdf = plots.stage_cdf(frame, figures, band, control_stages(context, document), control_frame, p99_max)
     if cdf is not None:
         parts.append("<h3>Latency CDF against the baseline</h3>" + plots.to_html(cdf, first, "cdf"))
         first = False

@@ -353,17 +353,45 @@ def baseline_band(context: dict[str, Any], document: dict[str, Any], drift: floa
     return BaselineBand(median, low, high, limit, label)
 
 
-def control_latencies(context: dict[str, Any], document: dict[str, Any]) -> dict[str, float] | None:
-    """Latency quantiles of the control baseline ({"0.5": s, "0.9": s, "0.99": s}) where the verdict carries one
-    (`baseline.control.latency_quantiles`); None until then."""
+@dataclass(frozen=True)
+class ControlStage:
+    """The control baseline at one stage rate (`kfchaos baseline control`): exact figures from its records."""
+
+    stage: int
+    p50: float | None
+    p99: float | None
+    p99_interval: tuple[float, float] | None
+    samples: int
+
+
+def control_stages(context: dict[str, Any], document: dict[str, Any]) -> dict[int, ControlStage]:
+    """The control baseline's stages from the verdict's `baseline.control` or the baseline file's `control`."""
     for holder in (document.get("baseline"), context.get("baseline")):
-        control = (holder or {}).get("control") if isinstance(holder, dict) else None
-        quantiles = (control or {}).get("latency_quantiles") if isinstance(control, dict) else None
-        if isinstance(quantiles, dict):
-            found = {str(k): float(v) for k, v in quantiles.items() if isinstance(v, int | float)}
-            if found:
-                return found
-    return None
+        control = holder.get("control") if isinstance(holder, dict) else None
+        stages = control.get("stages") if isinstance(control, dict) else None
+        if not isinstance(stages, list):
+            continue
+        found = {}
+        for item in stages:
+            if not isinstance(item, dict) or not isinstance(item.get("stage"), int):
+                continue
+            raw = item.get("latency_p99_interval")
+            interval = raw if isinstance(raw, list) and len(raw) == 2 else []
+            ok = len(interval) == 2 and all(isinstance(v, int | float) for v in interval)
+            found[int(item["stage"])] = ControlStage(
+                int(item["stage"]),
+                _finite(item.get("latency_p50")),
+                _finite(item.get("latency_p99")),
+                (float(interval[0]), float(interval[1])) if ok else None,
+                int(item.get("samples") or 0),
+            )
+        if found:
+            return found
+    return {}
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 # --- cluster series ------------------------------------------------------------------------------------------

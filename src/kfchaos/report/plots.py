@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from kfchaos.report.data import (
     BaselineBand,
+    ControlStage,
     FaultWindow,
     StageFigures,
     TimeSeries,
@@ -364,10 +365,12 @@ def stage_cdf(
     frame: pd.DataFrame | None,
     figures: list[StageFigures],
     band: BaselineBand | None,
-    control: dict[str, float] | None,
+    control: dict[int, ControlStage],
+    control_frame: pd.DataFrame | None,
     p99_max: float | None,
 ) -> go.Figure | None:
-    """Latency CDF of each stage against the control baseline's quantiles and the baseline P99: the whole
+    """Latency CDF of each stage against the control baseline at the same rate (its records' CDF dashed, where
+    the run folder has them; its P50 and P99 with the P99's interval) and the baseline P99: the whole
     curve on the left, the tail (90-100 %) on the right. A curve stops short of 100 % by the share of requests
     that never completed, so an infinite P99 shows as a curve that never reaches the 99 % line."""
     if frame is None or "stage" not in frame or frame.empty:
@@ -382,22 +385,55 @@ def stage_cdf(
     colors = ("#1f77b4", "#ff7f0e", "#9467bd", "#d62728", "#8c564b", "#e377c2")
     low, high, tail_low = math.inf, 0.0, math.inf
     for i, f in enumerate(figures):
-        subset = frame[frame["stage"] == f.stage]
-        sent = subset[subset["sent"].notna()] if "sent" in subset else subset
-        if sent.empty:
+        color = colors[i % len(colors)]
+        curve = _cdf(frame, f.stage)
+        if curve is None:
             continue
-        ok = sent["latency"].notna() & np.isfinite(sent["latency"].astype(float))
-        if "error" in sent:
-            ok &= sent["error"].isna()
-        values = np.sort(sent.loc[ok, "latency"].astype(float).to_numpy())
-        if not len(values):
-            continue
-        share = np.arange(1, len(values) + 1) / len(sent)
+        values, share, sent = curve
         low, high = min(low, float(values[max(0, len(values) // 100)])), max(high, float(values[-1]))
-        tail_low = min(tail_low, float(values[min(len(values) - 1, int(0.9 * len(sent)))]))
-        if len(values) > 2000:  # enough points for the eye, and the page stays small
-            pick = np.unique(np.linspace(0, len(values) - 1, 2000).astype(int))
-            values, share = values[pick], share[pick]
+        tail_low = min(tail_low, float(values[min(len(values) - 1, int(0.9 * sent))]))
+        reference = _cdf(control_frame, f.stage) if control_frame is not None else None
+        for col in (1, 2):
+            if reference is not None:
+                fig.add_trace(
+                    go.Scatter(
+                        x=reference[0] * 1000,
+                        y=reference[1],
+                        mode="lines",
+                        name=f"control at {f.stage}%",
+                        line={"color": color, "dash": "dash", "width": 1.5},
+                        legendgroup=str(f.stage),
+                        showlegend=col == 1,
+                        hovertemplate="control %{x:.0f} ms: %{y:.2%}",
+                    ),
+                    row=1,
+                    col=col,
+                )
+            point = control.get(f.stage)
+            if point is not None and (point.p50 is not None or point.p99 is not None):
+                xs = [v for v in (point.p50, point.p99) if v is not None]
+                ys = [q for q, v in ((0.5, point.p50), (0.99, point.p99)) if v is not None]
+                errors = None
+                if point.p99 is not None and point.p99_interval is not None:
+                    plus = [0.0] * (len(xs) - 1) + [(point.p99_interval[1] - point.p99) * 1000]
+                    minus = [0.0] * (len(xs) - 1) + [(point.p99 - point.p99_interval[0]) * 1000]
+                    errors = {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus}
+                fig.add_trace(
+                    go.Scatter(
+                        x=[v * 1000 for v in xs],
+                        y=ys,
+                        mode="markers",
+                        name=f"control P50/P99 at {f.stage}%",
+                        marker={"color": color, "symbol": "diamond-open", "size": 11, "line": {"width": 2}},
+                        error_x=errors,
+                        legendgroup=str(f.stage),
+                        showlegend=col == 1,
+                        hovertemplate=f"control at {f.stage}%: %{{x:.0f}} ms at %{{y:.0%}}<extra></extra>",
+                    ),
+                    row=1,
+                    col=col,
+                )
+                high = max(high, *(point.p99_interval or ()), *xs)
         for col in (1, 2):
             fig.add_trace(
                 go.Scatter(
@@ -405,26 +441,10 @@ def stage_cdf(
                     y=share,
                     mode="lines",
                     name=f"stage {f.stage}% ({f.status})",
-                    line={"color": colors[i % len(colors)]},
+                    line={"color": color},
                     legendgroup=str(f.stage),
                     showlegend=col == 1,
                     hovertemplate="%{x:.0f} ms: %{y:.2%}",
-                ),
-                row=1,
-                col=col,
-            )
-    if control:
-        qs = sorted((float(q), v) for q, v in control.items())
-        for col in (1, 2):
-            fig.add_trace(
-                go.Scatter(
-                    x=[v * 1000 for _, v in qs],
-                    y=[q for q, _ in qs],
-                    mode="lines+markers",
-                    name="control baseline",
-                    legendgroup="control",
-                    showlegend=col == 1,
-                    line={"color": "#2a7", "width": 3, "dash": "dash"},
                 ),
                 row=1,
                 col=col,
@@ -469,6 +489,27 @@ def stage_cdf(
         legend={"orientation": "h", "y": -0.2},
     )
     return fig
+
+
+def _cdf(frame: pd.DataFrame | None, stage: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """(sorted latencies of the successful requests, their share of the requests sent, requests sent)."""
+    if frame is None or "stage" not in frame:
+        return None
+    subset = frame[frame["stage"] == stage]
+    sent = subset[subset["sent"].notna()] if "sent" in subset else subset
+    if sent.empty:
+        return None
+    ok = sent["latency"].notna() & np.isfinite(sent["latency"].astype(float))
+    if "error" in sent:
+        ok &= sent["error"].isna()
+    values = np.sort(sent.loc[ok, "latency"].astype(float).to_numpy())
+    if not len(values):
+        return None
+    share = np.arange(1, len(values) + 1) / len(sent)
+    if len(values) > 2000:  # enough points for the eye, and the page stays small
+        pick = np.unique(np.linspace(0, len(values) - 1, 2000).astype(int))
+        values, share = values[pick], share[pick]
+    return values, share, len(sent)
 
 
 def to_html(fig: go.Figure, first: bool, div_id: str) -> str:
