@@ -260,7 +260,7 @@ def _rejudge(run: RunDir) -> dict[str, Any]:
             metrics=run.file(METRICS) if run.has(METRICS) else None,
             run_state=run.file(RUN_STATE) if run.has(RUN_STATE) else None,
         )
-    except KfchaosError as exc:
+    except (KfchaosError, OSError, ValueError) as exc:
         return {"status": None, "matches": False, "error": str(exc)}
     status = again.status.value
     return {"status": status, "matches": status == run.verdict().get("status")}
@@ -376,6 +376,21 @@ def run_state_from_pipeline(audit: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+def _baseline_file(parameters: dict[str, Any]) -> Path | None:
+    """Where the run's baseline file lies on this machine (for the control records beside it): the experiment's
+    spec.baseline.file, absolute or relative to the experiments folder's parent (the repository root)."""
+    try:
+        experiment = yaml.safe_load(parameters.get("experiment", "") or "{}") or {}
+    except yaml.YAMLError:
+        return None
+    name = ((experiment.get("spec") or {}).get("baseline") or {}).get("file") if isinstance(experiment, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    folder = Path(str(parameters.get("experiment_dir") or "."))
+    candidate = Path(name) if Path(name).is_absolute() else folder.parent / name
+    return candidate if candidate.is_file() else None
+
+
 def _baseline_summary(text: str) -> dict[str, Any] | None:
     """The verdict's `baseline` entry (as `evaluate` gives it) from the baseline text the pipeline ran with."""
     from pydantic import ValidationError
@@ -415,6 +430,7 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
     baseline = None
     if baseline_text.strip():
         baseline = _baseline_summary(baseline_text)
+    baseline_path = _baseline_file(parameters)
     html_path = kfp_run_dir.joinpath(*PIPELINE_ARTIFACTS[REPORT_HTML])
     metrics = embedded_metrics(html_path.read_text()) if html_path.is_file() else None
     run = audit.get("run", {})
@@ -425,6 +441,7 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
         records=[p for p in parts if p.is_file()],
         verdict=verdict_from_pipeline(audit, baseline),
         baseline_text=baseline_text,
+        baseline_path=baseline_path,
         metrics=metrics,
         run_state=run_state_from_pipeline(audit),
         stages=audit.get("steps", []),

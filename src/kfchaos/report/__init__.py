@@ -102,7 +102,7 @@ def _figures(document: dict[str, Any], context: dict[str, Any]) -> tuple[Any, li
 
 def _p99_text(f: StageFigures) -> str:
     text = _ms(f.p99)
-    if math.isinf(f.p99):
+    if math.isinf(f.p99) and f.never_completed:
         text += f" ({f.never_completed} never completed)"
     return text
 

@@ -154,8 +154,11 @@ def stage_figures(document: dict[str, Any], frame: pd.DataFrame | None, slo: Any
             never = int((_sent(subset) & ~_succeeded(subset)).sum())
             share, rate = goodput(subset, slo)
             window = window or (float(subset["intended"].min()), float(subset["intended"].max()))
-        else:
+        else:  # no records (the pipeline's report): the checks' own figures; the drift check keeps an infinite P99
             p99 = _nan(check_of(stage, "p99").get("value"))
+            candidate = (check_of(stage, "p99_drift").get("details") or {}).get("candidate_p99")
+            if math.isnan(p99) and isinstance(candidate, int | float):
+                p99 = float(candidate)
         out.append(
             StageFigures(
                 stage=percent,

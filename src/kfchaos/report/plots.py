@@ -299,6 +299,9 @@ def timeline(
         template="plotly_white",
     )
     fig.update_xaxes(type="date", showticklabels=True, tickformat="%H:%M:%S")
+    focus = _focus(series, spans, faults)
+    if focus is not None:  # the measured part of the run; the metric series beyond it are a zoom-out away
+        fig.update_xaxes(range=[_dt(focus[0])[0], _dt(focus[1])[0]])
     fig.update_yaxes(rangemode="tozero")
     # Latency on a log axis: the baseline band, a multi-second tail and the SLO line stay readable together.
     fig.update_yaxes(type="log", rangemode="normal", row=1, col=1)
@@ -311,14 +314,31 @@ def timeline(
     return fig
 
 
+def _focus(
+    series: TimeSeries | None, spans: list[tuple[int, float, float]], faults: list[FaultWindow]
+) -> tuple[float, float] | None:
+    """From the first request (or fault) to the last request (or fault removal), with a 5 % margin."""
+    times = [t for _, a, b in spans for t in (a, b)]
+    if series is not None:
+        times += [float(series.starts[0]), float(series.starts[-1] + series.width)]
+    times += [t for f in faults for t in (f.applied, f.verified, f.removed) if t is not None]
+    if not times:
+        return None
+    start, end = min(times), max(times)
+    margin = max(1.0, (end - start) * 0.05)
+    return start - margin, end + margin
+
+
 def log_ticks(seconds: np.ndarray) -> list[float]:
     """1-2-5 ticks (in seconds) covering the values, for a log latency axis an SRE reads without counting."""
     if not len(seconds):
         return []
     low, high = float(seconds.min()), float(seconds.max())
+    # Less than a decade on screen: finer steps, so the axis still has three or more labels.
+    mantissas = (1, 2, 5) if high / low > 15 else (1, 1.5, 2, 3, 4, 5, 6, 8)
     ticks = []
     for exponent in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1):
-        for mantissa in (1, 2, 5):
+        for mantissa in mantissas:
             value = mantissa * 10.0**exponent
             if low / 2 <= value <= high * 2:
                 ticks.append(value)
@@ -380,18 +400,23 @@ def stage_cdf(
         cols=2,
         column_widths=[0.55, 0.45],
         horizontal_spacing=0.08,
-        subplot_titles=["Latency CDF (log scale)", "The tail: 90–100 %"],
+        subplot_titles=["Latency CDF (log scale)", "The tail (zoomed)"],
     )
     colors = ("#1f77b4", "#ff7f0e", "#9467bd", "#d62728", "#8c564b", "#e377c2")
+    curves = {f.stage: _cdf(frame, f.stage) for f in figures}
+    # The tail panel starts at 90 %, lower when a stage's curve ends below that (many never completed).
+    ends = [float(c[1][-1]) for c in curves.values() if c is not None]
+    tail_share = min([0.9] + [math.floor((e - 0.05) * 20) / 20 for e in ends])
+    tail_share = max(0.0, tail_share)
     low, high, tail_low = math.inf, 0.0, math.inf
     for i, f in enumerate(figures):
         color = colors[i % len(colors)]
-        curve = _cdf(frame, f.stage)
+        curve = curves[f.stage]
         if curve is None:
             continue
-        values, share, sent = curve
+        values, share, _sent = curve
         low, high = min(low, float(values[max(0, len(values) // 100)])), max(high, float(values[-1]))
-        tail_low = min(tail_low, float(values[min(len(values) - 1, int(0.9 * sent))]))
+        tail_low = min(tail_low, float(values[min(len(values) - 1, int(np.searchsorted(share, tail_share)))]))
         reference = _cdf(control_frame, f.stage) if control_frame is not None else None
         for col in (1, 2):
             if reference is not None:
@@ -440,7 +465,8 @@ def stage_cdf(
                     x=values * 1000,
                     y=share,
                     mode="lines",
-                    name=f"stage {f.stage}% ({f.status})",
+                    name=f"stage {f.stage}% ({f.status})"
+                    + (f", {1 - share[-1]:.0%} never completed" if share[-1] < 0.995 else ""),
                     line={"color": color},
                     legendgroup=str(f.stage),
                     showlegend=col == 1,
@@ -481,7 +507,7 @@ def stage_cdf(
         fig.update_xaxes(range=[math.log10(tail_low * 1000) - 0.05, math.log10(high * 1000) + 0.05], row=1, col=2)
     fig.update_xaxes(type="log", title_text="latency, ms")
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%", title_text="share of requests sent", row=1, col=1)
-    fig.update_yaxes(range=[0.9, 1.002], tickformat=".0%", row=1, col=2)
+    fig.update_yaxes(range=[tail_share, 1.002], tickformat=".0%", row=1, col=2)
     fig.update_layout(
         height=440,
         template="plotly_white",
