@@ -352,6 +352,7 @@ def verdict_from_pipeline(audit: dict[str, Any], baseline: dict[str, Any] | None
         "checks": checks,
         "stages": stages,
         "source": "pipeline",
+        **({"fault_windows": audit["fault_windows"]} if audit.get("fault_windows") else {}),
     }
 
 
@@ -373,6 +374,11 @@ def run_state_from_pipeline(audit: dict[str, Any]) -> dict[str, Any]:
     removed = (audit.get("recovery") or {}).get("removed_at")
     if isinstance(removed, int | float):
         state["faults_removed_at"] = float(removed)
+    # The verified fault windows, where this kfchaos's run state reads them (docs/verdict.md, "Fault windows").
+    from kfchaos.verdict.runstate import RunState
+
+    if audit.get("fault_windows") and "fault_windows" in RunState.__dataclass_fields__:
+        state["fault_windows"] = audit["fault_windows"]
     return state
 
 

@@ -176,29 +176,43 @@ def test_the_page_shows_header_stages_time_series_and_checks_at_a_glance(tmp_pat
     assert modes.index("KV-cache exhaustion") < modes.index("Latency-bound collective")
 
 
-def test_fault_windows_from_the_run_state_are_shaded_applied_then_verified(tmp_path: Path) -> None:
+def test_fault_windows_are_read_from_the_documented_shape_and_shaded_applied_then_verified(tmp_path: Path) -> None:
+    from kfchaos import rundir
     from kfchaos.report import html
     from kfchaos.report.data import fault_windows
 
-    state = {"fault_windows": [{"name": "delay", "applied_at": 100.0, "verified_at": 104.0, "removed_at": 150.0}]}
-    (found,) = fault_windows({"run_state": state}, {}, None)
-    assert (found.name, found.applied, found.verified, found.removed, found.source) == (
-        "delay", 100.0, 104.0, 150.0, "run state")  # fmt: skip
+    start = 1_764_800_000.0
+    # The run-level list of the verdict document / audit record / run state (docs/verdict.md, "Fault windows").
+    window = {"fault": "delay", "name": "delay-66821c46e1", "kind": "NetworkChaos", "stages": [30, 60],
+              "applied_at": start + 10, "removed_at": start + 110, "watched_in": [30, 60],
+              "verified": [{"from": start + 41, "to": start + 79, "stage": 30},
+                           {"from": start + 81, "to": start + 108, "stage": 60}]}  # fmt: skip
+    (found,) = fault_windows({"run_state": {"fault_windows": [window]}}, {}, None)
+    assert (found.name, found.applied, found.removed, found.source) == ("delay", start + 10, start + 110, "run state")
+    assert found.verified == ((start + 41, start + 79), (start + 81, start + 108))
+    # Per stage step (detail.fault_windows), one fault seen by two stages, is one fault.
+    halves = (window["verified"][:1], window["verified"][1:])
+    steps = [{"step": "stage", "detail": {"fault_windows": [{**window, "verified": h}]}} for h in halves]
+    (merged,) = fault_windows({"steps": steps}, {}, None)
+    assert merged.verified == found.verified and merged.source == "pipeline"
+    # An older single verified_at holds until removal.
+    (simple,) = fault_windows(
+        {}, {"fault_windows": [{"name": "x", "applied_at": 1, "verified_at": 2, "removed_at": 9}]}, None
+    )
+    assert simple.verified == ((2.0, 9.0),)
+
     sample = write_sample(tmp_path / "in")
     out = tmp_path / "run"
     main([*sample.verdict_argv(), "--out", str(out)])
-    from kfchaos import rundir
-
     run = rundir.open_run(out)
     context = rundir.report_context(run)
-    start = 1_764_800_000.0
-    context["run_state"] = {"fault_windows": {"delay": {"applied_at": start + 10, "verified_at": start + 15,
-                                                         "removed_at": start + 90}}}  # fmt: skip
+    context["run_state"] = {"fault_windows": [window]}
     page = html(run.verdict(), context)
     timeline = next(f for f in _plotly_figures(page) if f["id"] == "timeline")
     fills = [s.get("fillcolor") for s in timeline["layout"]["shapes"] if s["type"] == "rect"]
-    assert "rgba(255,160,0,0.18)" in fills and "rgba(220,40,40,0.16)" in fills  # applied, then verified
+    assert fills.count("rgba(255,160,0,0.18)") == 7 and fills.count("rgba(220,40,40,0.16)") == 14  # x 7 rows
     assert any(a["text"] == "⚡ delay" for a in timeline["layout"]["annotations"])
+    assert "from the records' fault_active" not in page
 
 
 def test_the_control_baseline_travels_with_the_run_folder_and_is_drawn_on_the_cdf(tmp_path: Path) -> None:

@@ -379,8 +379,8 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
     parts.append("<h2>Over the run</h2>")
     legend = (
         "<p class='legend'><small>Shaded: <span style='background:rgba(120,120,120,.15)'></span>stages "
-        "<span style='background:rgba(255,160,0,.35)'></span>fault applied, not yet verified "
-        "<span style='background:rgba(220,40,40,.3)'></span>fault in effect until removed"
+        "<span style='background:rgba(255,160,0,.35)'></span>fault applied (to its removal), effect not seen "
+        "<span style='background:rgba(220,40,40,.3)'></span>fault verified active"
     )
     source = {f.source for f in faults}
     if source == {"records"}:

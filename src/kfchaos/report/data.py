@@ -256,13 +256,18 @@ def stage_spans(frame: pd.DataFrame | None, figures: list[StageFigures]) -> list
 
 @dataclass(frozen=True)
 class FaultWindow:
-    """One fault's life: applied (the API accepted it) -> verified (seen in effect) -> removed."""
+    """One fault's life: applied (the API accepted it) -> verified active (seen in effect, one or more
+    windows; between two windows nobody looked) -> removed."""
 
     name: str
     applied: float | None
-    verified: float | None
+    verified: tuple[tuple[float, float], ...]
     removed: float | None
-    source: str  # where it was read from: "run state", "audit", "records"
+    source: str  # where it was read from: "run state", "verdict", "pipeline", "records"
+
+    @property
+    def first(self) -> float | None:
+        return self.applied if self.applied is not None else (self.verified[0][0] if self.verified else None)
 
 
 def _epoch(value: Any) -> float | None:
@@ -278,6 +283,29 @@ def _epoch(value: Any) -> float | None:
     return None
 
 
+def _verified(item: dict[str, Any]) -> tuple[tuple[float, float], ...]:
+    """`verified: [{"from": t, "to": t}, ...]` (docs/verdict.md, "Fault windows"), or one `verified_at` that
+    holds until removal."""
+    raw = item.get("verified")
+    windows = []
+    if isinstance(raw, list):
+        for window in raw:
+            if isinstance(window, dict):
+                start, end = _epoch(window.get("from")), _epoch(window.get("to"))
+            elif isinstance(window, list | tuple) and len(window) == 2:
+                start, end = _epoch(window[0]), _epoch(window[1])
+            else:
+                continue
+            if start is not None and end is not None and end >= start:
+                windows.append((start, end))
+    else:
+        start = _epoch(item.get("verified_at", raw))
+        end = _epoch(item.get("removed_at"))
+        if start is not None:
+            windows.append((start, end if end is not None and end >= start else start))
+    return tuple(sorted(windows))
+
+
 def _windows_from(items: Any, source: str) -> list[FaultWindow]:
     out = []
     if isinstance(items, dict):  # {"name": {...}}
@@ -285,32 +313,43 @@ def _windows_from(items: Any, source: str) -> list[FaultWindow]:
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict):
             continue
-        applied = _epoch(item.get("applied_at", item.get("applied", item.get("start"))))
-        verified = _epoch(item.get("verified_at", item.get("verified")))
-        removed = _epoch(item.get("removed_at", item.get("removed", item.get("end"))))
-        if applied is None and verified is None:
+        applied = _epoch(item.get("applied_at", item.get("applied")))
+        verified = _verified(item)
+        removed = _epoch(item.get("removed_at", item.get("removed")))
+        if applied is None and not verified:
             continue
-        name = str(item.get("name") or item.get("fault") or item.get("type") or "fault")
+        name = str(item.get("fault") or item.get("name") or item.get("type") or "fault")
         out.append(FaultWindow(name, applied, verified, removed, source))
     return out
 
 
 def fault_windows(context: dict[str, Any], document: dict[str, Any], frame: pd.DataFrame | None) -> list[FaultWindow]:
-    """The faults' windows from the first place that has them: the run state or verdict (`fault_windows`), the
-    pipeline's inject step (`detail.fault_windows`); else the spans where the records say a fault was active."""
-    for source, holder in (("run state", context.get("run_state")), ("verdict", document)):
+    """The faults' windows from the first place that has them: the run-level `fault_windows` of the run state,
+    the verdict or the audit record; the stage steps' `detail.fault_windows`; else the spans where the records
+    say a fault was active (labelled so)."""
+    holders = (("run state", context.get("run_state")), ("verdict", document), ("audit", context.get("audit")))
+    for source, holder in holders:
         if isinstance(holder, dict) and holder.get("fault_windows"):
             found = _windows_from(holder["fault_windows"], source)
             if found:
                 return found
     steps = context.get("steps") or (context.get("audit") or {}).get("steps") or document.get("steps") or []
+    merged: dict[str, FaultWindow] = {}
     for step in steps if isinstance(steps, list) else []:
         detail = step.get("detail") if isinstance(step, dict) else None
-        if isinstance(detail, dict) and detail.get("fault_windows"):
-            found = _windows_from(detail["fault_windows"], "pipeline")
-            if found:
-                return found
+        for window in _windows_from(detail.get("fault_windows"), "pipeline") if isinstance(detail, dict) else []:
+            seen = merged.get(window.name)
+            merged[window.name] = window if seen is None else _merge(seen, window)
+    if merged:
+        return list(merged.values())
     return _windows_from_records(frame)
+
+
+def _merge(a: FaultWindow, b: FaultWindow) -> FaultWindow:
+    """One fault as two stages saw it."""
+    applied = min((t for t in (a.applied, b.applied) if t is not None), default=None)
+    removed = max((t for t in (a.removed, b.removed) if t is not None), default=None)
+    return FaultWindow(a.name, applied, tuple(sorted(a.verified + b.verified)), removed, a.source)
 
 
 def _windows_from_records(frame: pd.DataFrame | None) -> list[FaultWindow]:
@@ -320,10 +359,8 @@ def _windows_from_records(frame: pd.DataFrame | None) -> list[FaultWindow]:
     active = ordered["fault_active"].to_numpy(dtype=bool)
     times = ordered["intended"].to_numpy(dtype=float)
     edges = np.flatnonzero(np.diff(np.concatenate([[False], active, [False]]).astype(int)))
-    return [
-        FaultWindow("fault active (records)", float(times[a]), None, float(times[b - 1]), "records")
-        for a, b in zip(edges[::2], edges[1::2], strict=True)
-    ]
+    spans = tuple((float(times[a]), float(times[b - 1])) for a, b in zip(edges[::2], edges[1::2], strict=True))
+    return [FaultWindow("fault active (records)", None, spans, None, "records")]
 
 
 # --- baseline ------------------------------------------------------------------------------------------------

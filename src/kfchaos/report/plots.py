@@ -61,32 +61,17 @@ def _shade(fig: go.Figure, spans: list[tuple[int, float, float]], faults: list[F
             font={"size": 12, "color": "#333"},
         )
     for fault in faults:
-        applied = fault.applied if fault.applied is not None else fault.verified
-        verified = fault.verified
-        removed = fault.removed if fault.removed is not None else end
-        if applied is None:
-            continue
-        if verified is not None and verified > applied:
-            fig.add_vrect(
-                x0=_dt(applied)[0],
-                x1=_dt(verified)[0],
-                fillcolor=FAULT_APPLIED,
-                line_width=0,
-                layer="below",
-                row="all",
-                col=1,
-            )
-        fig.add_vrect(
-            x0=_dt(verified if verified is not None else applied)[0],
-            x1=_dt(removed)[0],
-            fillcolor=FAULT_VERIFIED if verified is not None or fault.source == "records" else FAULT_APPLIED,
-            line_width=0,
-            layer="below",
-            row="all",
-            col=1,
-        )
+        # Orange from applied to removed (in place, effect not seen), red over each verified window on top.
+        first = fault.first
+        stop = fault.removed if fault.removed is not None else (fault.verified[-1][1] if fault.verified else end)
+        if first is not None and fault.source != "records" and stop > first:
+            fig.add_vrect(x0=_dt(first)[0], x1=_dt(stop)[0], fillcolor=FAULT_APPLIED, line_width=0, layer="below",
+                          row="all", col=1)  # fmt: skip
+        for low, high in fault.verified:
+            fig.add_vrect(x0=_dt(low)[0], x1=_dt(max(high, low + 0.5))[0], fillcolor=FAULT_VERIFIED, line_width=0,
+                          layer="below", row="all", col=1)  # fmt: skip
     for fault in faults:  # the names on top, once
-        at = fault.applied if fault.applied is not None else fault.verified
+        at = fault.first
         if at is not None:
             fig.add_annotation(
                 x=_dt(at)[0],
@@ -321,7 +306,7 @@ def _focus(
     times = [t for _, a, b in spans for t in (a, b)]
     if series is not None:
         times += [float(series.starts[0]), float(series.starts[-1] + series.width)]
-    times += [t for f in faults for t in (f.applied, f.verified, f.removed) if t is not None]
+    times += [t for f in faults for t in (f.applied, f.removed, *(v for w in f.verified for v in w)) if t is not None]
     if not times:
         return None
     start, end = min(times), max(times)
