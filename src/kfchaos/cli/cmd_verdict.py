@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="write a run folder here (verdict.json, report.html, report.md and the inputs)"
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, verdict_parser=parser)
 
 
 def _baseline(
@@ -108,7 +108,11 @@ def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapsho
     if getattr(args, "run", None):
         _from_run_folder(args)
     if not args.experiment or not args.records:
-        raise KfchaosError("kfchaos verdict needs --experiment and --records, or --run DIR (a run folder)")
+        message = "the following arguments are required: --experiment and --records, or --run DIR (a run folder)"
+        parser = getattr(args, "verdict_parser", None)
+        if parser is not None:
+            parser.error(message)  # a usage error, as argparse's own `required` gives (exit 3)
+        raise KfchaosError(f"kfchaos verdict: {message}")
     experiment_path = Path(args.experiment)
     experiment = load_experiment(experiment_path)
     baseline, warnings = _baseline(args, experiment_path, experiment.spec.baseline.file)
