@@ -12,7 +12,8 @@ list the matching pods, a finalizer keeps a deleted object (with a deletionTimes
 seconds, and an object whose `spec.duration` ran out is recovered (AllRecovered, desiredPhase Stop).
 Created pods turn Running and ready after `inject_delay`.
 
-For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, deployments and daemonsets (get, list;
+For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, serviceaccounts, deployments and
+daemonsets (get, list;
 stored with `add_object`), and answers authorization.k8s.io/v1 SubjectAccessReview and SelfSubjectAccessReview
 as the real API does (see `_access_review`), deciding with the RBAC objects in `rbac` (tests/support/rbac.py).
 
@@ -147,12 +148,13 @@ class _Stored:
 
 
 _CLUSTER_SCOPED = {"namespaces", "nodes"}
-_READ_ONLY = {"secrets", "configmaps", "deployments", "daemonsets"}
+_READ_ONLY = {"secrets", "configmaps", "serviceaccounts", "deployments", "daemonsets"}
 _STORED_KINDS = {
     "namespaces": ("v1", "Namespace"),
     "nodes": ("v1", "Node"),
     "secrets": ("v1", "Secret"),
     "configmaps": ("v1", "ConfigMap"),
+    "serviceaccounts": ("v1", "ServiceAccount"),
     "deployments": ("apps/v1", "Deployment"),
     "daemonsets": ("apps/v1", "DaemonSet"),
 }
@@ -464,7 +466,9 @@ class KubeApiServer:
             if plural not in self._crds or plural not in (self.installed or set()):
                 return None
             return plural, namespace, name
-        core = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/(pods|events|secrets|configmaps)(?:/([^/]+))?", path)
+        core = re.fullmatch(
+            r"/api/v1(?:/namespaces/([^/]+))?/(pods|events|secrets|configmaps|serviceaccounts)(?:/([^/]+))?", path
+        )
         if core:
             namespace, plural, name = core.groups()
             return plural, namespace, name

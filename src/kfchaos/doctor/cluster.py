@@ -48,6 +48,22 @@ def _scope_namespaces(experiment: Experiment, kfp_namespace: str) -> dict[str, l
     return {"kfp": [kfp_namespace], "target": targets, "cluster": [""]}
 
 
+def check_identity(report: Report, api_client: Any, kfp_namespace: str, service_account: str) -> None:
+    """The ServiceAccount exists where the run's pods are created: RBAC answers access reviews for any name,
+    existing or not, but the workflow's pods cannot be created for a missing one."""
+    name = "run identity"
+    try:
+        _apis(api_client).core.read_namespaced_service_account(service_account, kfp_namespace, _request_timeout=TIMEOUT)
+    except Exception as exc:
+        if _status_of(exc) == 404:
+            report.add(name, Status.FAIL, f"no ServiceAccount {kfp_namespace}/{service_account}",
+                       "kubectl apply -k manifests/ (manifests/base/serviceaccount.yaml)")  # fmt: skip
+        else:
+            report.add(name, Status.UNKNOWN, f"cannot read {kfp_namespace}/{service_account}: {_brief(exc)}", "")
+        return
+    report.add(name, Status.PASS, f"ServiceAccount {kfp_namespace}/{service_account}: the whole run executes as it")
+
+
 def check_permissions(
     report: Report, api_client: Any, experiment: Experiment, kfp_namespace: str, service_account: str
 ) -> None:
