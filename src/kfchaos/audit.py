@@ -62,7 +62,7 @@ def build_record(
     chaos_objects = [
         chaos_object_entry(obj)
         for step in steps
-        if step.get("step") == "inject"
+        if step.get("step") in ("inject", "stage")  # "inject": records of runs before faults moved into stages
         for obj in step.get("detail", {}).get("chaos_objects", [])
     ]
     plans = [

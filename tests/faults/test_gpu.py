@@ -49,7 +49,7 @@ def test_pod_manifest_valid_against_kubernetes_schema() -> None:
     pod = _pod(image="registry.example/cuda-python:12")
     kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
     spec = pod["spec"]
-    assert spec["activeDeadlineSeconds"] == 600  # one 10m stage
+    assert spec["activeDeadlineSeconds"] == 630  # one 10m stage + the 30 s target timeout its last requests may take
     assert spec["restartPolicy"] == "Never"
     (container,) = spec["containers"]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
@@ -78,7 +78,7 @@ def test_duration_capped_for_pod() -> None:
 def test_exec_method_renders_bounded_command() -> None:
     document = _pod(method="exec")
     assert document["kind"] == EXEC_KIND
-    assert document["spec"]["command"][:2] == ["timeout", "600s"]
+    assert document["spec"]["command"][:2] == ["timeout", "630s"]
 
 
 def test_backend_pins_pod_to_target_node_and_sweeps_it(server: KubeApiServer, backend: ChaosMeshBackend) -> None:
