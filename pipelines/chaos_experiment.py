@@ -37,6 +37,7 @@ from kfp import dsl, kubernetes
 from kfp.dsl import PipelineTask, graph_component
 
 from kfchaos.kfp.image import component_image
+from kfchaos.kfp.targetsecret import TARGET_SECRET, TARGET_SECRET_KEY
 
 # Stand-in for the pipeline's own IR hash, replaced (same length) by the hash of the file compiled with it,
 # so the IR carries its own verifiable hash (kfchaos.kfp.versioning.seal).
@@ -46,7 +47,6 @@ GENERIC_STAGES = (10, 30, 60, 90, 100)
 # Finished runs' pods are removed after a day; their artifacts and the audit record stay in the pipeline root.
 TTL_SECONDS = 24 * 3600
 
-TARGET_SECRET = "kfchaos-target"
 DEFAULT_EXPERIMENT_DIR = "/opt/kfchaos/experiments"
 
 
@@ -73,7 +73,7 @@ def _no_cache(task: PipelineTask, retries: int = 0) -> PipelineTask:
 def _with_target_secret(task: PipelineTask, auth_env: str | None) -> PipelineTask:
     # Target credentials come from a Kubernetes Secret, never a parameter (parameters are stored and shown).
     if auth_env:
-        kubernetes.use_secret_as_env(task, TARGET_SECRET, {"token": auth_env}, optional=True)
+        kubernetes.use_secret_as_env(task, TARGET_SECRET, {TARGET_SECRET_KEY: auth_env}, optional=True)
     return task
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,11 +21,11 @@ from numpy.typing import NDArray
 from pydantic import Field, ValidationError, field_validator
 
 from kfchaos.errors import KfchaosError, SpecError
-from kfchaos.metrics import names
+from kfchaos.metrics import oom, releases
 from kfchaos.metrics.catalog import Scope, standard_queries, with_user_queries
 from kfchaos.metrics.histogram import wide_bucket_warning
-from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError
-from kfchaos.metrics.source import MetricsSource, RangeSeries, as_series
+from kfchaos.metrics.prometheus import PrometheusError
+from kfchaos.metrics.source import MetricsSource, as_series
 from kfchaos.types import StrictModel
 from kfchaos.yamlsource import load_yaml
 
@@ -96,6 +97,52 @@ class Totals(StrictModel):
     oom_kill_rate: float | None = Field(None, ge=0)
 
 
+class LatencyHistogram(StrictModel):
+    """The bucket bounds of the histogram behind latency_p99, read at capture: what it can resolve."""
+
+    query: str = Field(description="the PromQL that listed the bounds")
+    bounds: list[float] = Field(description="finite `le` bounds in seconds, ascending (+Inf left out)")
+
+
+class ControlStage(StrictModel):
+    """One stage rate of the control replay: exact figures from its per-request records."""
+
+    stage: int = Field(ge=1, le=100, description="percent of the recorded rate")
+    rate: float = Field(ge=0, description="requests per second planned")
+    sent: int = Field(ge=0)
+    succeeded: int = Field(ge=0)
+    errors: int = Field(ge=0)
+    timeouts: int = Field(ge=0)
+    samples: int = Field(ge=0, description="latencies behind the quantiles: successes plus timeouts (as +inf)")
+    latency_p50: float | None = None
+    latency_p99: float | None = Field(None, description="exact empirical P99 (inverted CDF), seconds")
+    latency_p99_interval: list[float] | None = Field(
+        None, description="order-statistic interval of the P99 at `confidence`; null with too few samples"
+    )
+    ttft_p99: float | None = None
+
+
+class ControlBaseline(StrictModel):
+    """A fault-free replay of the experiment's traffic at its stage rates by kfchaos's own client: the same
+    client, the same traffic and the same latency definition as the run it is compared with."""
+
+    captured_at: str
+    target: str = Field(description="endpoint replayed against (credentials stripped)")
+    stage_duration: float = Field(gt=0, description="seconds replayed at each stage rate")
+    confidence: float = Field(gt=0, lt=1)
+    records: str = Field(description="file name of the control's per-request records (Parquet)")
+    records_sha256: str = Field(description="sha256 of that file's bytes")
+    stages: list[ControlStage]
+
+    _captured = field_validator("captured_at")(classmethod(lambda cls, v: _rfc3339(v)))
+
+    def stage(self, percent: int) -> ControlStage | None:
+        return next((s for s in self.stages if s.stage == percent), None)
+
+
+OPTIONAL_SECTIONS = ("latency_histogram", "control")  # left out of the hash while absent: older files verify
+
+
 class Baseline(StrictModel):
     apiVersion: Literal["kfchaos.io/v1alpha1"] = "kfchaos.io/v1alpha1"
     kind: Literal["Baseline"] = "Baseline"
@@ -105,6 +152,8 @@ class Baseline(StrictModel):
     series: dict[str, SeriesStat]
     totals: Totals
     warnings: list[str] = Field(default_factory=list, description="caveats found at capture (e.g. wide buckets)")
+    latency_histogram: LatencyHistogram | None = None
+    control: ControlBaseline | None = Field(None, description="`kfchaos baseline control`: the drift reference")
     content_hash: str = ""
 
     _captured = field_validator("captured_at")(classmethod(lambda cls, v: _rfc3339(v)))
@@ -115,6 +164,9 @@ class Baseline(StrictModel):
 
     def computed_hash(self) -> str:
         body = self.model_dump(mode="json", exclude={"content_hash"})
+        for section in OPTIONAL_SECTIONS:
+            if body.get(section) is None:
+                body.pop(section, None)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -142,6 +194,14 @@ class Baseline(StrictModel):
             "window": self.provenance.window.model_dump(),
             "content_hash": self.content_hash,
             "latency_p99": self.p99(),
+            "latency_buckets": self.latency_histogram.bounds if self.latency_histogram else None,
+            "control": None
+            if self.control is None
+            else {
+                "captured_at": self.control.captured_at,
+                "records_sha256": self.control.records_sha256,
+                "stages": [s.model_dump(mode="json") for s in self.control.stages],
+            },
         }
 
 
@@ -207,27 +267,12 @@ def robust_stat(values: NDArray[np.float64], unit: str = "s") -> SeriesStat | No
     )
 
 
-def release_changes(times: NDArray[np.float64], values: NDArray[np.float64]) -> list[tuple[float, float]]:
-    """(before, after) time pairs between which a deployment-generation series changed: a rollout happened."""
-    finite = np.isfinite(values)
-    times, values = times[finite], values[finite]
-    changed = np.nonzero(np.diff(values) != 0)[0]
-    return [(float(times[i]), float(times[i + 1])) for i in changed]
-
-
 def kept_intervals(times: NDArray[np.float64], step: float, excluded: list[tuple[float, float]]) -> NDArray[np.bool_]:
     """Whether each evaluation at `t` (covering (t - step, t]) stays clear of every excluded window."""
     keep = np.ones(len(times), dtype=bool)
     for start, end in excluded:
         keep &= ~((times - step < end) & (times > start))
     return keep
-
-
-def _range(source: MetricsSource, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
-    """A range query; over a week at a short step, in pieces under Prometheus's points limit."""
-    if isinstance(source, PrometheusClient):
-        return source.range_chunked(query, start, end, step)
-    return source.range(query, start, end, step)
 
 
 def capture(
@@ -259,19 +304,20 @@ def capture(
         )
         for a, b in release_windows
     ]
+    release_notes: list[str] = []
     if detect_releases:
-        query = catalog["deployment_generation"]
-        used[query.name] = query.promql
-        for generation in _range(source, query.promql, t0, t1, step):
-            for before, after in release_changes(generation.times, generation.values):
-                exclusions.append(
-                    Exclusion(
-                        start=format_time(datetime.fromtimestamp(before - release_margin, UTC)),
-                        end=format_time(datetime.fromtimestamp(after + release_margin, UTC)),
-                        source="detected",
-                        reason=f"generation of {generation.labels.get('deployment', '?')} changed",
-                    )
+        # The whole rollout, not just the generation change (kfchaos.metrics.releases), +/- the margin.
+        found, release_notes, sent = releases.detect(source, scope.namespace, t0, t1, step)
+        used.update(sent)
+        for release in found:
+            exclusions.append(
+                Exclusion(
+                    start=format_time(datetime.fromtimestamp(release.start - release_margin, UTC)),
+                    end=format_time(datetime.fromtimestamp(release.end + release_margin, UTC)),
+                    source="detected",
+                    reason=release.reason,
                 )
+            )
     excluded = [(parse_time(e.start).timestamp(), parse_time(e.end).timestamp()) for e in exclusions]
 
     def fetch(name: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -299,13 +345,7 @@ def capture(
     requests = float(np.nansum(fetch("requests")[1]))
     _, error_values = fetch("errors")
     errors = float(np.nansum(error_values)) if len(error_values) else None
-    times, oom_values = fetch(names.OOM_KILLS)
-    oom_kills = None
-    if len(oom_values) >= 2:
-        # Counter points; only increases between consecutive kept points count (a reset adds its new value).
-        steps = np.diff(oom_values)
-        adjacent = np.isclose(np.diff(times), step)
-        oom_kills = float(np.where(steps >= 0, steps, oom_values[1:])[adjacent].sum())
+    oom_kills = _oom_kills(source, scope, t0, t1, step, excluded, used)
     totals = Totals(
         requests=requests,
         errors=errors,
@@ -313,6 +353,8 @@ def capture(
         oom_kills=oom_kills,
         oom_kill_rate=None if oom_kills is None or requests <= 0 else oom_kills / requests,
     )
+    # Before the provenance is built: the bucket query behind any resolution warning is part of it.
+    histogram, notes = _latency_histogram(source, scope, t1, series["latency_p99"].median, drift, used)
     provenance = Provenance(
         prometheus=source.url,
         queries=used,
@@ -322,26 +364,60 @@ def capture(
         exclusions=exclusions,
     )
     captured = format_time(now or datetime.now(UTC))
-    notes = _bucket_warnings(source, scope, t1, series["latency_p99"].median, drift, used)
     return Baseline(
         experiment=experiment,
         captured_at=captured,
         provenance=provenance,
         series=series,
         totals=totals,
-        warnings=notes,
+        warnings=release_notes + notes,
+        latency_histogram=histogram,
     ).sealed()
 
 
-def _bucket_warnings(
+def _oom_kills(
+    source: MetricsSource,
+    scope: Scope,
+    t0: float,
+    t1: float,
+    step: float,
+    excluded: list[tuple[float, float]],
+    used: dict[str, str],
+) -> float | None:
+    """Host OOM kills in the kept intervals, counted as the verdict counts them (kfchaos.metrics.oom: per
+    container series, then summed); None without kube-state-metrics."""
+    grid_step = max(step, (t1 - t0) / 10_000)  # under Prometheus's 11,000 points per series
+    for part, query in oom.queries(scope).items():
+        used[f"oom.{part}"] = query
+    counted = oom.collect(source, scope, t0, t1, grid_step)
+    series = counted.series.get(oom.HOST_OOM)
+    if series is None or len(series.times) < 2:
+        return None
+    steps = np.diff(series.values)
+    keep = kept_intervals(series.times[1:], grid_step, excluded)
+    return float(steps[keep].sum())
+
+
+def _latency_histogram(
     source: MetricsSource, scope: Scope, at: float, p99: float, drift: float, used: dict[str, str]
-) -> list[str]:
-    """Whether the latency histogram's buckets can resolve a drift test at (1 + drift) x the baseline P99."""
+) -> tuple[LatencyHistogram | None, list[str]]:
+    """The latency histogram's bucket bounds, and a warning when they cannot resolve a drift test at
+    (1 + drift) x the baseline P99 (the verdict then says INCONCLUSIVE unless a control baseline exists)."""
     query = f"count by (le) (vllm:e2e_request_latency_seconds_bucket{{{scope.matchers()}}})"
     used["latency_buckets"] = query
     try:
-        bounds = [float(s.labels["le"]) for s in source.instant(query, at) if "le" in s.labels]
+        bounds = sorted({float(s.labels["le"]) for s in source.instant(query, at) if "le" in s.labels})
     except (PrometheusError, ValueError) as exc:
-        return [f"latency bucket bounds unknown ({exc})"]
-    warning = wide_bucket_warning(bounds, (1 + drift) * p99, drift, what="drift limit") if bounds else None
-    return [warning] if warning else []
+        return None, [f"latency bucket bounds unknown ({exc})"]
+    if not bounds:
+        return None, [f"latency bucket bounds unknown: {query} found no series"]
+    histogram = LatencyHistogram(query=query, bounds=[b for b in bounds if math.isfinite(b)])
+    notes = [
+        w
+        for w in (
+            wide_bucket_warning(bounds, p99, drift, what="baseline P99"),
+            wide_bucket_warning(bounds, (1 + drift) * p99, drift, what="drift limit"),
+        )
+        if w
+    ]
+    return histogram, notes

@@ -46,6 +46,9 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("bytes_sent", pa.int64(), nullable=True),
         pa.field("bytes_received", pa.int64(), nullable=True),
         pa.field("long_context", pa.bool_(), nullable=False),  # part of a long-context burst fault
+        # Seconds spent opening connections (TCP, TLS) for this request, 0 on a kept-alive one; null if not
+        # sent. Part of latency and ttft (which start before the connection, as in vLLM's bench client).
+        pa.field("connect", pa.float64(), nullable=True),
     ],
     metadata={b"kfchaos.records.version": str(SCHEMA_VERSION).encode()},
 )

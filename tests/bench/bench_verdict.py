@@ -94,6 +94,7 @@ def write_records(path: Path, n: int) -> None:
                 "bytes_sent": pa.array(rng.integers(100, 20000, m)),
                 "bytes_received": pa.array(rng.integers(100, 20000, m)),
                 "long_context": pa.array(np.zeros(m, bool)),
+                "connect": pa.array(np.zeros(m)),
             },
             schema=REQUEST_SCHEMA,
         )

@@ -30,6 +30,16 @@ def metric(base: str, name: str) -> float:
     return total
 
 
+def reason(base: str) -> str | None:
+    """The `reason` label of kube_pod_container_status_last_terminated_reason, None when not exported."""
+    text = requests.get(f"{base}/metrics", timeout=5).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kube_pod_container_status_last_terminated_reason":
+                return sample.labels["reason"]
+    return None
+
+
 def _start(args: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     port = free_port()
     state = tmp / f"state-{port}.json"
@@ -141,7 +151,11 @@ def test_unsafe_settings_are_oom_killed_and_restarted(tmp_path: Path) -> None:
         wait_http(f"{base}/health")
         recorded = json.loads(state.read_text())
         assert recorded["oom_kills"] >= 1 and recorded["pid"] != first_pid
-        assert metric(base, "container_oom_events_total") == recorded["oom_kills"]
+        # As a cluster shows it: kube-state-metrics' restart count and last reason; cAdvisor's new series at 0.
+        assert metric(base, "kube_pod_container_status_restarts_total") == recorded["restarts"] >= 1
+        assert reason(base) == "OOMKilled"
+        assert metric(base, "kube_pod_container_status_last_terminated_exitcode") == 137
+        assert metric(base, "container_oom_events_total") == 0
     finally:
         _stop(process, state)
     assert b"OOM kill" in process.stderr.read()  # type: ignore[union-attr]
@@ -171,3 +185,6 @@ def test_killing_the_server_is_a_restart_not_an_oom(server: tuple[str, Path]) ->
     wait_http(f"{base}/health")
     assert recorded["restarts"] == 1 and recorded["oom_kills"] == 0
     assert metric(base, "kube_pod_container_status_restarts_total") == 1
+    assert reason(base) == "Error"  # a SIGKILL that is not an OOM kill: exit code 137, reason Error
+    assert metric(base, "kube_pod_container_status_last_terminated_exitcode") == 137
+    assert recorded["previous_log"] and Path(recorded["previous_log"]).is_file()

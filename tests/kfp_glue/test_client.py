@@ -81,9 +81,11 @@ def test_run_submits_the_experiments_version_with_its_parameters_and_token(kfp_a
 
 def test_run_passes_the_service_account_the_pods_run_as(kfp_api: KfpApiServer) -> None:
     assert _upload(kfp_api, "vllm-network-delay") == 0
-    assert main(["run", str(EXPERIMENT), "--host", kfp_api.url, "--service-account", "kfchaos-runner"]) == 0
-    (run,) = kfp_api.state.runs.values()
-    assert run["service_account"] == "kfchaos-runner"
+    # Default: the run identity manifests/base sets up; without it KFP would run it as pipeline-runner.
+    assert main(["run", str(EXPERIMENT), "--host", kfp_api.url]) == 0
+    assert main(["run", str(EXPERIMENT), "--host", kfp_api.url, "--service-account", "other-runner"]) == 0
+    accounts = sorted(r["service_account"] for r in kfp_api.state.runs.values())
+    assert accounts == ["kfchaos-runner", "other-runner"]
 
 
 def test_run_of_a_version_not_uploaded_is_an_input_error(
@@ -126,6 +128,8 @@ def test_schedule_sync_creates_replaces_and_disables(kfp_api: KfpApiServer, tmp_
     assert nightly["runtime_config"]["parameters"] == {"target": "http://vllm:8000"}
     experiment = kfp_api.state.experiments[nightly["experiment_id"]]
     assert experiment["display_name"] == "chaos-nightly"
+    # Every recurring run names the run identity: without it nightly runs execute as pipeline-runner.
+    assert {r["service_account"] for r in runs.values()} == {"kfchaos-runner"}
 
     # Unchanged file: nothing is recreated.
     ids = set(kfp_api.state.recurring)
@@ -138,6 +142,12 @@ def test_schedule_sync_creates_replaces_and_disables(kfp_api: KfpApiServer, tmp_
     runs = {r["display_name"]: r for r in kfp_api.state.recurring.values()}
     assert runs["network-delay-nightly"]["trigger"]["cron_schedule"]["cron"] == "0 0 4 * * *"
     assert runs["replica-kill-weekly"]["mode"] == "DISABLE"
+
+    # Another service account (file-wide or per schedule) replaces the run.
+    _schedules(file, "service_account: chaos-sa\n" + file.read_text())
+    assert main(sync) == 0
+    runs = {r["display_name"]: r for r in kfp_api.state.recurring.values()}
+    assert runs["network-delay-nightly"]["service_account"] == "chaos-sa"
 
 
 def test_schedule_with_a_five_field_cron_is_refused_before_any_request(
@@ -174,6 +184,7 @@ def test_rerun_resubmits_the_same_version_with_the_same_parameters(kfp_api: KfpA
     (run,) = kfp_api.state.runs.values()
     assert run["runtime_config"]["parameters"] == parameters
     assert run["display_name"] == "rerun-run-original"
+    assert run["service_account"] == "kfchaos-runner"
 
 
 def test_rerun_refuses_a_tampered_record(kfp_api: KfpApiServer, tmp_path: Path) -> None:

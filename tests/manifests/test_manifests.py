@@ -59,8 +59,16 @@ def test_bindings_name_the_runner_service_account(built: list[dict[str, Any]]) -
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "kubeflow"}
         ]
-    (role_binding,) = _by_kind(built, "RoleBinding")
-    assert role_binding["metadata"]["namespace"] == "llm-serving"
+    namespaces = sorted(b["metadata"]["namespace"] for b in _by_kind(built, "RoleBinding"))
+    assert namespaces == ["kubeflow", "llm-serving"]  # KFP's runner Role in the KFP namespace; the chaos Role
+
+
+def test_argocd_never_prunes_or_deletes_the_target_namespace(built: list[dict[str, Any]]) -> None:
+    # kfchaos does not own llm-serving: removing the overlay or the Application must leave it (Argo CD
+    # sync-options.md: a resource's Prune=false overrides the Application's prune: true).
+    (namespace,) = _by_kind(built, "Namespace")
+    options = {o.strip() for o in namespace["metadata"]["annotations"]["argocd.argoproj.io/sync-options"].split(",")}
+    assert {"Prune=false", "Delete=false"} <= options
 
 
 def test_cluster_wide_access_is_read_only_crds(built: list[dict[str, Any]]) -> None:

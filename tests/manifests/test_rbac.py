@@ -1,21 +1,33 @@
-"""RBAC coverage: every Kubernetes API call the fault backend makes is allowed by manifests/, and manifests/
-grants nothing the code never uses. The calls are the ones the real kubernetes client sends to the loopback
-API server while the backend runs a whole fault lifecycle for every Chaos Mesh kind and the GPU pod."""
+"""RBAC coverage: every Kubernetes API call a run makes is allowed by manifests/ for the run's identity, and
+manifests/ grants nothing the code never uses. The fault backend's calls are the ones the real kubernetes
+client sends to the loopback API server while the backend runs a whole fault lifecycle for every Chaos Mesh
+kind and the GPU pod; they must equal kfchaos.kfp.identity.FAULT_CALLS (what `kfchaos doctor` reviews). KFP's
+runtime calls (identity.KFP_RUNTIME_CALLS) are allowed through KFP's own pipeline-runner Role, vendored in
+tests/manifests/data/ from upstream, which manifests/ binds to the run identity."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.render import render_experiment
+from kfchaos.kfp.identity import FAULT_CALLS, KFP_RUNTIME_CALLS, RUN_CALLS, RUN_SERVICE_ACCOUNT, Call
+from kfchaos.kfp.schedules import load_schedules
 from tests.faults.conftest import TARGET_LABELS, make_backend
 from tests.faults.experiments import experiment_with
 from tests.manifests.test_manifests import MANIFESTS, kustomize_build
 from tests.support.kubeapi import KubeApiServer
+from tests.support.rbac import Attributes, RbacAuthorizer, service_account_groups, service_account_user
+
+KFP_NAMESPACE = "kubeflow"
+TARGET_NAMESPACE = "llm-serving"
+UPSTREAM_KFP_RBAC = list(yaml.safe_load_all((Path(__file__).parent / "data/kfp-pipeline-runner-role.yaml").read_text()))
 
 ONE_OF_EACH_KIND: list[dict[str, Any]] = [
     {"name": "delay", "type": "network-delay", "mode": "all", "params": {"latency": "100ms"}},
@@ -95,6 +107,73 @@ def test_every_call_the_backend_makes_is_allowed(calls: set[tuple[str, str, str]
 
 def test_the_roles_grant_nothing_the_backend_never_uses(calls: set[tuple[str, str, str]], rules: set[Any]) -> None:
     assert sorted(rules - calls) == []
+
+
+def test_the_identity_module_lists_exactly_the_calls_the_backend_makes(calls: set[tuple[str, str, str]]) -> None:
+    # Both directions: `kfchaos doctor` reviews exactly what a run calls, not a guess at it.
+    assert {(c.group, c.resource, c.verb) for c in FAULT_CALLS} == calls
+
+
+def _namespace(call: Call) -> str:
+    return {"kfp": KFP_NAMESPACE, "target": TARGET_NAMESPACE, "cluster": ""}[call.scope]
+
+
+def _allowed(objects: list[dict[str, Any]], account: str, call: Call) -> bool:
+    authorizer = RbacAuthorizer(objects)
+    user = service_account_user(KFP_NAMESPACE, account)
+    attrs = Attributes(call.verb, call.group, call.resource, _namespace(call), call.name)
+    return authorizer.authorize(user, service_account_groups(KFP_NAMESPACE), attrs)[0]
+
+
+@pytest.fixture(scope="module")
+def cluster_rbac() -> list[dict[str, Any]]:
+    """manifests/ as applied to a cluster where KFP standalone installed its own RBAC."""
+    return kustomize_build(MANIFESTS) + UPSTREAM_KFP_RBAC
+
+
+def test_the_run_identity_may_make_every_call_of_a_run_kfp_runtime_included(cluster_rbac: list[Any]) -> None:
+    denied = [c.describe() for c in RUN_CALLS if not _allowed(cluster_rbac, RUN_SERVICE_ACCOUNT, c)]
+    assert denied == []
+
+
+def test_without_the_binding_to_kfps_runner_role_every_task_would_fail(cluster_rbac: list[Any]) -> None:
+    # The blocker of issue 12: kfchaos-runner alone cannot read kfp-launcher or the object-store Secret.
+    without = [o for o in cluster_rbac if o["metadata"]["name"] != "kfchaos-runner-pipeline-runner"]
+    assert len(without) == len(cluster_rbac) - 1
+    assert all(not _allowed(without, RUN_SERVICE_ACCOUNT, c) for c in KFP_RUNTIME_CALLS)
+
+
+def test_kfps_default_identity_cannot_inject_so_runs_must_name_ours(cluster_rbac: list[Any]) -> None:
+    chaos = [c for c in FAULT_CALLS if c.group == "chaos-mesh.org"]
+    assert all(_allowed(cluster_rbac, "pipeline-runner", c) for c in KFP_RUNTIME_CALLS)
+    assert not any(_allowed(cluster_rbac, "pipeline-runner", c) for c in chaos)
+    schedules = load_schedules(MANIFESTS / "schedules.yaml")
+    assert schedules.service_account == RUN_SERVICE_ACCOUNT
+    assert all(e.service_account in (None, RUN_SERVICE_ACCOUNT) for e in schedules.schedules)
+
+
+def test_the_authorizer_honours_resource_names_and_namespaces(cluster_rbac: list[Any]) -> None:
+    secret = next(c for c in KFP_RUNTIME_CALLS if c.resource == "secrets")
+    assert _allowed(cluster_rbac, RUN_SERVICE_ACCOUNT, secret)
+    # The chaos Role is namespaced: the same call elsewhere is denied.
+    create = next(c for c in FAULT_CALLS if c.resource == "networkchaos" and c.verb == "create")
+    authorizer = RbacAuthorizer(cluster_rbac)
+    user = service_account_user(KFP_NAMESPACE, RUN_SERVICE_ACCOUNT)
+    groups = service_account_groups(KFP_NAMESPACE)
+    assert authorizer.authorize(user, groups, Attributes("create", create.group, create.resource, "other"))[0] is False
+    allowed, reason = authorizer.authorize(user, groups, Attributes("create", create.group, create.resource,
+                                                                    TARGET_NAMESPACE))  # fmt: skip
+    assert allowed and 'RoleBinding "kfchaos-fault-injector/llm-serving"' in reason
+    named = RbacAuthorizer([{"kind": "Role", "metadata": {"name": "r", "namespace": "n"},
+                             "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"],
+                                        "resourceNames": ["only"]}]},
+                            {"kind": "RoleBinding", "metadata": {"name": "b", "namespace": "n"},
+                             "roleRef": {"kind": "Role", "name": "r"},
+                             "subjects": [{"kind": "ServiceAccount", "name": "sa"}]}])  # fmt: skip
+    sa = service_account_user("n", "sa")
+    assert named.authorize(sa, [], Attributes("get", "", "secrets", "n", "only"))[0]
+    assert not named.authorize(sa, [], Attributes("get", "", "secrets", "n", "other"))[0]
+    assert not named.authorize(sa, [], Attributes("list", "", "secrets", "n"))[0]
 
 
 def test_the_mapping_of_rest_calls_to_verbs() -> None:

@@ -31,7 +31,14 @@ def history(start: int, end: int, release: tuple[int, int]) -> str:
     errors = np.cumsum(np.where(spike, SPIKE_ERRORS, NORMAL_ERRORS) * PER_MINUTE)
     ok = np.cumsum(np.where(spike, 1 - SPIKE_ERRORS, 1 - NORMAL_ERRORS) * PER_MINUTE)
     oom = np.where(times >= release[0] + 600, 1.0, 0.0)
-    generation = np.where(times >= (release[0] + release[1]) // 2, 2.0, 1.0)
+    # A rollout of 2 replicas over the whole release hour, as kube-state-metrics shows it: the generation
+    # changes at its start, one new replica is available after 20 min, the second (and the surge's old
+    # replica gone) only at its end.
+    generation = np.where(times >= release[0], 2.0, 1.0)
+    rolling = (times >= release[0]) & (times < release[1])
+    updated = np.where(rolling, np.where(times >= release[0] + 1200, 1.0, 0.0), 2.0)
+    replicas = np.where(rolling, 3.0, 2.0)
+    available = np.where(rolling, 2.0, 2.0)
     lines = ["# TYPE vllm:e2e_request_latency_seconds histogram"]
     for index, le in enumerate(BOUNDS):
         lines += [
@@ -51,9 +58,31 @@ def history(start: int, end: int, release: tuple[int, int]) -> str:
     lines += [f'http_requests_total{{{LABELS},status="2xx"}} {v:.3f} {t}' for t, v in zip(times, ok, strict=True)]
     lines.append("# TYPE container_oom_events counter")
     lines += [f"container_oom_events_total{{{LABELS}}} {v:g} {t}" for t, v in zip(times, oom, strict=True)]
+    # The same kill as kube-state-metrics shows it: the restart count steps up with OOMKilled as last reason.
+    container = f'{LABELS},container="vllm",uid="u-1"'
+    lines.append("# TYPE kube_pod_container_status_restarts counter")
+    lines += [
+        f"kube_pod_container_status_restarts_total{{{container}}} {v:g} {t}" for t, v in zip(times, oom, strict=True)
+    ]
+    lines.append("# TYPE kube_pod_container_status_last_terminated_reason gauge")
+    lines += [
+        f'kube_pod_container_status_last_terminated_reason{{{container},reason="OOMKilled"}} 1 {t}'
+        for t, v in zip(times, oom, strict=True)
+        if v > 0
+    ]
     lines.append("# TYPE kube_deployment_status_observed_generation gauge")
     lines += [
         f'kube_deployment_status_observed_generation{{namespace="serving",deployment="vllm"}} {v:g} {t}'
         for t, v in zip(times, generation, strict=True)
     ]
+    deployment = 'namespace="serving",deployment="vllm"'
+    for name, values in (
+        ("kube_deployment_spec_replicas", np.full(len(times), 2.0)),
+        ("kube_deployment_status_replicas_updated", updated),
+        ("kube_deployment_status_replicas", replicas),
+        ("kube_deployment_status_replicas_available", available),
+        ("kube_deployment_metadata_generation", generation),
+    ):
+        lines.append(f"# TYPE {name} gauge")
+        lines += [f"{name}{{{deployment}}} {v:g} {t}" for t, v in zip(times, values, strict=True)]
     return "\n".join([*lines, "# EOF", ""])

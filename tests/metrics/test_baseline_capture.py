@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfchaos.baseline import BaselineError, capture, load_baseline
+from kfchaos.baseline import BaselineError, capture, load_baseline, parse_time
 from kfchaos.errors import SpecError
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
@@ -61,9 +61,14 @@ def test_explicit_release_window_is_excluded(prom: History) -> None:
     assert totals.requests == pytest.approx(PER_MINUTE * 60 * (48 - 1.5), rel=0.02)
     (exclusion,) = baseline.provenance.exclusions  # type: ignore[attr-defined]
     assert exclusion.source == "explicit"
-    # the drift limit 1.15 x 1.667 s = 1.92 s lies in the 1..2 s bucket (52 % wide): flagged
-    (warning,) = baseline.warnings  # type: ignore[attr-defined]
-    assert "bucket 1..2s" in warning
+    # the P99 1.667 s and the drift limit 1.15 x 1.667 s = 1.92 s lie in the 1..2 s bucket: both flagged,
+    # and the bounds are recorded with the query that listed them (the verdict decides from them).
+    p99_warning, limit_warning = baseline.warnings  # type: ignore[attr-defined]
+    assert "baseline P99 1.66667s falls inside the bucket 1..2s" in p99_warning
+    assert "drift limit" in limit_warning and "bucket 1..2s" in limit_warning
+    histogram = baseline.latency_histogram  # type: ignore[attr-defined]
+    assert histogram.bounds == [0.5, 1.0, 2.0, 5.0]
+    assert baseline.provenance.queries["latency_buckets"] == histogram.query  # type: ignore[attr-defined]
     assert exclusion.start == (prom.release[0] - timedelta(seconds=MARGIN)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -81,7 +86,19 @@ def test_detected_release_is_excluded(prom: History) -> None:
     assert exclusion.source == "detected" and "vllm" in exclusion.reason
     assert baseline.totals.oom_kills == 0  # type: ignore[attr-defined]
     assert baseline.totals.error_rate == pytest.approx(NORMAL_ERRORS, rel=0.02)  # type: ignore[attr-defined]
-    assert "deployment_generation" in baseline.provenance.queries  # type: ignore[attr-defined]
+    assert "rollout.observed" in baseline.provenance.queries  # type: ignore[attr-defined]
+
+
+def test_a_detected_release_is_excluded_whole(prom: History) -> None:
+    # The rollout spans the release hour; a margin of 5 minutes leaves none of it in the baseline.
+    baseline = run(prom, detect_releases=True, release_margin=300.0)
+    (exclusion,) = baseline.provenance.exclusions  # type: ignore[attr-defined]
+    assert "rollout of vllm" in exclusion.reason and "complete at" in exclusion.reason
+    assert parse_time(exclusion.start) <= prom.release[0] - timedelta(seconds=300)
+    assert parse_time(exclusion.end) >= prom.release[1] + timedelta(seconds=300)
+    assert baseline.totals.oom_kills == 0  # type: ignore[attr-defined]
+    assert baseline.totals.error_rate == pytest.approx(NORMAL_ERRORS, rel=0.02)  # type: ignore[attr-defined]
+    assert baseline.series["latency_p99"].p90 == pytest.approx(NORMAL_P99, rel=1e-6)  # type: ignore[attr-defined]
 
 
 def test_written_baseline_round_trips_and_edits_are_refused(prom: History, tmp_path: Path) -> None:
@@ -125,3 +142,19 @@ def test_cli_capture_then_show(prom: History, tmp_path: Path, capsys: pytest.Cap
     assert main(["baseline", "show", str(out)]) == 3
     assert "does not match content_hash" in capsys.readouterr().err
     assert main([*argv, "--end", "yesterday"]) == 3
+
+
+def test_cli_reads_the_capture_step_from_the_spec(prom: History, tmp_path: Path) -> None:
+    from kfchaos.cli import main
+    from tests.verdict.builders import experiment_text
+
+    end = prom.end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    capture_section = f"{{file: {tmp_path / 'b.yaml'}, capture: {{prometheus: '{prom.client.url}', days: 2, "
+    capture_section += f"end: '{end}', step: 10m}}}}"
+    text = experiment_text().replace("{file: baselines/verdict-test.yaml}", capture_section)
+    experiment_file = tmp_path / "verdict-test.yaml"
+    experiment_file.write_text(text)
+    assert main(["baseline", "capture", "--experiment", str(experiment_file)]) == 0
+    baseline, _ = load_baseline(tmp_path / "b.yaml")
+    assert baseline.provenance.step == 600.0  # spec.baseline.capture.step, not the command's 300 s
+    assert baseline.series["latency_p99"].intervals <= 2 * 24 * 6 + 1

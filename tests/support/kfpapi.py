@@ -3,12 +3,22 @@
 It is a stand-in for the KFP API server, not a fake of our code: tests drive it with the unpatched `kfp.Client`
 over HTTP on 127.0.0.1. Implemented: healthz; pipelines (list with filter, get, delete, upload, upload_version,
 versions list/get/delete); experiments (create, list with filter, get); runs (create, get, list);
-recurring runs (create, get, list, enable, disable, delete). Every request is recorded in `requests` so tests
-can assert what the client sent.
+recurring runs (create, get, list, enable, disable, delete); the artifact read endpoint. Every request is
+recorded in `requests` so tests can assert what the client sent.
+
+Runs progress as the backend reports them (backend/api/v2beta1/run.proto): `state` is a RuntimeState
+(PENDING, RUNNING, then SUCCEEDED / FAILED / CANCELED), `run_details.task_details` lists PipelineTaskDetail
+objects (task_id, display_name, state, create/start/end_time, pod_name), `state_history` records each change
+and `finished_at` is set at the end. Tests script a run with `plan` (the tasks in the order they finish and
+their states) and `final_state`; each GET of the run advances it by one task, so no clock is involved.
+`artifacts` holds (task display name, artifact name) -> stored bytes, served by
+`GET /apis/v2beta1/runs/{run_id}/nodes/{node_id}/artifacts/{name}:read` as `{"data": base64}`, or 404 with
+`{"error_message", "error_details"}` (backend/src/apiserver/server/run_artifact_server.go).
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import threading
@@ -71,8 +81,16 @@ def _matches(item: dict[str, Any], raw_filter: str | None) -> bool:
 class KfpApiServer:
     """Start with `with KfpApiServer() as api:`; `api.url` is the host for kfp.Client."""
 
-    def __init__(self) -> None:
+    def __init__(self, tag_name: str = "2.15.0", multi_user: bool = False) -> None:
+        # What the API server's healthz reports about itself: its release tag and mode (the fields
+        # kubeflow/pipelines frontend/server/handlers/healthz.ts reads from it: commit_sha, tag_name,
+        # multi_user, pipeline_store).
+        self.tag_name = tag_name
+        self.multi_user = multi_user
         self.state = KfpState()
+        self.plan: list[tuple[str, str]] = []  # (task display name, final task state), in finishing order
+        self.final_state = "SUCCEEDED"
+        self.artifacts: dict[tuple[str, str], bytes] = {}
         self.requests: list[Recorded] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -181,14 +199,18 @@ class KfpApiServer:
         if body and content_type.startswith("application/json"):
             parsed = json.loads(body)
         self.requests.append(Recorded(method, path, query, parsed, headers))
+        if path in (f"{PREFIX}/healthz", "/apis/v1beta1/healthz") and method == "GET":
+            return 200, {
+                "commit_sha": "0" * 40,
+                "tag_name": self.tag_name,
+                "multi_user": self.multi_user,
+                "pipeline_store": "database",
+            }
         if not path.startswith(PREFIX):
             raise ApiError(404, f"unknown path {path}")
         parts = path[len(PREFIX) :].strip("/").split("/")
         s = self.state
         first = lambda name: query.get(name, [None])[0]  # noqa: E731
-
-        if parts == ["healthz"]:
-            return 200, {"multi_user": False}
 
         # pipelines and their versions
         if parts == ["pipelines", "upload"] and method == "POST":
@@ -264,14 +286,24 @@ class KfpApiServer:
         if parts == ["runs"] and method == "POST":
             self._check_reference(parsed)
             run_id = self._id("run")
-            s.runs[run_id] = {**parsed, "run_id": run_id, "state": "PENDING", "created_at": _now()}
+            s.runs[run_id] = {
+                **parsed,
+                "run_id": run_id,
+                "state": "PENDING",
+                "created_at": _now(),
+                "state_history": [{"update_time": _now(), "state": "PENDING"}],
+                "run_details": {"task_details": []},
+            }
             return 200, s.runs[run_id]
         if parts == ["runs"] and method == "GET":
             return 200, self._list(list(s.runs.values()), "runs", query)
         if len(parts) == 2 and parts[0] == "runs" and method == "GET":
             if parts[1] not in s.runs:
                 raise ApiError(404, f"run {parts[1]} not found")
+            self._advance(s.runs[parts[1]])
             return 200, s.runs[parts[1]]
+        if len(parts) == 6 and parts[0] == "runs" and parts[2] == "nodes" and parts[4] == "artifacts":
+            return self._read_artifact(parts[1], parts[3], parts[5].removesuffix(":read"))
 
         # recurring runs
         if parts == ["recurringruns"] and method == "POST":
@@ -309,6 +341,48 @@ class KfpApiServer:
                 item["updated_at"] = _now()
                 return 200, {}
         raise ApiError(404, f"{method} {path} is not implemented by the loopback KFP server")
+
+    def _set_state(self, run: dict[str, Any], state: str) -> None:
+        run["state"] = state
+        run["state_history"].append({"update_time": _now(), "state": state})
+
+    def _advance(self, run: dict[str, Any]) -> None:
+        """One step of the scripted run: start it, finish the next task, or end it."""
+        if run["state"] in ("SUCCEEDED", "FAILED", "CANCELED", "SKIPPED"):
+            return
+        if run["state"] == "PENDING":
+            self._set_state(run, "RUNNING")
+            return
+        tasks = run["run_details"]["task_details"]
+        if len(tasks) < len(self.plan):
+            name, state = self.plan[len(tasks)]
+            index = len(tasks) + 1
+            tasks.append(
+                {
+                    "run_id": run["run_id"],
+                    "task_id": f"{run['run_id']}-node-{index}",
+                    "display_name": name,
+                    "create_time": _now(),
+                    "start_time": _now(),
+                    "end_time": _now(),
+                    "state": state,
+                    "pod_name": f"{run['run_id']}-{name}-{index}",
+                    "state_history": [{"update_time": _now(), "state": state}],
+                }
+            )
+            return
+        self._set_state(run, self.final_state)
+        run["finished_at"] = _now()
+
+    def _read_artifact(self, run_id: str, node_id: str, name: str) -> tuple[int, Any]:
+        run = self.state.runs.get(run_id)
+        task = next((t for t in (run or {}).get("run_details", {}).get("task_details", []) if t["task_id"] == node_id),
+                    None)  # fmt: skip
+        data = self.artifacts.get((task["display_name"], name)) if task else None
+        if data is None:
+            message = f"Failed to read artifact: artifact {name} of node {node_id} in run {run_id} not found"
+            return 404, {"error_message": message, "error_details": message}
+        return 200, {"data": base64.b64encode(data).decode()}
 
     def _check_reference(self, body: dict[str, Any]) -> None:
         reference = body.get("pipeline_version_reference")

@@ -12,6 +12,10 @@ list the matching pods, a finalizer keeps a deleted object (with a deletionTimes
 seconds, and an object whose `spec.duration` ran out is recovered (AllRecovered, desiredPhase Stop).
 Created pods turn Running and ready after `inject_delay`.
 
+For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, deployments and daemonsets (get, list;
+stored with `add_object`), and answers authorization.k8s.io/v1 SubjectAccessReview and SelfSubjectAccessReview
+as the real API does (see `_access_review`), deciding with the RBAC objects in `rbac` (tests/support/rbac.py).
+
 And it fails on request: `fail(status, ...)` injects 409/429/500/503/... responses (optionally after the
 request took effect, as when a response is lost), `forbid(verb, plural)` answers 403, and `installed`
 chooses which CRDs exist.
@@ -142,6 +146,16 @@ class _Stored:
     deleting: float | None = None
 
 
+_CLUSTER_SCOPED = {"namespaces", "nodes"}
+_READ_ONLY = {"secrets", "configmaps", "deployments", "daemonsets"}
+_STORED_KINDS = {
+    "namespaces": ("v1", "Namespace"),
+    "nodes": ("v1", "Node"),
+    "secrets": ("v1", "Secret"),
+    "configmaps": ("v1", "ConfigMap"),
+    "deployments": ("apps/v1", "Deployment"),
+    "daemonsets": ("apps/v1", "DaemonSet"),
+}
 _VERB_OF_METHOD = {"GET": "get", "POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}
 _REASONS = {
     400: "BadRequest",
@@ -166,6 +180,11 @@ class KubeApiServer:
     crd_dir: Path = CRD_DIR
     validate: bool = True
     requests: list[tuple[str, str]] = field(default_factory=list)
+    # RBAC objects (Role, ClusterRole, RoleBinding, ClusterRoleBinding) access reviews are decided by, and the
+    # identity the requests come as (for SelfSubjectAccessReview): kubeadm's admin is in system:masters.
+    rbac: list[dict[str, Any]] = field(default_factory=list)
+    user: str = "kubernetes-admin"
+    groups: tuple[str, ...] = ("system:masters", "system:authenticated")
 
     def __post_init__(self) -> None:
         self._crds = load_crds(self.crd_dir)
@@ -255,6 +274,16 @@ class KubeApiServer:
             self._stamp(pod)
             self._store[("pods", namespace, name)] = _Stored(pod, time.monotonic() - self.inject_delay)
         return pod
+
+    def add_object(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Store a namespace, node, secret, configmap, deployment or daemonset as given (namespace from its
+        metadata; cluster-scoped kinds have none)."""
+        meta = body.setdefault("metadata", {})
+        namespace = "" if plural in _CLUSTER_SCOPED else meta.get("namespace", "default")
+        with self._lock:
+            self._stamp(body)
+            self._store[(plural, namespace, meta["name"])] = _Stored(body, time.monotonic() - self.inject_delay)
+        return body
 
     def remove_pod(self, namespace: str, name: str) -> None:
         """The pod is gone at once (deleted, evicted, never scheduled)."""
@@ -434,10 +463,20 @@ class KubeApiServer:
             if plural not in self._crds or plural not in (self.installed or set()):
                 return None
             return plural, namespace, name
-        core = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/(pods|events)(?:/([^/]+))?", path)
+        core = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/(pods|events|secrets|configmaps)(?:/([^/]+))?", path)
         if core:
             namespace, plural, name = core.groups()
             return plural, namespace, name
+        apps = re.fullmatch(r"/apis/apps/v1(?:/namespaces/([^/]+))?/(deployments|daemonsets)(?:/([^/]+))?", path)
+        if apps:
+            namespace, plural, name = apps.groups()
+            return plural, namespace, name
+        cluster = re.fullmatch(r"/api/v1/(namespaces|nodes)(?:/([^/]+))?", path)
+        if cluster:
+            return cluster.group(1), None, cluster.group(2)
+        review = re.fullmatch(r"/apis/authorization\.k8s\.io/v1/(subjectaccessreviews|selfsubjectaccessreviews)", path)
+        if review:
+            return review.group(1), None, None
         return None
 
     def _serve(
@@ -452,6 +491,10 @@ class KubeApiServer:
     ) -> tuple[int, dict[str, Any]]:
         if plural == "customresourcedefinitions":
             return self._serve_crds(method, name)
+        if plural in ("subjectaccessreviews", "selfsubjectaccessreviews"):
+            return self._access_review(plural, method, raw)
+        if plural in _CLUSTER_SCOPED or plural in _READ_ONLY:
+            return self._serve_stored(method, plural, namespace, name, query)
         if plural == "events":
             items = [e for e in self._events if namespace is None or e["metadata"]["namespace"] == namespace]
             return 200, {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items}
@@ -486,6 +529,88 @@ class KubeApiServer:
             self._stamp(stored.body)
             return 200, self._view(key, stored)
         return 405, _status(405, f"method {method} not allowed")
+
+    def _serve_stored(
+        self, method: str, plural: str, namespace: str | None, name: str | None, query: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        """get and list of the objects added with add_object (read only here: kfchaos never writes them)."""
+        api_version, kind = _STORED_KINDS[plural]
+        if method != "GET":
+            return 405, _status(405, f"{plural} are read only in the loopback server")
+        scope = "" if plural in _CLUSTER_SCOPED else namespace
+        if name is None:
+            items = [
+                copy.deepcopy(stored.body)
+                for (p, ns, _), stored in self._live()
+                if p == plural
+                and (scope is None or ns == scope)
+                and label_selector_matches(query.get("labelSelector"), stored.body["metadata"].get("labels", {}))
+            ]
+            return 200, {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": items}
+        stored = dict(self._live()).get((plural, scope or "", name))
+        if stored is None:
+            group = api_version.split("/")[0] if "/" in api_version else ""
+            what = f"{plural}.{group}" if group else plural
+            return 404, _status(404, f'{what} "{name}" not found', name=name, kind=plural)
+        return 200, copy.deepcopy(stored.body)
+
+    def _access_review(self, plural: str, method: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        """authorization.k8s.io/v1 access reviews (kubernetes.io/docs/reference/access-authn-authz/authorization/
+        "Checking API access"; pkg/registry/authorization/subjectaccessreview/rest.go): POST only, nothing is
+        stored, the answer is the request with `status` filled in. A SubjectAccessReview needs `user` or
+        `groups` (else 422, as the REST storage's validation answers); a SelfSubjectAccessReview is decided
+        for the requesting identity. RBAC never denies, it only does not allow: status.allowed false with an
+        empty reason (and no `denied`) when no rule allows, as the RBAC authorizer's NoOpinion reads."""
+        from tests.support.rbac import Attributes, RbacAuthorizer
+
+        if method != "POST":
+            return 405, _status(405, f"{plural} support only create")
+        try:
+            review = json.loads(raw or b"{}")
+        except ValueError:
+            return 400, _status(400, "request body is not JSON")
+        spec = review.get("spec") or {}
+        attributes = spec.get("resourceAttributes")
+        if attributes is None:
+            return 422, _status(422, "spec.resourceAttributes: Required value (nonResourceAttributes not served)")
+        if plural == "subjectaccessreviews":
+            user, groups = spec.get("user") or "", spec.get("groups") or []
+            if not user and not groups:
+                return 422, _status(
+                    422, 'spec.user: Invalid value: "": at least one of user or group must be specified'
+                )
+        else:
+            user, groups = self.user, list(self.groups)  # SelfSubjectAccessReviewSpec has no user fields
+        attrs = Attributes(
+            verb=attributes.get("verb", ""),
+            group=attributes.get("group", ""),
+            resource=attributes.get("resource", ""),
+            namespace=attributes.get("namespace", ""),
+            name=attributes.get("name", ""),
+            subresource=attributes.get("subresource", ""),
+        )
+        if "system:masters" in groups:
+            # The cluster-admin ClusterRoleBinding every cluster has (bootstrap policy) binds system:masters.
+            allowed, reason = (
+                True,
+                (
+                    'RBAC: allowed by ClusterRoleBinding "cluster-admin" of ClusterRole "cluster-admin" '
+                    'to Group "system:masters"'
+                ),
+            )
+        else:
+            allowed, reason = RbacAuthorizer(self.rbac).authorize(user, groups, attrs)
+        status: dict[str, Any] = {"allowed": allowed}
+        if reason:
+            status["reason"] = reason
+        kind = "SubjectAccessReview" if plural == "subjectaccessreviews" else "SelfSubjectAccessReview"
+        return 201, {
+            "kind": kind,
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
 
     def _serve_crds(self, method: str, name: str | None) -> tuple[int, dict[str, Any]]:
         if method != "GET":

@@ -35,6 +35,10 @@ class LoopbackServer:
     gap_ms: float = 5.0
     truncate: bool = False  # end streams without usage and [DONE]
     drop_reused: bool = False  # close a connection, unanswered, when a second request arrives on it
+    usage: dict[str, Any] | None = None  # replaces the final usage object (a misbehaving server)
+    misbehave_every: int = 0  # with `usage`: only every n-th stream gets it (0: all), the others are normal
+    delta_key: str = "content"  # the chat delta field tokens go in: content, reasoning, reasoning_content
+    streams: int = 0
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
@@ -125,16 +129,20 @@ class LoopbackServer:
 
         if chat:  # role-only first chunk, as vLLM sends: no token yet
             writer.write(event(json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})))
+        self.streams += 1
+        number = self.streams  # streams interleave: decide by this one's own number
         for i in range(self.tokens):
             await asyncio.sleep(self.gap_ms / 1000)
-            choice = {"index": 0, "delta": {"content": f"t{i} "}} if chat else {"index": 0, "text": f"t{i} "}
+            choice = {"index": 0, "delta": {self.delta_key: f"t{i} "}} if chat else {"index": 0, "text": f"t{i} "}
             writer.write(event(json.dumps({"choices": [choice], "usage": None})))
             await writer.drain()
         if self.truncate:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
             return
-        usage = {"prompt_tokens": 7, "completion_tokens": self.tokens, "total_tokens": 7 + self.tokens}
+        usage: dict[str, Any] = {"prompt_tokens": 7, "completion_tokens": self.tokens, "total_tokens": 7 + self.tokens}
+        if self.usage is not None and (not self.misbehave_every or number % self.misbehave_every == 0):
+            usage = self.usage
         writer.write(event(json.dumps({"choices": [], "usage": usage})))
         writer.write(event("[DONE]") + b"0\r\n\r\n")
         await writer.drain()

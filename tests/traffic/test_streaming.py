@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kfchaos.faults.params import LongContextBurstParams
+from kfchaos.traffic import engine, http1
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.plan import BurstFault, GoodputSlo, ReplaySettings
 from kfchaos.traffic.sse import SseError, SseTimer
@@ -112,3 +115,64 @@ def test_sse_parsing_does_not_depend_on_how_the_bytes_are_split(cuts: list[int])
 def test_sse_garbage_is_an_error() -> None:
     with pytest.raises(SseError):
         SseTimer().feed(b"data: {not json}\n\n", 0.0)
+
+
+@pytest.mark.parametrize("key", ["reasoning", "reasoning_content"])
+def test_reasoning_deltas_are_tokens(tmp_path: Path, key: str) -> None:
+    """vLLM streams reasoning in `delta.reasoning` (renamed from `reasoning_content`, vllm-project/vllm#27755);
+    before, only `content` counted, so TTFT waited for the answer after all the reasoning (issue 11 §5)."""
+    with LoopbackServer(tokens=4, gap_ms=20, delta_key=key) as server:
+        settings_ = ReplaySettings(stage=100, source=prompts(tmp_path, 2), api="openai-chat", model="m")
+        rows = run_stage(plan_stage(settings_), server.url).table.to_pylist()
+    for row in rows:
+        assert row["error"] is None and 0.018 <= row["ttft"] < 0.5 and row["itl_mean"] >= 0.018
+
+
+def test_tool_call_deltas_are_tokens_and_odd_shapes_are_protocol_errors() -> None:
+    timer = SseTimer()
+    timer.feed(b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n', 1.0)
+    timer.feed(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}\n\n', 2.0)
+    timer.feed(b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}\n\n', 3.0)
+    assert (timer.first, timer.last, timer.chunks) == (2.0, 3.0, 2)
+    for odd in (
+        b'data: {"choices":{"0":1}}\n\n',
+        b'data: {"choices":[{"delta":"x"}]}\n\n',
+        b'data: {"choices":[{"delta":{"content":5}}]}\n\n',
+        b'data: {"choices":[],"usage":{"completion_tokens":true}}\n\n',
+        b'data: {"choices":[],"usage":{"completion_tokens":1e3}}\n\n',
+        b'data: {"choices":[],"usage":[]}\n\n',
+        b"data: " + b"[" * 5000 + b"]" * 5000 + b"\n\n",
+    ):
+        with pytest.raises(SseError):
+            SseTimer().feed(odd, 0.0)
+
+
+def test_connection_setup_counts_in_latency_not_in_send_lag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A network-delay fault slows the handshake: before, that time was send lag (the stage could turn INVALID)
+    and vanished from TTFT and latency. Now `sent` is taken before connecting, as vLLM's bench client takes
+    `st` before `session.post`, and the handshake is recorded per request in `connect`."""
+    delay = 0.3
+
+    class SlowLoop:
+        def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+            self._loop = loop
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._loop, name)
+
+        async def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(delay)
+            return await self._loop.create_connection(*args, **kwargs)
+
+    class SlowPool(http1.Pool):
+        def __init__(self, target: http1.Target, loop: asyncio.AbstractEventLoop, done: Any) -> None:
+            super().__init__(target, SlowLoop(loop), done)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine, "Pool", SlowPool)
+    with LoopbackServer(tokens=2, gap_ms=5) as server:
+        settings_ = ReplaySettings(stage=100, source=prompts(tmp_path, 3), api="openai-chat", model="m")
+        rows = run_stage(plan_stage(settings_), server.url).table.to_pylist()
+    for row in rows:  # three requests 50 ms apart: each opens its own connection
+        assert row["error"] is None and row["connect"] >= delay * 0.95
+        assert row["ttft"] >= row["connect"] and row["latency"] >= row["connect"]
+        assert row["sent"] - row["intended"] < delay  # the scheduler was on time; the handshake is not lag

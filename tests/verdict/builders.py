@@ -104,6 +104,7 @@ def records(
         "bytes_sent": pa.nulls(n, pa.int64()),
         "bytes_received": pa.nulls(n, pa.int64()),
         "long_context": pa.array(np.full(n, long_context)),
+        "connect": pa.nulls(n, pa.float64()),
     }
     return pa.table(columns, schema=REQUEST_SCHEMA)
 

@@ -6,8 +6,16 @@ import math
 
 import numpy as np
 
-from kfchaos.baseline import Baseline, Provenance, SeriesStat, Totals, Window
-from kfchaos.metrics.names import OOM_KILLS
+from kfchaos.baseline import (
+    Baseline,
+    ControlBaseline,
+    LatencyHistogram,
+    Provenance,
+    SeriesStat,
+    Totals,
+    Window,
+)
+from kfchaos.metrics import oom
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
 
 LN100 = math.log(100.0)  # P99 of an exponential with scale 1
@@ -20,7 +28,17 @@ def exponential(scale: float, n: int) -> np.ndarray:
     return np.asarray(-scale * np.log1p(-u))
 
 
-def baseline(p99: float = LN100, captured_at: str = "2026-12-01T00:00:00Z") -> Baseline:
+# Buckets 5 % apart: fine enough to resolve the 15 % drift the tests use.
+FINE_BUCKETS = [float(b) for b in np.geomspace(0.01, 200.0, 204)]
+
+
+def baseline(
+    p99: float = LN100,
+    captured_at: str = "2026-12-01T00:00:00Z",
+    *,
+    buckets: list[float] | None = FINE_BUCKETS,
+    control: ControlBaseline | None = None,
+) -> Baseline:
     return Baseline(
         experiment="verdict-test",
         captured_at=captured_at,
@@ -32,14 +50,34 @@ def baseline(p99: float = LN100, captured_at: str = "2026-12-01T00:00:00Z") -> B
         ),
         series={"latency_p99": SeriesStat(median=p99, spread=0.01, p10=p99 * 0.95, p90=p99 * 1.05, intervals=2016)},
         totals=Totals(requests=1_000_000, errors=100, error_rate=1e-4, oom_kills=0, oom_kill_rate=0.0),
+        latency_histogram=None if buckets is None else LatencyHistogram(query="count by (le) (...)", bounds=buckets),
+        control=control,
     ).sealed()
 
 
-def oom_snapshot(start: float, end: float, kills_at: dict[float, int] | None = None) -> MetricsSnapshot:
-    """A counter scraped every 5 s from before `start` to after `end`, stepping up by kills at given times."""
+def oom_snapshot(
+    start: float,
+    end: float,
+    kills_at: dict[float, int] | None = None,
+    *,
+    gpu_at: dict[float, int] | None = None,
+    unread_at: dict[float, int] | None = None,
+    grace: float = 5.0,
+) -> MetricsSnapshot:
+    """The OOM series as kfchaos.metrics.oom writes them (cumulative counts on a 5 s grid from before `start`
+    to after `end`): host OOM kills, GPU OOM crashes and unread crashes stepping up at the given times."""
     times = np.arange(start - 30, end + 30, 5.0)
-    values = np.zeros(len(times))
-    for at, count in (kills_at or {}).items():
-        values[times >= at] += count
-    series = Series(OOM_KILLS, times, values, "counter", "sum(container_oom_events_total{...})")
-    return MetricsSnapshot(source="http://127.0.0.1:9090", series={OOM_KILLS: series})
+
+    def cumulative(name: str, events: dict[float, int] | None) -> Series:
+        values = np.zeros(len(times))
+        for at, count in (events or {}).items():
+            values[times >= at] += count
+        return Series(name, times, values, "counter", "kube_pod_container_status_restarts_total x reason")
+
+    series = {
+        oom.HOST_OOM: cumulative(oom.HOST_OOM, kills_at),
+        oom.GPU_OOM: cumulative(oom.GPU_OOM, gpu_at),
+        oom.UNREAD: cumulative(oom.UNREAD, unread_at),
+        oom.CRASHES: cumulative(oom.CRASHES, {**(gpu_at or {}), **(unread_at or {})}),
+    }
+    return MetricsSnapshot(source="http://127.0.0.1:9090", series=series, grace=grace)

@@ -1,5 +1,6 @@
-"""`kfchaos baseline capture|show`: capture a baseline from Prometheus into baselines/<name>.yaml, or check
-and print one (schema, content hash, age)."""
+"""`kfchaos baseline capture|control|show`: capture a baseline from Prometheus into baselines/<name>.yaml,
+add a control baseline to it (a fault-free replay at the experiment's stage rates), or check and print one
+(schema, content hash, age)."""
 
 from __future__ import annotations
 
@@ -26,13 +27,30 @@ def register(subparsers: Any) -> None:
     grab.add_argument("--prometheus", metavar="URL", help="default: spec.baseline.capture.prometheus")
     grab.add_argument("--days", type=int, help="window length in days (default: spec, else 7)")
     grab.add_argument("--end", metavar="TIME", help="RFC 3339 end of the window (default: spec, else now)")
-    grab.add_argument("--step", type=float, metavar="SECONDS", help="interval of the per-interval P99s (default 300)")
+    grab.add_argument(
+        "--step",
+        type=float,
+        metavar="SECONDS",
+        help="interval of the per-interval P99s (default: spec.baseline.capture.step, else 300)",
+    )
     grab.add_argument("--pod", action="append", default=[], metavar="NAME", help="limit to these pods (repeatable)")
     grab.add_argument(
         "--query", action="append", default=[], metavar="NAME=PROMQL", help="replace or add a query (repeatable)"
     )
     grab.add_argument("--out", metavar="PATH", help="default: spec.baseline.file, else baselines/<name>.yaml")
     grab.set_defaults(func=run_capture)
+    control = commands.add_parser(
+        "control",
+        help="replay the experiment's traffic without faults at each stage rate and add it to the baseline file",
+    )
+    control.add_argument("--experiment", required=True, metavar="FILE")
+    control.add_argument("--target", metavar="URL", help="endpoint to replay against (default: spec.target.endpoint)")
+    control.add_argument(
+        "--duration", metavar="DURATION", help="replay time per stage (default: spec.traffic.stage_duration)"
+    )
+    control.add_argument("--stage", action="append", type=int, default=[], metavar="PERCENT", help="repeatable")
+    control.add_argument("--baseline", metavar="PATH", help="default: spec.baseline.file, else baselines/<name>.yaml")
+    control.set_defaults(func=run_control)
     show = commands.add_parser("show", help="check a baseline's schema and hash and print it")
     show.add_argument("file", metavar="FILE")
     show.add_argument("--json", action="store_true")
@@ -69,7 +87,8 @@ def run_capture(args: argparse.Namespace) -> int:
             Scope(experiment.spec.target.namespace, tuple(args.pod)),
             end=end,
             days=args.days or (settings.days if settings else 7),
-            step=args.step or 300.0,
+            # --step, else the experiment's own spec.baseline.capture.step, else 300 s.
+            step=args.step or (settings.step if settings else 300.0),
             release_windows=windows,
             release_margin=settings.release_margin if settings else 1800.0,
             detect_releases=settings.detect_releases if settings else False,
@@ -87,6 +106,41 @@ def run_capture(args: argparse.Namespace) -> int:
         f"{out}: latency P99 median {stat.median:.4g}s (spread {stat.spread:.2g}s, {stat.intervals} intervals), "
         f"{baseline.totals.requests:.0f} requests, {len(baseline.provenance.exclusions)} exclusion(s)"
     )
+    return EXIT_PASS
+
+
+def run_control(args: argparse.Namespace) -> int:
+    from kfchaos.metrics.control import attach, record_control
+    from kfchaos.units import parse_duration
+
+    experiment = load_experiment(args.experiment)
+    path = Path(args.baseline or experiment.spec.baseline.file or f"baselines/{experiment.metadata.name}.yaml")
+    if not path.is_file():
+        raise KfchaosError(
+            f"{path}: no baseline yet; capture the production figures first (kfchaos baseline capture), "
+            "the control is stored beside them"
+        )
+    baseline, warnings = load_baseline(path)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    try:
+        duration = parse_duration(args.duration) if args.duration else experiment.spec.traffic.stage_duration
+    except ValueError as exc:
+        raise KfchaosError(f"--duration {args.duration!r}: {exc}") from None
+    records = path.with_name(f"{path.stem}.control.parquet")
+    control = record_control(
+        experiment,
+        args.target or experiment.spec.target.endpoint,
+        records,
+        base_dir=Path(args.experiment).parent,
+        duration=duration,
+        stages=args.stage or None,
+    )
+    attach(baseline, control).write(path)
+    print(f"{path}: control baseline from {control.target}, records {records} (sha256 {control.records_sha256[:12]})")
+    for stage in control.stages:
+        p99 = "n/a" if stage.latency_p99 is None else f"{stage.latency_p99:.4g}s"
+        print(f"  {stage.stage:>3}%  {stage.sent} sent, {stage.samples} latencies, P99 {p99}")
     return EXIT_PASS
 
 
@@ -111,5 +165,15 @@ def run_show(args: argparse.Namespace) -> int:
         print(f"  warning  {warning}")
     t = baseline.totals
     print(f"  requests {t.requests:.0f}  error rate {t.error_rate}  OOM kills {t.oom_kills}")
+    if baseline.latency_histogram:
+        print(f"  buckets  {', '.join(f'{b:g}' for b in baseline.latency_histogram.bounds)} s")
+    if baseline.control:
+        c = baseline.control
+        print(f"  control  {c.target}, {c.captured_at}, {c.stage_duration:g}s a stage, sha256 {c.records_sha256}")
+        for stage in c.stages:
+            interval = stage.latency_p99_interval
+            shown = "n/a" if stage.latency_p99 is None else f"{stage.latency_p99:.4g}s"
+            around = f" ({interval[0]:.4g}..{interval[1]:.4g})" if interval else ""
+            print(f"    {stage.stage:>3}%  P99 {shown}{around}  {stage.samples} samples, {stage.errors} errors")
     print(f"  now {format_time(datetime.now(UTC))}")
     return EXIT_PASS

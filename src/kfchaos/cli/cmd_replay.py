@@ -1,14 +1,20 @@
 """`kfchaos replay TRAFFIC --target URL ...`: replay one stage open-loop, print its summary, write records.
 
 Exit codes: 0 the stage ran and is valid; 2 the stage is INVALID (the replayer fell behind, or no
-requests), so any verdict on it would be INCONCLUSIVE; 3 input or usage error.
+requests) or no request got any response (a dead target: nothing measured), so any verdict on it would be
+INCONCLUSIVE; 3 input or usage error (every flag is checked before the first request); 130 / 143 stopped by
+SIGINT / SIGTERM, after writing the records taken until then.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +24,10 @@ from kfchaos.errors import KfchaosError
 from kfchaos.records import REQUEST_SCHEMA
 from kfchaos.spec import load_experiment
 from kfchaos.traffic.api import run_stage
+from kfchaos.traffic.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_SHARDS, MAX_TIMEOUT
 from kfchaos.traffic.formats import FORMATS
+from kfchaos.traffic.http1 import parse_target
+from kfchaos.traffic.httpsyntax import header_problem
 from kfchaos.traffic.plan import APIS, NO_GOODPUT_SLO, ReplayPlan, ReplaySettings, settings_from_experiment
 from kfchaos.traffic.progress import Progress
 from kfchaos.traffic.recorder import read_records, write_parquet
@@ -29,23 +38,77 @@ from kfchaos.units import parse_duration
 
 def _shard(text: str) -> tuple[int, int]:
     index, slash, count = text.partition("/")
-    if not slash or not index.isdigit() or not count.isdigit() or not 0 <= int(index) < int(count):
-        raise argparse.ArgumentTypeError(f"{text!r} is not i/n with 0 <= i < n (e.g. 0/4)")
+    ok = slash and index.isdigit() and count.isdigit() and len(count) <= 5
+    if not ok or not 0 <= int(index) < int(count) <= MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not i/n with 0 <= i < n <= {MAX_SHARDS} (e.g. 0/4)")
     return int(index), int(count)
 
 
-def _duration(text: str) -> float:
+def _duration(text: str, low: float = 0.0, high: float = MAX_DURATION) -> float:
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not low < seconds <= high:
+        raise argparse.ArgumentTypeError(f"must be above {low:g} s and at most {high:g} s")
+    return seconds
+
+
+def _timeout(text: str) -> float:
+    return _duration(text, high=MAX_TIMEOUT)
+
+
+def _lag(text: str) -> float:
+    return _duration(text, low=-1.0)  # zero is a valid (strict) limit
+
+
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number") from None
+    if not 0 < value <= MAX_FACTOR:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number above 0 and at most {MAX_FACTOR:g}")
+    return value
+
+
+def _int_range(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}")
+        return value
+
+    return parse
 
 
 def _header(text: str) -> tuple[str, str]:
     name, colon, value = text.partition(":")
-    if not colon or not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not 'Name: value'")
-    return name.strip(), value.strip()
+    name, value = name.strip(), value.strip(" \t")
+    if not colon or not name:
+        raise argparse.ArgumentTypeError("not 'Name: value'")
+    problem = header_problem(name, value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return name, value
+
+
+def check_out(path: str) -> None:
+    """--out is checked before the replay: records a run cannot write would be lost after it."""
+    out = Path(path)
+    if out.is_dir():
+        raise KfchaosError(f"--out {path}: is a directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".kfchaos-write-test-"):
+            pass
+    except OSError as exc:
+        raise KfchaosError(f"--out {path}: cannot write there ({exc.strerror or type(exc).__name__})") from None
+    if out.exists() and not os.access(out, os.W_OK):
+        raise KfchaosError(f"--out {path}: file is not writable")
 
 
 def register(subparsers: Any) -> None:
@@ -58,17 +121,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument("traffic", nargs="?", metavar="TRAFFIC", help="traffic file (default: the experiment's)")
     parser.add_argument("--target", metavar="URL", help="base URL, e.g. http://127.0.0.1:8000 (required to replay)")
     parser.add_argument("--format", choices=FORMATS, help="traffic file format (default jsonl)")
-    parser.add_argument("--stage", type=int, metavar="P", help="percent of the recorded rate (default 100)")
+    parser.add_argument(
+        "--stage", type=_int_range(1, 100), metavar="P", help="percent of the recorded rate (default 100)"
+    )
     parser.add_argument("--duration", type=_duration, metavar="D", help="stage length, e.g. 90s (default: file once)")
-    parser.add_argument("--seed", type=int, metavar="S", help="sampling seed (default 0)")
+    parser.add_argument("--seed", type=_int_range(0, 2**63 - 1), metavar="S", help="sampling seed (default 0)")
     parser.add_argument("--shard", type=_shard, metavar="i/n", help="replay shard i of n (hash partition)")
     parser.add_argument("--api", choices=APIS, help="http (as recorded), openai-completions or openai-chat")
     parser.add_argument("--model", metavar="M", help="model name for the OpenAI APIs")
-    parser.add_argument("--speed", type=float, help="time compression of the recording (default 1)")
-    parser.add_argument("--rate", type=float, help="arrivals per second at 100 %% for prompt sets (sharegpt)")
-    parser.add_argument("--timeout", type=_duration, help="per-request timeout (default 30s)")
-    parser.add_argument("--concurrency", type=int, metavar="N", help="in-flight limit; beyond it requests drop")
-    parser.add_argument("--max-lag", type=_duration, help="p99 send lag above this makes the stage INVALID")
+    parser.add_argument("--speed", type=_factor, help="time compression of the recording (default 1)")
+    parser.add_argument("--rate", type=_factor, help="arrivals per second at 100 %% for prompt sets (sharegpt)")
+    parser.add_argument("--timeout", type=_timeout, help="per-request timeout (default 30s)")
+    parser.add_argument(
+        "--concurrency",
+        type=_int_range(1, MAX_CONCURRENCY),
+        metavar="N",
+        help="in-flight limit; beyond it requests drop",
+    )
+    parser.add_argument("--max-lag", type=_lag, help="p99 send lag above this makes the stage INVALID")
     parser.add_argument("--no-loop", action="store_true", help="do not restart the recording within --duration")
     parser.add_argument("--header", type=_header, action="append", default=[], metavar="'K: V'", help="add header")
     parser.add_argument("--strip-header", action="append", default=[], metavar="NAME", help="remove header")
@@ -131,7 +201,13 @@ def format_summary(summary: StageSummary) -> str:
 
     lines = [
         f"stage {summary.stage}% shards {summary.shards or '-'}: "
-        + ("VALID" if summary.valid else f"INVALID ({summary.invalid_reason})"),
+        + (
+            f"INVALID ({summary.invalid_reason})"
+            if not summary.valid
+            else "VALID"
+            if summary.answered
+            else "NO ANSWER (no request got a response from the target: nothing was measured)"
+        ),
         f"  requests  intended {summary.intended}  sent {summary.sent}  completed {summary.completed}  "
         f"ok {summary.ok}  dropped {summary.dropped}",
         f"  rate      intended {summary.intended_rate:.1f}/s  achieved {summary.achieved_rate:.1f}/s "
@@ -143,7 +219,8 @@ def format_summary(summary: StageSummary) -> str:
     ]
     if summary.ttft is not None or summary.goodput is not None:
         lines.append(
-            f"  llm       TTFT p99 {ms(summary.ttft)}  TPOT p99 {ms(summary.tpot)}  ITL p99 {ms(summary.itl_p99)}  "
+            f"  llm       TTFT p99 {ms(summary.ttft)}  TPOT p99 {ms(summary.tpot)}  "
+            f"ITL p99 of per-request p99 {ms(summary.itl_request_p99)}  "
             f"output {summary.output_tokens} tokens  goodput {summary.goodput or 0:.2f}/s"
         )
     if summary.long_context_requests:
@@ -184,17 +261,22 @@ def merge(args: argparse.Namespace) -> int:
     if args.out:
         write_parquet(table, args.out)
     print(json.dumps(summary.to_dict(), indent=2, sort_keys=True) if args.json else format_summary(summary))
-    return EXIT_PASS if summary.valid else EXIT_INCONCLUSIVE
+    return EXIT_PASS if summary.valid and summary.answered else EXIT_INCONCLUSIVE
 
 
 def run(args: argparse.Namespace) -> int:
     if args.merge:
+        if args.out:
+            check_out(args.out)
         return merge(args)
     if not args.target:
         raise KfchaosError("replay: --target URL is required (or --merge to summarize shard records)")
+    parse_target(args.target)  # every flag is checked before the first request goes out
+    if args.out:
+        check_out(args.out)
     plan = ReplayPlan(build_settings(args))
     progress = None if args.quiet else Progress(sys.stderr)
-    result = run_stage(plan, args.target, out=args.out, progress=progress)
+    result = run_stage(plan, args.target, out=args.out, progress=progress, signals=True)
     for line in result.report.describe():
         print(line, file=sys.stderr)
     if args.json:
@@ -203,4 +285,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_summary(result.summary))
         if result.path:
             print(f"  records   {result.path} ({result.table.num_rows} rows)")
-    return EXIT_PASS if result.summary.valid else EXIT_INCONCLUSIVE
+    if result.interrupted is not None:
+        name = signal.Signals(result.interrupted).name
+        print(f"kfchaos: stopped by {name}; the records up to then are written", file=sys.stderr)
+        return 128 + result.interrupted
+    return EXIT_PASS if result.summary.valid and result.summary.answered else EXIT_INCONCLUSIVE

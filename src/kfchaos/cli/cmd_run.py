@@ -1,4 +1,5 @@
-"""`kfchaos run EXPERIMENT --host URL | --local`: submit the experiment's pipeline version, or run it here."""
+"""`kfchaos run EXPERIMENT --host URL [--wait] | --local`: submit the experiment's pipeline version (and follow it
+to its verdict), or run it here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
+from kfchaos.kfp.client import RUN_SERVICE_ACCOUNT
 
 
 def register(subparsers: Any) -> None:
@@ -24,8 +26,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kfp-experiment", default="kfchaos", help="KFP experiment (run folder) for --host")
     parser.add_argument("--experiment-dir", help="where traffic paths resolve in the run (--host default: the image's)")
     parser.add_argument(
-        "--service-account", help="Kubernetes service account the run's pods use (e.g. kfchaos-runner), --host only"
+        "--service-account",
+        default=RUN_SERVICE_ACCOUNT,
+        help="service account the whole run executes as, KFP's drivers and launchers included (--host only; "
+        f"default {RUN_SERVICE_ACCOUNT}: manifests/base grants it KFP's runner Role and the chaos Role)",
     )
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="--host: follow the run, print each task as it finishes, exit 0/1/2 on its verdict like `kfchaos verdict`",
+    )
+    parser.add_argument("--wait-timeout", default="12h", help="--wait: give up (INCONCLUSIVE) after this long")
+    parser.add_argument("--poll", default="10s", help="--wait: how often to ask KFP")
     parser.add_argument("--root", default=".", type=Path, help="repository root, for baselines (default: .)")
     parser.add_argument("--output", default="runs/local", type=Path, help="pipeline root for --local")
     # --host sits in the mode group above, so the shared connection options are spelled out here.
@@ -50,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.token and not args.host:
         raise KfchaosError("--token needs --host")
+    if args.wait and not args.host:
+        raise KfchaosError("--wait needs --host")
+    client = kfp_client.connect(connection_from(args))
     run_id = runs.submit_experiment(
-        kfp_client.connect(connection_from(args)),
+        client,
         args.experiment,
         root=args.root.resolve(),
         target=args.target,
@@ -60,5 +75,16 @@ def run(args: argparse.Namespace) -> int:
         kfp_experiment=args.kfp_experiment,
         service_account=args.service_account,
     )
-    print(f"submitted run {run_id}")
-    return EXIT_PASS
+    print(f"submitted run {run_id}", flush=True)
+    if not args.wait:
+        return EXIT_PASS
+    from kfchaos.kfp.follow import follow
+    from kfchaos.units import parse_duration
+
+    try:
+        timeout, poll = parse_duration(args.wait_timeout), parse_duration(args.poll)
+    except ValueError as exc:
+        raise KfchaosError(f"--wait-timeout/--poll: {exc}") from None
+    followed = follow(client, run_id, poll=poll, timeout=timeout, out=lambda line: print(line, flush=True))
+    print(followed.summary())
+    return followed.exit_code

@@ -78,19 +78,26 @@ def log(message: str) -> None:
 
 
 def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, seconds: float) -> Path:
-    """A fault-free replay at 100 % while Prometheus scrapes, then a baseline captured from Prometheus."""
+    """A control baseline (a fault-free replay at each stage rate, measured from its records: what the drift
+    is compared with) while Prometheus scrapes, then the production figures captured from Prometheus, in
+    one baseline file."""
     from kfchaos.baseline import capture
     from kfchaos.metrics.catalog import Scope
+    from kfchaos.metrics.control import attach, record_control
     from kfchaos.metrics.prometheus import PrometheusClient
     from kfchaos.spec import load_experiment
-    from kfchaos.traffic.api import plan_stage, run_stage
 
     if not stack.prometheus_url:
         raise KfchaosError("the demo needs Prometheus for its baseline: `make demo` installs it (Debian `prometheus`)")
     experiment = load_experiment(experiment_path)
-    # Fault-free: the long-context bursts are a fault, so they stay out of the baseline's traffic.
-    plan = plan_stage(experiment, 100, base_dir=experiment_path.parent, duration=seconds, bursts=())
-    run_stage(plan, stack.target_url, fault_active=False)
+    # Each stage rate for at least a stage's length: enough requests for a P99 interval (>= 299 at 95 %).
+    control = record_control(
+        experiment,
+        stack.target_url,
+        out.with_name(f"{out.stem}.control.parquet"),
+        base_dir=experiment_path.parent,
+        duration=max(seconds, experiment.spec.traffic.stage_duration),
+    )
     time.sleep(3)  # two scrapes after the last request
     baseline = capture(
         experiment.metadata.name,
@@ -101,7 +108,7 @@ def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, second
         step=5.0,
         drift=experiment.spec.slo.p99_drift_max,
     )
-    return baseline.write(out)
+    return attach(baseline, control).write(out)
 
 
 def _scenario_experiment(workdir: Path, baseline: Path) -> Path:

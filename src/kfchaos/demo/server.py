@@ -25,7 +25,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
+from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
 
+# Who this container is, as kube-state-metrics and cAdvisor would label it (the stack scopes the standard
+# queries to DEMO_NAMESPACE and DEMO_POD).
+DEMO_POD_UID = "00000000-0000-4000-8000-000000000001"
+DEMO_CONTAINER = "vllm"
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
@@ -44,7 +49,7 @@ class _Request:
 class Metrics:
     """vLLM's series (names as vLLM exports them), plus the restart and OOM counts the supervisor passes in."""
 
-    def __init__(self, model: str, restarts: int, oom_kills: int) -> None:
+    def __init__(self, model: str, status: ContainerStatus) -> None:
         self.registry = CollectorRegistry()
         labels = ["model_name"]
         self.model = model
@@ -67,22 +72,64 @@ class Metrics:
         for series in (self.e2e, self.ttft, self.itl, self.running, self.waiting, self.kv_usage, self.preemptions,
                        self.success, self.prompt_tokens, self.generation_tokens):  # fmt: skip
             series.labels(model)
-        container = ["namespace", "pod", "container"]
-        where = ("demo", "demo-llm-0", "vllm")
-        Gauge("container_oom_events_total", "OOM kills (as cAdvisor counts them)", container, registry=r).labels(
+        self._export_container_status(status)
+
+    def _export_container_status(self, status: ContainerStatus) -> None:
+        """The series a cluster keeps about this container, exported as a cluster presents them.
+
+        kube-state-metrics (kubernetes/kube-state-metrics internal/store/pod.go) reports from the pod object:
+        `kube_pod_container_status_restarts_total` = the container status's restartCount, and, once the
+        container has terminated before, `kube_pod_container_status_last_terminated_reason{reason}` = 1 and
+        `kube_pod_container_status_last_terminated_exitcode` from lastState.terminated; labels namespace, pod,
+        uid, container. The reason is the runtime's: OOMKilled, Error (non-zero exit) or Completed (containerd
+        internal/cri/server: oomExitReason, errorExitReason, completeExitReason).
+        cAdvisor's `container_oom_events_total` is per container cgroup (labels id, name): this container's
+        series is new and starts at 0, and the killed container's count went with its cgroup
+        (google/cadvisor#3015) -- a counter a cluster loses, so it is exported here the same way.
+        In a cluster kube-state-metrics is its own process and keeps reporting while the container is down;
+        here the new container reports them once it is up (the counts are the same, shown a restart delay
+        later: the verdict's grace covers a scrape interval, the demo's restart delay is 2 s).
+        """
+        r = self.registry
+        pod = ["namespace", "pod", "uid", "container"]
+        where = (DEMO_NAMESPACE, DEMO_POD, DEMO_POD_UID, DEMO_CONTAINER)
+        Gauge("kube_pod_container_status_restarts_total", "Restarts (kube-state-metrics)", pod, registry=r).labels(
             *where
-        ).set(oom_kills)
-        Gauge("kube_pod_container_status_restarts_total", "Restarts", container, registry=r).labels(*where).set(
-            restarts
-        )
+        ).set(status.restarts)
+        if status.last_reason is not None:
+            Gauge(
+                "kube_pod_container_status_last_terminated_reason",
+                "Last terminated reason (kube-state-metrics)",
+                [*pod, "reason"],
+                registry=r,
+            ).labels(*where, status.last_reason).set(1)
+            Gauge(
+                "kube_pod_container_status_last_terminated_exitcode",
+                "Last terminated exit code (kube-state-metrics)",
+                pod,
+                registry=r,
+            ).labels(*where).set(status.last_exit_code or 0)
+        cgroup = ["namespace", "pod", "container", "id"]
+        cadvisor = Gauge("container_oom_events_total", "OOM events of this cgroup (cAdvisor)", cgroup, registry=r)
+        cadvisor.labels(DEMO_NAMESPACE, DEMO_POD, DEMO_CONTAINER, f"/kubepods/demo/{status.container_id}").set(0)
+
+
+@dataclass(frozen=True)
+class ContainerStatus:
+    """What the kubelet knows about this container (set by the supervisor, as a kubelet's pod status)."""
+
+    restarts: int = 0
+    last_reason: str | None = None
+    last_exit_code: int | None = None
+    container_id: str = "c0"
 
 
 class DemoServer:
-    def __init__(self, config: EngineConfig, model: str, restarts: int = 0, oom_kills: int = 0) -> None:
+    def __init__(self, config: EngineConfig, model: str, status: ContainerStatus | None = None) -> None:
         self.config = config
         self.model = model
         self.engine = Engine(config)
-        self.metrics = Metrics(model, restarts, oom_kills)
+        self.metrics = Metrics(model, status or ContainerStatus())
         self.metrics.memory_limit.set(config.memory_limit_bytes)
         self.requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
@@ -351,10 +398,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", default="demo/llama-3-8b-sim")
     parser.add_argument("--restarts", type=int, default=0, help="set by the supervisor")
-    parser.add_argument("--oom-kills", type=int, default=0, help="set by the supervisor")
+    parser.add_argument("--last-terminated-reason", default=None, help="set by the supervisor")
+    parser.add_argument("--last-exit-code", type=int, default=None, help="set by the supervisor")
+    parser.add_argument("--container-id", default="c0", help="set by the supervisor")
     add_engine_arguments(parser)
     args = parser.parse_args(argv)
-    server = DemoServer(engine_config(args), args.model, args.restarts, args.oom_kills)
+    status = ContainerStatus(args.restarts, args.last_terminated_reason, args.last_exit_code, args.container_id)
+    server = DemoServer(engine_config(args), args.model, status)
     web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None, handle_signals=True)
 
 

@@ -1,11 +1,17 @@
 """Keeps the demo LLM server running the way a kubelet keeps a container running.
 
 It starts the server as a child process, and when the child dies it starts it again after a restart
-delay (the time a real server takes to load its weights), counting restarts and, separately, OOM kills
-(the child leaves a marker file before it ends itself for OOM). The counts are passed to the new child,
-which exports them as `container_oom_events_total` and `kube_pod_container_status_restarts_total`.
-The current child's pid and the counts are kept in a JSON state file, which the local fault backend
-reads to kill "the pod". SIGTERM or SIGINT stop the child and the supervisor; nothing is left running.
+delay (the time a real server takes to load its weights), as a new container of the same pod. Like the
+kubelet it keeps a restart count and the last termination (reason and exit code: OOMKilled when the child
+left its OOM marker before ending itself, as the kernel's OOM killer ends a cgroup; Error for another
+non-zero exit, 137 for SIGKILL; Completed for exit 0 -- containerd's reasons), and passes them to the new
+child, which exports them as kube-state-metrics does (kfchaos.demo.server `_export_container_status`).
+It does not count OOM kills for the verdict: the verdict counts them from those series, as on a cluster.
+Each child's output goes to the terminal and to its own log file; the previous child's log is kept, as the
+kubelet keeps one previous container's log (`kubectl logs --previous`), and named in the state file for
+the crash-log evidence (kfchaos.metrics.crashlogs).
+The current child's pid, the counts and the previous log are kept in a JSON state file, which the local
+fault backend reads to kill "the pod". SIGTERM or SIGINT stop the child and the supervisor.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -30,10 +37,15 @@ class Supervisor:
         self.state_file = state_file
         self.restart_delay = restart_delay
         self.restarts = 0
-        self.oom_kills = 0
+        self.oom_kills = 0  # for the demo's own summary line only
+        self.last_reason: str | None = None
+        self.last_exit_code: int | None = None
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
-        self.oom_marker = Path(tempfile.mkdtemp(prefix="kfchaos-demo-")) / "oom"
+        self.workdir = Path(tempfile.mkdtemp(prefix="kfchaos-demo-"))
+        self.oom_marker = self.workdir / "oom"
+        self.previous_log: Path | None = None
+        self._tee: threading.Thread | None = None
 
     def _write_state(self) -> None:
         state = {
@@ -41,6 +53,9 @@ class Supervisor:
             "pid": self.child.pid if self.child else None,
             "restarts": self.restarts,
             "oom_kills": self.oom_kills,
+            "last_terminated_reason": self.last_reason,
+            "last_exit_code": self.last_exit_code,
+            "previous_log": str(self.previous_log) if self.previous_log else None,
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -54,11 +69,16 @@ class Supervisor:
             *self.server_args,
             "--restarts",
             str(self.restarts),
-            "--oom-kills",
-            str(self.oom_kills),
+            "--container-id",
+            f"c{self.restarts}",
         ]
+        if self.last_reason is not None:
+            command += ["--last-terminated-reason", self.last_reason, "--last-exit-code", str(self.last_exit_code)]
         env = dict(os.environ, KFCHAOS_DEMO_OOM_MARKER=str(self.oom_marker))
-        self.child = subprocess.Popen(command, env=env)
+        log = self.workdir / f"container-{self.restarts}.log"
+        self.child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self._tee = threading.Thread(target=_tee, args=(self.child, log), daemon=True)
+        self._tee.start()
         self._write_state()
 
     def stop(self, signum: int, frame: FrameType | None) -> None:
@@ -76,12 +96,19 @@ class Supervisor:
             if self.stopping:
                 self.state_file.unlink(missing_ok=True)
                 return 0
+            if self._tee is not None:
+                self._tee.join(timeout=5)
+            self.previous_log = self.workdir / f"container-{self.restarts}.log"
             self.restarts += 1
+            # A signal death reads as 128 + the signal number, as the runtime reports it (SIGKILL -> 137).
+            self.last_exit_code = 128 - code if code < 0 else code
             if self.oom_marker.exists():
                 self.oom_marker.unlink()
                 self.oom_kills += 1
+                self.last_reason = "OOMKilled"
                 print(f"demo-supervisor: server OOM-killed (kill #{self.oom_kills}); restarting", file=sys.stderr)
             else:
+                self.last_reason = "Completed" if code == 0 else "Error"
                 print(f"demo-supervisor: server exited with {code}; restarting", file=sys.stderr)
             self.child = None
             self._write_state()
@@ -92,6 +119,17 @@ class Supervisor:
                 self.state_file.unlink(missing_ok=True)
                 return 0
             self._start_child()
+
+
+def _tee(child: subprocess.Popen[bytes], log: Path) -> None:
+    """The child's output to our stderr (the stack's server.log) and to this container's own log file."""
+    assert child.stdout is not None
+    with log.open("wb") as handle:
+        for line in child.stdout:
+            handle.write(line)
+            handle.flush()
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,8 @@ from kfchaos.kfp.versioning import LockEntry
 
 TOKEN_ENV = "KFCHAOS_KFP_TOKEN"
 DEFAULT_EXPERIMENT = "kfchaos"
+# The identity every run executes as, drivers and launchers included (manifests/base/pipeline-runner-binding.yaml).
+RUN_SERVICE_ACCOUNT = "kfchaos-runner"
 
 
 @dataclass(frozen=True)
@@ -122,9 +124,10 @@ def submit(
     *,
     run_name: str,
     kfp_experiment: str = DEFAULT_EXPERIMENT,
-    service_account: str | None = None,
+    service_account: str = RUN_SERVICE_ACCOUNT,
 ) -> str:
-    """Start a run of an uploaded pipeline version; returns the run id."""
+    """Start a run of an uploaded pipeline version as `service_account` (never KFP's default identity, which
+    cannot touch chaos-mesh.org); returns the run id."""
     pipeline_id, version_id = resolve_version(client, name, version)
     run = client.run_pipeline(
         experiment_id=experiment_id(client, kfp_experiment),

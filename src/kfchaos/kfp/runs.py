@@ -41,7 +41,7 @@ def submit_experiment(
     experiment_dir: str | None = None,
     run_name: str | None = None,
     kfp_experiment: str = kfp_client.DEFAULT_EXPERIMENT,
-    service_account: str | None = None,
+    service_account: str = kfp_client.RUN_SERVICE_ACCOUNT,
 ) -> str:
     experiment = load_experiment(experiment_path)
     meta = experiment.metadata

@@ -9,12 +9,16 @@ File format::
         cron: "0 0 2 * * *"                  # 6 fields, seconds first (KFP's backend reads it so)
         enabled: true                        # optional, default true
         parameters: {target: http://...}     # optional run parameters
+        service_account: kfchaos-runner      # optional, default: the file's service_account
     experiment: kfchaos                      # optional KFP experiment holding the recurring runs
+    service_account: kfchaos-runner          # the identity every run executes as (default kfchaos-runner)
 
 Sync: create what is missing; replace (delete + create) what differs, since KFP has no update of a recurring
 run; disable what is marked `enabled: false`, and disable (never delete) managed runs no longer in the file.
 Every recurring run is created with max_concurrency 1 and no catch-up: a chaos run must never overlap another,
-and a paused schedule must not fire a backlog of experiments when resumed.
+and a paused schedule must not fire a backlog of experiments when resumed. Every recurring run names its
+service account: without one KFP runs it as its default `pipeline-runner`, which cannot touch chaos-mesh.org
+(manifests/base/pipeline-runner-binding.yaml explains the identity model).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from kfchaos.types import StrictModel
 from kfchaos.yamlsource import load_yaml
 
 MANAGED_MARK = "managed by kfchaos schedule sync"
+SERVICE_ACCOUNT_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"  # a DNS subdomain, as Kubernetes names are
 
 
 class ScheduleEntry(StrictModel):
@@ -42,6 +47,7 @@ class ScheduleEntry(StrictModel):
     cron: str
     enabled: bool = True
     parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    service_account: str | None = Field(None, pattern=SERVICE_ACCOUNT_PATTERN)
 
     @field_validator("cron")
     @classmethod
@@ -55,6 +61,7 @@ class ScheduleEntry(StrictModel):
 
 class SchedulesFile(StrictModel):
     experiment: str = kfp_client.DEFAULT_EXPERIMENT
+    service_account: str = Field(kfp_client.RUN_SERVICE_ACCOUNT, pattern=SERVICE_ACCOUNT_PATTERN)
     schedules: list[ScheduleEntry] = Field(default_factory=list)
 
     @field_validator("schedules")
@@ -102,9 +109,15 @@ def _is_enabled(run: Any) -> bool:
     return str(run.mode).upper() == "ENABLE"
 
 
-def _description(pipeline: str, version: str, entry: ScheduleEntry) -> str:
+def _description(pipeline: str, version: str, entry: ScheduleEntry, service_account: str) -> str:
     # The description carries what the run was created from, so the next sync can tell whether it differs.
-    wanted = {"pipeline": pipeline, "version": version, "cron": entry.cron, "parameters": entry.parameters}
+    wanted = {
+        "pipeline": pipeline,
+        "version": version,
+        "cron": entry.cron,
+        "parameters": entry.parameters,
+        "service_account": service_account,
+    }
     return f"{MANAGED_MARK}: {json.dumps(wanted, sort_keys=True)}"
 
 
@@ -122,7 +135,8 @@ def sync(client: Any, schedules: SchedulesFile, versions: dict[str, str]) -> Syn
             raise KfchaosError(
                 f"schedule {entry.name}: pipeline {entry.pipeline} is not in the lock file; give version"
             )
-        description = _description(entry.pipeline, version, entry)
+        service_account = entry.service_account or schedules.service_account
+        description = _description(entry.pipeline, version, entry, service_account)
         current = existing.pop(entry.name, None)
         if current is not None and current.description == description:
             if _is_enabled(current) == entry.enabled:
@@ -148,6 +162,7 @@ def sync(client: Any, schedules: SchedulesFile, versions: dict[str, str]) -> Syn
             pipeline_id=pipeline_id,
             version_id=version_id,
             enabled=entry.enabled,
+            service_account=service_account,
         )
         (report.replaced if current is not None else report.created).append(entry.name)
     for name, run in sorted(existing.items()):

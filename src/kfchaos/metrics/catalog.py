@@ -108,10 +108,10 @@ def standard_queries(scope: Scope, window: float = 300.0) -> dict[str, CatalogQu
         ),
         CatalogQuery(
             names.PREEMPTIONS,
-            f"sum(vllm:num_preemptions_total{{{sel}}})",
-            "counter",
+            f"sum(increase(vllm:num_preemptions_total{{{sel}}}[{w}]))",
+            "rate",
             "count",
-            "preemptions: the KV cache was full",
+            "preemptions in each interval: the KV cache was full (increase per series, then summed)",
         ),
         CatalogQuery(
             names.KV_CACHE_USAGE,
@@ -122,24 +122,36 @@ def standard_queries(scope: Scope, window: float = 300.0) -> dict[str, CatalogQu
         ),
         CatalogQuery(
             names.OOM_KILLS,
-            f"sum(container_oom_events_total{{{sel}}})",
-            "counter",
+            # Restarts whose last terminated reason is OOMKilled (kube-state-metrics; see kfchaos.metrics.oom):
+            # increase() per container series first, then the sum, so a pod that disappears subtracts nothing.
+            f"sum(increase(kube_pod_container_status_restarts_total{{{sel}}}[{w}])"
+            f" * on (namespace, pod, container) group_left()"
+            f" max by (namespace, pod, container) (kube_pod_container_status_last_terminated_reason{{{oom_sel}}}))",
+            "rate",
             "count",
-            "OOM events of the target's containers (cAdvisor)",
+            "OOM kills in each interval: restarts whose last terminated reason is OOMKilled (kube-state-metrics)",
         ),
         CatalogQuery(
-            "oom_killed_containers",
-            f"sum(kube_pod_container_status_last_terminated_reason{{{oom_sel}}})",
+            "oom_kills_cadvisor",
+            f"sum(increase(container_oom_events_total{{{sel}}}[{w}]))",
+            "rate",
+            "count",
+            "cAdvisor OOM events in each interval (lost when the killed container's series ends: google/cadvisor#3015)",
+        ),
+        CatalogQuery(
+            "oom_terminated_containers",
+            f"sum(kube_pod_container_status_terminated_reason{{{oom_sel}}})",
             "gauge",
             "count",
-            "containers whose last termination was OOMKilled (kube-state-metrics)",
+            "containers terminated by an OOM kill and not yet restarted (kube-state-metrics; the kubelet counts "
+            "the restart only when it starts the next container, after its back-off)",
         ),
         CatalogQuery(
             names.RESTARTS,
-            f"sum(kube_pod_container_status_restarts_total{{{sel}}})",
-            "counter",
+            f"sum(increase(kube_pod_container_status_restarts_total{{{sel}}}[{w}]))",
+            "rate",
             "count",
-            "container restarts (kube-state-metrics)",
+            "container restarts in each interval (kube-state-metrics, increase per series, then summed)",
         ),
         CatalogQuery(
             names.GPU_MEMORY_USED,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from kfchaos.metrics import oom
 from kfchaos.metrics.catalog import CatalogQuery, Scope, standard_queries
 from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series, SeriesKind
@@ -45,15 +46,42 @@ def prometheus_url(experiment: Experiment) -> str | None:
 
 
 def snapshot_for_experiment(
-    experiment: Experiment, window: tuple[float, float], *, step: float = 15.0, pods: tuple[str, ...] = ()
+    experiment: Experiment,
+    window: tuple[float, float],
+    *,
+    step: float = 15.0,
+    pods: tuple[str, ...] = (),
+    read_log: oom.CrashLogReader | None = None,
 ) -> MetricsSnapshot:
-    """The standard series for the experiment's target over `window` (plus slack for late scrapes)."""
+    """The standard series for the experiment's target over `window` (plus slack for late scrapes), with the
+    OOM counts per container series (kfchaos.metrics.oom) and the source's scrape interval as their grace."""
     url = prometheus_url(experiment)
     if not url:
         return MetricsSnapshot(
             unreachable=f"no Prometheus configured (set {PROMETHEUS_ENV} or spec.baseline.capture.prometheus)"
         )
     scope = Scope(experiment.spec.target.namespace, pods)
-    queries = standard_queries(scope, window=max(step, 60.0)).values()
+    client = PrometheusClient(url)
+    # Every OOM series comes from kfchaos.metrics.oom (per container, then summed), never from a sum here.
+    queries = [q for q in standard_queries(scope, window=max(step, 60.0)).values() if q.name not in oom.OOM_SERIES]
     start, end = window[0] - step, window[1] + SCRAPE_SLACK
-    return snapshot(PrometheusClient(url), queries, start, end, step)
+    result = snapshot(client, queries, start, end, step)
+    if result.unreachable:
+        return result
+    interval = client.scrape_interval()
+    result.grace = interval if interval is not None else result.grace
+    # Restarts at the scrape's own resolution where that fits Prometheus's points limit.
+    oom_step = max(min(step, result.grace), (end - start) / 10_000)
+    counted = oom.collect(client, scope, start, end, oom_step, read_log or crash_log_reader())
+    result.series.update(counted.series)
+    result.errors.update(counted.errors)
+    result.unreachable = counted.unreachable
+    return result
+
+
+def crash_log_reader() -> oom.CrashLogReader | None:
+    """Where previous container logs can be read: the demo's supervisor keeps them (local backend), a
+    cluster's come from the pod log API (kfchaos.metrics.crashlogs); None where neither is reachable."""
+    from kfchaos.metrics import crashlogs
+
+    return crashlogs.from_environment()

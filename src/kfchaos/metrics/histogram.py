@@ -54,13 +54,14 @@ def wide_bucket_warning(
     if math.isinf(upper):
         return (
             f"the {what} {threshold:g}s is beyond the last finite bucket ({finite[-1]:g}s): histogram_quantile "
-            "caps there, so drift above it is invisible; add buckets or use the replay's own latencies"
+            "caps there, so drift above it is invisible; add buckets or record a control baseline "
+            "(kfchaos baseline control)"
         )
     width = (upper - lower) / threshold
     if width > tolerance and threshold not in finite:
         return (
             f"the {what} {threshold:g}s falls inside the bucket {lower:g}..{upper:g}s ({100 * width:.0f}% wide, more "
             f"than the {100 * tolerance:g}% being tested): interpolation cannot resolve it; add a bucket boundary "
-            "at the threshold (vLLM --custom-histogram-buckets) or use the replay's own latencies"
+            "at the threshold (vLLM --custom-histogram-buckets) or record a control baseline (kfchaos baseline control)"
         )
     return None

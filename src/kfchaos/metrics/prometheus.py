@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 import urllib3
+import yaml
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.source import RangeSeries, Sample
+from kfchaos.units import parse_duration
 
 MAX_POINTS = 11_000  # Prometheus refuses range queries of more than 11,000 points per series
 
@@ -64,8 +66,11 @@ class PrometheusClient:
     def _call(self, path: str, fields: dict[str, str]) -> Any:
         url = f"{self.url}{path}"
         try:
-            # POST form: long PromQL (many pods in a regex) would overflow a GET URL.
-            response = self._pool.request("POST", url, fields=fields, encode_multipart=False)
+            # POST form: long PromQL (many pods in a regex) would overflow a GET URL. Status endpoints are GET.
+            if fields:
+                response = self._pool.request("POST", url, fields=fields, encode_multipart=False)
+            else:
+                response = self._pool.request("GET", url)
         except Urllib3Error as exc:
             reason = getattr(exc, "reason", None) or exc
             raise PrometheusUnreachable(f"Prometheus at {self.url} unreachable: {reason}") from None
@@ -110,6 +115,21 @@ class PrometheusClient:
             values = np.array([_value(v) for _, v in item["values"]], dtype=np.float64)
             out.append(RangeSeries(item["metric"], times, values))
         return out
+
+    def scrape_interval(self) -> float | None:
+        """The longest scrape interval in the server's configuration (seconds), or None when unreadable:
+        the grace an event count needs, since a kill shows in the series up to one interval late."""
+        try:
+            data = self._call("/api/v1/status/config", {})
+            config = yaml.safe_load(data.get("yaml", "")) or {}
+        except (PrometheusError, yaml.YAMLError, AttributeError):
+            return None
+        default = (config.get("global") or {}).get("scrape_interval", "1m")
+        intervals = [default] + [job.get("scrape_interval", default) for job in config.get("scrape_configs") or []]
+        try:
+            return max(parse_duration(str(i)) for i in intervals)
+        except ValueError:
+            return None
 
     def range_chunked(self, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
         """A range query split into pieces under the 11,000-point limit, joined per label set."""

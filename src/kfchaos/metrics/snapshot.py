@@ -7,7 +7,10 @@ the reason instead of mistaking absence for health.
 JSON shape:
     {"source": "http://prometheus:9090", "unreachable": null,
      "series": {"oom_kills": {"query": "...", "unit": "count", "kind": "counter", "points": [[t, v], ...]}},
-     "errors": {"kv_cache_usage": "bad_data: parse error at char 5 ..."}}
+     "errors": {"kv_cache_usage": "bad_data: parse error at char 5 ..."}, "grace": 60.0}
+
+`grace` is the scrape interval of the source (seconds): an event at the end of a window shows up to one
+interval later, so event counts read [start, end + grace] (kfchaos.metrics.oom.count).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from numpy.typing import NDArray
 from kfchaos.errors import KfchaosError
 
 SeriesKind = Literal["counter", "gauge"]
+DEFAULT_GRACE = 60.0  # Prometheus's default scrape_interval (1m) where the source's own is unknown
 
 
 class SnapshotError(KfchaosError):
@@ -75,6 +79,7 @@ class MetricsSnapshot:
     series: dict[str, Series] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     unreachable: str | None = None
+    grace: float = DEFAULT_GRACE
 
     def missing(self, name: str) -> str | None:
         """Why series `name` cannot be used, or None when it can."""
@@ -105,6 +110,7 @@ class MetricsSnapshot:
                 for name, s in self.series.items()
             },
             "errors": dict(self.errors),
+            "grace": self.grace,
         }
 
     def write(self, path: str | Path) -> None:
@@ -114,7 +120,7 @@ class MetricsSnapshot:
     def from_dict(cls, data: Any, source_file: str = "metrics") -> MetricsSnapshot:
         if not isinstance(data, dict):
             raise SnapshotError(f"{source_file}: expected a JSON object with 'series', got {type(data).__name__}")
-        unknown = sorted(set(data) - {"source", "unreachable", "series", "errors"})
+        unknown = sorted(set(data) - {"source", "unreachable", "series", "errors", "grace"})
         if unknown:
             raise SnapshotError(f"{source_file}: unknown field(s) {', '.join(unknown)}")
         series: dict[str, Series] = {}
@@ -142,11 +148,15 @@ class MetricsSnapshot:
         if not isinstance(errors, dict):
             raise SnapshotError(f"{source_file}: errors must be an object of name -> message")
         unreachable = data.get("unreachable")
+        grace = data.get("grace", DEFAULT_GRACE)
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= 3600:
+            raise SnapshotError(f"{source_file}: grace must be seconds between 0 and 3600, got {grace!r}")
         return cls(
             str(data.get("source", "")),
             series,
             {str(k): str(v) for k, v in errors.items()},
             unreachable and str(unreachable),
+            float(grace),
         )
 
     @classmethod

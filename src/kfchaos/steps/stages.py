@@ -49,7 +49,10 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
     import tempfile
     from pathlib import Path
 
+    from kfchaos.kfp.targetsecret import require_target_credential
+
     experiment = experiment_from_text(experiment_text)
+    require_target_credential(experiment)  # before any fault: a missing token is a clear stop, not 401s
     first = experiment.spec.traffic.stages[0]
     probe = min(experiment.spec.traffic.warmup or 60.0, experiment.spec.traffic.stage_duration)
     with tempfile.TemporaryDirectory(prefix="kfchaos-steady-") as tmp:

@@ -2,10 +2,12 @@
 
 One coroutine walks the plan's schedule and writes each request when its time comes, from a plain
 call (no task per request) onto an idle keep-alive connection, or a new one. Responses end in callbacks
-that write a record. The send time is taken when the bytes are handed to the socket, so the lag
-(sent - intended) is the replayer's own delay; latency is recorded from both times, which makes
-coordinated omission visible instead of hiding it. When `concurrency_limit` requests are in flight,
-a due request is dropped and recorded as `dropped`, never queued (queueing would bend the schedule).
+that write a record. The send time is taken when the request is handed to the connection pool, before a
+connection is opened for it, so the lag (sent - intended) is the replayer's own delay, and connection setup
+(recorded per request as `connect`) is part of the latency, as it is for a client; latency is recorded from
+both times, which makes coordinated omission visible instead of hiding it. When `concurrency_limit`
+requests are in flight, a due request is dropped and recorded as `dropped`, never queued (queueing would
+bend the schedule).
 
 Timing: uvloop timers have 1 ms resolution, so the scheduler sleeps until ~1 ms before a request is due
 and then yields to the event loop (handling I/O) until the due time. Time comes from the loop's
@@ -19,6 +21,7 @@ import contextlib
 import gc
 import math
 import resource
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -49,6 +52,7 @@ class StageResult:
     table: pa.Table
     report: SourceReport
     path: Path | None = None
+    interrupted: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the stage, when `signals` was on
 
 
 def _itl(gaps: list[float]) -> tuple[float, float, float]:
@@ -155,6 +159,7 @@ class _Stage:
             planned.record_id, exchange.trace_id, intended + self.epoch, sent + self.epoch if sent else math.nan,
             status, error, latency, ttft, itl, tpot, prompt_tokens, output_tokens,
             exchange.bytes_sent if sent else -1, exchange.bytes_received, request.long_context, active,
+            exchange.connect if sent else math.nan,
         )  # fmt: skip
 
     def _sweep(self) -> None:
@@ -211,12 +216,20 @@ class _Stage:
         clock, start = self.clock, self.start
         since_yield = 0
         sleep = asyncio.sleep
+        # The plan ends at the duration; this is the engine's own bound on it, whatever a source yields.
+        end = self.settings.duration if self.settings.duration is not None else math.inf
         for planned in self.plan.schedule():
+            if not planned.offset < end:
+                return
             due = start + planned.offset
             wait = due - clock()
             if wait > 0:
                 if wait > 2 * SPIN:
-                    await sleep(wait - SPIN)
+                    if stop is None:
+                        await sleep(wait - SPIN)
+                    else:  # a stop (signal, abort) must not wait for a request due minutes from now
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), wait - SPIN)
                 while clock() < due:
                     await sleep(0)
                 since_yield = 0
@@ -306,14 +319,41 @@ def raise_open_file_limit(needed: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def run_stage(plan: ReplayPlan, target: str, out: str | Path | None = None, **options: object) -> StageResult:
-    """Synchronous `replay` on a fresh uvloop; writes the records to `out` (Parquet) when given."""
+def run_stage(
+    plan: ReplayPlan, target: str, out: str | Path | None = None, *, signals: bool = False, **options: object
+) -> StageResult:
+    """Synchronous `replay` on a fresh uvloop; writes the records to `out` (Parquet) when given.
+
+    `signals` (the `kfchaos replay` command): SIGINT and SIGTERM stop the stage as an abort does, the records
+    taken until then are returned (and written), and `result.interrupted` names the signal. Off by default:
+    a pipeline step must die on SIGTERM, not report a shortened stage as complete.
+    """
     raise_open_file_limit(plan.settings.concurrency_limit)
     loop = new_event_loop()
+    caught: list[int] = []
+    if signals:
+        stop = options.get("stop")
+        if not isinstance(stop, asyncio.Event):
+            stop = options["stop"] = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+
+            def handler(signum: int = signum, stop: asyncio.Event = stop) -> None:
+                caught.append(signum)
+                stop.set()
+
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                loop.add_signal_handler(signum, handler)
     try:
         result = loop.run_until_complete(replay(plan, target, **options))  # type: ignore[arg-type]
     finally:
+        if signals:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                    loop.remove_signal_handler(signum)
         loop.close()
+    if caught:
+        result.interrupted = caught[0]
+        result.summary.notes.append(f"stopped by {signal.Signals(caught[0]).name}")
     if out is not None:
         result.path = write_parquet(result.table, out)
     return result

@@ -5,11 +5,21 @@ caps a Python load generator near 9k requests/s and, worse, ties the send time t
 Here a request is written to an idle connection from a plain callback; responses are parsed by
 httptools (llhttp, as in uvicorn) and reported back through the `Exchange` object. One request at a
 time per connection (no pipelining); new connections are opened on demand.
+
+Times: `sent` is when the engine starts the request (hands it to the pool), before any connection is
+opened for it, so the time to open one (TCP, TLS) is part of its latency and TTFT, as in vLLM's benchmark
+client (vllm/benchmarks/lib/endpoint_request_func.py takes `st = time.perf_counter()` before
+`session.post`), and never part of the send lag, which measures the scheduler alone. `connect` is the
+seconds spent opening connections for this request: 0 on a kept-alive connection.
+
+An answer is bounded: more than MAX_RESPONSE_BYTES, or anything the parsers refuse, ends that request as a
+protocol error and closes its connection; the per-request timeout bounds the time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -20,7 +30,12 @@ from urllib.parse import urlsplit
 import httptools
 
 from kfchaos.errors import KfchaosError
+from kfchaos.traffic.bounds import MAX_RESPONSE_BYTES
+from kfchaos.traffic.httpsyntax import encode_path
 from kfchaos.traffic.sse import SseError, SseTimer
+
+# A DNS name, IPv4 address or (urlsplit strips the brackets) IPv6 address: nothing that could break a line.
+_HOST = re.compile(r"[A-Za-z0-9._:%-]{1,253}")
 
 
 @dataclass(frozen=True)
@@ -37,14 +52,23 @@ class Target:
 
 
 def parse_target(url: str) -> Target:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise KfchaosError(f"target {url!r} must be an http:// or https:// URL with a host")
+    """The target of `--target URL` / spec.target.url. Errors name the flag; the URL is not echoed (it may
+    carry a user:password or a query token)."""
     try:
+        parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise KfchaosError(f"target {url!r} has an invalid port") from None
-    return Target(parts.hostname, port, parts.scheme == "https", parts.path.rstrip("/"))
+    except ValueError as exc:  # 'http://[::1' (unclosed bracket), a port outside 0-65535 or not a number
+        raise KfchaosError(f"--target: not a valid URL ({exc})") from None
+    host = parts.hostname
+    if parts.scheme not in ("http", "https") or not host:
+        raise KfchaosError("--target: must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise KfchaosError("--target: credentials in the URL are not sent; use spec.target.auth")
+    if not _HOST.fullmatch(host):
+        raise KfchaosError("--target: the host has characters a host name or address cannot have")
+    if parts.query or parts.fragment:
+        raise KfchaosError("--target: give a base URL without query or fragment")
+    return Target(host, port, parts.scheme == "https", encode_path(parts.path.rstrip("/")))
 
 
 class Exchange:
@@ -54,6 +78,7 @@ class Exchange:
         "bytes_received",
         "bytes_sent",
         "complete",
+        "connect",
         "connection",
         "data",
         "ended",
@@ -73,6 +98,7 @@ class Exchange:
         self.bytes_sent = len(data)
         self.sse = sse
         self.sent = 0.0
+        self.connect = 0.0
         self.status = -1
         self.bytes_received = 0
         self.ended = 0.0
@@ -102,11 +128,14 @@ class Connection(asyncio.Protocol):
             self.close()  # bytes nobody asked for: the connection is not trustworthy any more
             return
         exchange.bytes_received += len(data)
+        if exchange.bytes_received > MAX_RESPONSE_BYTES:
+            self._fail("protocol")
+            return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
+        except (httptools.HttpParserError, SseError):  # HttpParserUpgrade and callback errors derive from it
             self._fail("protocol")
-        except (httptools.HttpParserError, SseError):
+        except Exception:  # whatever an answer does, it ends this request only, not the whole replay
             self._fail("protocol")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -147,7 +176,6 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         self.exchange = exchange
         exchange.connection = self
-        exchange.sent = self.clock()
         self.transport.write(exchange.data)
 
     def close(self) -> None:
@@ -197,7 +225,8 @@ class Pool:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def submit(self, exchange: Exchange) -> None:
-        """Send now on an idle connection, or as soon as a new one is connected."""
+        """Send now on an idle connection, or as soon as a new one is connected. The request's time starts now."""
+        exchange.sent = self.clock()
         while self.idle:
             connection = self.idle.pop()
             if connection.transport is not None and not connection.transport.is_closing():
@@ -212,6 +241,7 @@ class Pool:
 
     async def _connect_and_send(self, exchange: Exchange) -> None:
         self.connecting += 1
+        began = self.clock()
         try:
             _, connection = await self.loop.create_connection(
                 lambda: Connection(self), self.target.host, self.target.port, ssl=self.ssl
@@ -220,12 +250,15 @@ class Pool:
             if exchange.complete:
                 return
             exchange.error = "connect"
-            exchange.sent = exchange.ended = self.clock()
+            exchange.ended = self.clock()
+            exchange.connect += exchange.ended - began
+            exchange.bytes_sent = 0
             exchange.complete = True
             self.done(exchange)
             return
         finally:
             self.connecting -= 1
+        exchange.connect += self.clock() - began
         self.open += 1
         if exchange.complete:  # timed out or cancelled while connecting
             self.idle.append(connection)

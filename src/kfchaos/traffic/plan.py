@@ -15,6 +15,7 @@ import hashlib
 import heapq
 import itertools
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any, NamedTuple
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.params import LongContextBurstParams
 from kfchaos.spec import Experiment, Synthetic, load_experiment
+from kfchaos.traffic.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_TIMEOUT
 from kfchaos.traffic.formats import FORMATS, READERS
 from kfchaos.traffic.formats.sharegpt import read_sharegpt
 from kfchaos.traffic.request import TrafficRequest
@@ -100,12 +102,20 @@ class ReplaySettings:
             problems.append(f"api {self.api!r} is not one of {', '.join(APIS)}")
         if self.api != "http" and not self.model:
             problems.append(f"api {self.api} needs a model name")
-        if self.speed <= 0 or self.rate_scale <= 0 or self.prompt_rate <= 0:
-            problems.append("speed, rate_scale and prompt_rate must be above zero")
+        # `not 0 < x <= max` also refuses NaN (every comparison with NaN is false) and infinity.
+        for name in ("speed", "rate_scale", "prompt_rate"):
+            if not 0 < getattr(self, name) <= MAX_FACTOR:
+                problems.append(f"{name} must be a number above 0 and at most {MAX_FACTOR:g}")
         if self.synthetic is not None and self.duration is None:
             problems.append("synthetic traffic needs a duration (it never ends by itself)")
-        if self.duration is not None and self.duration <= 0:
-            problems.append("duration must be above zero")
+        if self.duration is not None and not 0 < self.duration <= MAX_DURATION:
+            problems.append(f"duration must be above zero and at most {MAX_DURATION:g} s")
+        if not 0 < self.timeout <= MAX_TIMEOUT:
+            problems.append(f"timeout must be above zero and at most {MAX_TIMEOUT:g} s")
+        if not 1 <= self.concurrency_limit <= MAX_CONCURRENCY:
+            problems.append(f"concurrency_limit must be from 1 to {MAX_CONCURRENCY}")
+        if not 0 <= self.max_send_lag_p99 < math.inf:
+            problems.append("max_send_lag_p99 must be a finite duration")
         if problems:
             raise KfchaosError("replay settings: " + "; ".join(problems))
 
@@ -194,7 +204,10 @@ class ReplayPlan:
 
     def _recorded(self) -> Iterator[Planned]:
         s = self.settings
-        fraction, scale, end = s.fraction, s.time_scale, s.duration
+        fraction, scale = s.fraction, s.time_scale
+        # Without a duration the recording plays once, but never longer than one stage may last: a timestamp
+        # years after the first would otherwise keep the replay waiting for it.
+        end = s.duration if s.duration is not None else MAX_DURATION
         everything = fraction >= 1.0 and s.shards == 1  # no hashing needed to keep every request
         t0: float | None = None
         span = 0.0
@@ -208,16 +221,20 @@ class ReplayPlan:
                 count += 1
                 last = request.timestamp - t0
                 offset = (lap * span + last) / scale
-                if end is not None and offset >= end:
+                # `not offset < end`: a NaN offset (which the readers refuse) would end the stage, not loop it.
+                if not offset < end:
                     return
                 if everything or select(request.id, s.seed, fraction, s.shard, s.shards):
                     yield Planned(offset, request, request.id if lap == 0 else f"{request.id}~{lap}")
             if lap == 0:
                 if count == 0 or s.synthetic is not None:
                     return
-                # One mean gap after the last request, so the seam of the loop keeps the recorded rate.
+                # One mean gap after the last request, so the seam of the loop keeps the recorded rate. A
+                # recording of one instant (all timestamps equal) loops once a second, never in zero time.
                 span = last + (last / (count - 1) if count > 1 else 1.0)
-            if not s.loop or end is None:
+                if not span > 0:
+                    span = 1.0
+            if not s.loop or s.duration is None:
                 return
 
     def _bursts(self) -> Iterator[Planned]:

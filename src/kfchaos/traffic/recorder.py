@@ -45,6 +45,7 @@ class Recorder:
         self.output_tokens = array("i")
         self.bytes_sent = array("q")  # -1: not sent
         self.bytes_received = array("q")
+        self.connect = array("d")
 
     def __len__(self) -> int:
         return len(self.intended)
@@ -67,6 +68,7 @@ class Recorder:
         bytes_received: int = -1,
         long_context: bool = False,
         fault_active: bool = False,
+        connect: float = NAN,
     ) -> None:
         self.ids += record_id.encode()
         self.id_ends.append(len(self.ids))
@@ -87,6 +89,7 @@ class Recorder:
         self.output_tokens.append(output_tokens)
         self.bytes_sent.append(bytes_sent)
         self.bytes_received.append(bytes_received)
+        self.connect.append(connect)
 
     def nbytes(self) -> int:
         """Memory held by the columns (for the bytes-per-record benchmark)."""
@@ -141,6 +144,7 @@ class Recorder:
             "long_context": pa.array(
                 np.frombuffer(self.long_context, dtype=np.int8).astype(bool) if n else [], pa.bool_()
             ),
+            "connect": floats(self.connect),
         }
         table = pa.table([columns[name] for name in REQUEST_SCHEMA.names], schema=REQUEST_SCHEMA)
         return table.sort_by("intended")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from kfchaos.traffic.bounds import MAX_LINE_BYTES
+
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_SAMPLES = 20  # malformed lines quoted in a report; the count covers all of them
 
@@ -79,15 +81,24 @@ def open_binary(path: str | Path) -> Iterator[IO[bytes]]:
             yield raw
 
 
-def iter_lines(path: str | Path, report: SourceReport, keep_ends: bool = False) -> Iterator[tuple[int, bytes]]:
-    """(line number, line without its newline unless keep_ends), streamed. A truncated gzip stream ends the
-    file as malformed."""
+def iter_lines(
+    path: str | Path, report: SourceReport, keep_ends: bool = False, limit: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes]]:
+    """(line number, line without its newline unless keep_ends), streamed. A line longer than `limit` bytes
+    is skipped as malformed (read past in pieces, never held whole). A truncated gzip stream ends the file
+    as malformed."""
     number = 0
     with open_binary(path) as stream:
         try:
-            for number, line in enumerate(stream, start=1):
+            while line := stream.readline(limit + 1):
+                number += 1
                 report.lines = number
+                if len(line) > limit and not line.endswith(b"\n"):
+                    while (rest := stream.readline(limit + 1)) and not rest.endswith(b"\n"):
+                        pass
+                    report.skip(number, f"line longer than {limit} bytes")
+                    continue
                 yield number, line if keep_ends else line.rstrip(b"\r\n")
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             report.truncated = True
-            report.skip(number + 1, f"file ends early or is corrupt ({exc}); rest of the file ignored")
+            report.skip(number + 1, f"file ends early or is corrupt ({type(exc).__name__}); rest of the file ignored")

@@ -2,15 +2,23 @@
 
 Fed body bytes as they arrive (already de-chunked by the HTTP parser), with the arrival time. Events are
 split on blank lines, `:` comment lines are ignored, `data: [DONE]` ends the stream. A chunk counts as a
-token chunk when it carries non-empty `choices[0].text` (completions) or `choices[0].delta.content` /
-`reasoning_content` (chat); the final `usage` object gives the token counts. Timings are kept as the
-first and last token-chunk times and the gaps between token chunks (for ITL statistics).
+token chunk when it carries generated output: non-empty `choices[0].text` (completions), or in
+`choices[0].delta` (chat) a non-empty `content`, `reasoning` (vLLM's current name, vllm-project/vllm#27755),
+`reasoning_content` (its older name) or `tool_calls`. The final `usage` object gives the token counts.
+Timings are kept as the first and last token-chunk times and the gaps between token chunks (for ITL).
+
+The target's answer is hostile input: anything that is not that shape (a non-object chunk, `choices` not
+a list, a token count that is not an integer from 0 to 2^31-1, an event over MAX_SSE_EVENT_BYTES, JSON
+nested deeper than MAX_JSON_DEPTH) raises SseError, which records that one request as a protocol error.
+Messages never quote the payload (it may echo the prompt).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from kfchaos.traffic.bounds import MAX_SSE_EVENT_BYTES, MAX_TOKENS, json_depth_ok
 
 
 class SseError(Exception):
@@ -36,31 +44,45 @@ class SseTimer:
             buffer = buffer.replace(b"\r\n", b"\n")
         events = buffer.split(b"\n\n")
         self.buffer = events.pop()  # the incomplete tail, if any
+        if len(self.buffer) > MAX_SSE_EVENT_BYTES:
+            raise SseError(f"an event longer than {MAX_SSE_EVENT_BYTES} bytes")
         for event in events:
             for line in event.split(b"\n"):
                 if line.startswith(b"data:"):
                     self._data(line[5:].strip(), now)
                 elif line and not line.startswith(b":") and b":" not in line:
-                    raise SseError(f"not an SSE field line: {line[:60]!r}")
+                    raise SseError("not an SSE field line")
 
     def _data(self, payload: bytes, now: float) -> None:
         if payload == b"[DONE]":
             self.done = True
             return
+        if len(payload) > MAX_SSE_EVENT_BYTES or not json_depth_ok(payload):
+            raise SseError("data is too large or nested too deep")
         try:
             chunk: Any = json.loads(payload)
-        except ValueError:
-            raise SseError(f"data is not JSON: {payload[:60]!r}") from None
+        except (ValueError, RecursionError):
+            raise SseError("data is not JSON") from None
         if not isinstance(chunk, dict):
             raise SseError("data is not a JSON object")
-        if "error" in chunk and not chunk.get("choices"):
-            raise SseError(f"server sent an error event: {str(chunk['error'])[:100]}")
         choices = chunk.get("choices")
+        if "error" in chunk and not choices:
+            raise SseError("server sent an error event")
+        if choices is not None and not isinstance(choices, list):
+            raise SseError("choices is not a list")
         if choices:
             choice = choices[0]
+            if not isinstance(choice, dict):
+                raise SseError("choices[0] is not an object")
             delta = choice.get("delta")
-            text = delta.get("content") or delta.get("reasoning_content") if delta else choice.get("text")
-            if text:
+            if delta is not None:
+                if not isinstance(delta, dict):
+                    raise SseError("choices[0].delta is not an object")
+                token = _carries_output(delta)
+            else:
+                text = choice.get("text")
+                token = isinstance(text, str) and text != ""
+            if token:
                 if self.last is None:
                     self.first = now
                 else:
@@ -68,9 +90,15 @@ class SseTimer:
                 self.last = now
                 self.chunks += 1
         usage = chunk.get("usage")
-        if usage:
-            self.completion_tokens = usage.get("completion_tokens")
-            self.prompt_tokens = usage.get("prompt_tokens")
+        if usage is not None:
+            if not isinstance(usage, dict):
+                raise SseError("usage is not an object")
+            completion = _count(usage, "completion_tokens")
+            prompt = _count(usage, "prompt_tokens")
+            if completion is not None:
+                self.completion_tokens = completion
+            if prompt is not None:
+                self.prompt_tokens = prompt
 
     def finish(self, now: float) -> None:
         """At the end of the body: a last event without its blank line still counts."""
@@ -81,3 +109,25 @@ class SseTimer:
     @property
     def output_tokens(self) -> int | None:
         return self.completion_tokens if self.completion_tokens is not None else (self.chunks or None)
+
+
+def _carries_output(delta: dict[str, Any]) -> bool:
+    for key in ("content", "reasoning", "reasoning_content"):
+        value = delta.get(key)
+        if value is not None and not isinstance(value, str):
+            raise SseError(f"delta.{key} is not text")
+        if value:
+            return True
+    tool_calls = delta.get("tool_calls")
+    if tool_calls is not None and not isinstance(tool_calls, list):
+        raise SseError("delta.tool_calls is not a list")
+    return bool(tool_calls)
+
+
+def _count(usage: dict[str, Any], key: str) -> int | None:
+    value = usage.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_TOKENS:
+        raise SseError(f"usage.{key} is not a token count from 0 to {MAX_TOKENS}")
+    return value

@@ -54,7 +54,9 @@ class StageSummary:
     latency_intended: dict[str, float] | None  # from intended send time: coordinated omission shows here
     send_lag: dict[str, float] | None
     ttft: dict[str, float] | None = None
-    itl_p99: dict[str, float] | None = None  # distribution of each request's own p99 inter-token gap
+    # Distribution over requests of each request's own p99 inter-token gap (so its p99 is "the p99 of per-request
+    # p99s", close to each request's worst gap): not vLLM bench's ITL p99, which pools every gap of every request.
+    itl_request_p99: dict[str, float] | None = None
     tpot: dict[str, float] | None = None
     output_tokens: int = 0
     output_tokens_per_s: float = 0.0
@@ -66,6 +68,12 @@ class StageSummary:
     plan_hash: str | None = None
     source: dict[str, Any] | None = None  # the SourceReport: lines read, malformed lines with numbers
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def answered(self) -> bool:
+        """Whether any request got a response: against a dead port every request is a connect error, and a
+        stage that measured nothing must not read as a valid replay (`kfchaos replay` exits 2)."""
+        return self.completed > 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,7 +153,7 @@ def summarize(
         ttft, tpot = _column(table, "ttft"), _column(table, "tpot")
         tokens = _column(table, "output_tokens")
         summary.ttft = distribution(ttft)
-        summary.itl_p99 = distribution(_column(table, "itl_p99"))
+        summary.itl_request_p99 = distribution(_column(table, "itl_p99"))
         summary.tpot = distribution(tpot)
         summary.output_tokens = int(np.nansum(tokens))
         summary.output_tokens_per_s = rate(summary.output_tokens)

@@ -4,6 +4,9 @@ Every request carries `X-Traffic-Stage: stage-N`, a unique `X-Trace-ID` (32 hex 
 `traceparent` with the same trace id, so traces, logs and the per-request records join on one key.
 Authorization and Cookie headers from a recording are dropped unless the experiment allows them; the
 target's own credential comes from an environment variable, is added last, and is never logged.
+Names are compared after normalisation (surrounding whitespace removed, lower case), and a pair that is not a
+valid HTTP field (kfchaos.traffic.httpsyntax) never reaches the wire: configured ones are refused up front,
+recorded ones (which the readers already refuse) are dropped here as a last guard.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kfchaos.errors import KfchaosError
+from kfchaos.traffic.httpsyntax import header_problem
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 # Framing headers are the client's own business: a recorded value would corrupt the request.
@@ -47,8 +51,20 @@ class HeaderPolicy:
             f"allow_credentials={self.allow_credentials}, credential={'set' if self.credential else 'none'})"
         )
 
+    def __post_init__(self) -> None:
+        for name, value in self.add:
+            problem = header_problem(name, value)
+            if problem:
+                raise KfchaosError(f"headers to add: {problem}")
+        if self.credential:
+            if header_problem(self.credential[0], "x"):
+                raise KfchaosError("target credential: the header name is not an HTTP token")
+            if header_problem(self.credential[0], self.credential[1]):  # never quote the value
+                raise KfchaosError("target credential: the value has characters a header value cannot have")
+        object.__setattr__(self, "strip", frozenset(h.strip().lower() for h in self.strip))
+
     def drops(self, name: str) -> bool:
-        lower = name.lower()
+        lower = name.strip().lower()
         return (
             lower in HOP_HEADERS or lower in self.strip or (lower in CREDENTIAL_HEADERS and not self.allow_credentials)
         )
@@ -58,7 +74,11 @@ class HeaderPolicy:
         replaced = {name.lower() for name, _ in self.add}
         if self.credential:
             replaced.add(self.credential[0].lower())
-        out = [(n, v) for n, v in recorded if not self.drops(n) and n.lower() not in replaced]
+        out = [
+            (n, v)
+            for n, v in recorded
+            if not self.drops(n) and n.strip().lower() not in replaced and header_problem(n, v) is None
+        ]
         out.extend(self.add)
         if self.credential:
             out.append(self.credential)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kfchaos.traffic.httpsyntax import encode_path
 from kfchaos.traffic.plan import API_PATHS
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.tagging import STAGE_HEADER, TRACE_HEADER, HeaderPolicy, traceparent
@@ -110,9 +111,11 @@ class RequestBuilder:
 
     def build(self, request: TrafficRequest, trace_id: bytes) -> bytes:
         path, body, is_json = self.body(request)
+        method = request.method if self.api == "http" else "POST"
         trace = trace_id.hex()
         head = [
-            f"{request.method if self.api == 'http' else 'POST'} {self.base_path}{path} HTTP/1.1\r\n".encode("latin-1"),
+            # encode_path is idempotent on the readers' already-encoded paths: a last guard for the request line.
+            f"{method} {self.base_path}{encode_path(path)} HTTP/1.1\r\n".encode("latin-1"),
             self.fixed,
             f"{TRACE_HEADER}: {trace}\r\ntraceparent: {traceparent(trace_id)}\r\n".encode(),
         ]

@@ -12,6 +12,8 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from kfchaos.metrics.oom import OomCount
+from kfchaos.verdict.drift import DriftReference
 from kfchaos.verdict.model import Check, Status
 from kfchaos.verdict.stats import TAIL, clopper_pearson, empirical_quantile_rank, order_statistics, quantile_ranks
 
@@ -73,26 +75,47 @@ def drift_check(
     name: str,
     values: NDArray[np.float64],
     beyond: int,
-    baseline_p99: float | None,
+    ref: DriftReference,
     drift_max: float,
     *,
     min_samples: int,
     confidence: float,
     what: str,
 ) -> Check:
-    """P99 drift against the baseline P99: the share above (1 + drift_max) x baseline decides, as in tail_check."""
-    if baseline_p99 is None or not math.isfinite(baseline_p99) or baseline_p99 <= 0:
-        return Check(
-            name, Status.INCONCLUSIVE, f"no baseline P99 for {what}: nothing to compare with", threshold=drift_max
-        )
-    limit = (1.0 + drift_max) * baseline_p99
-    tail = tail_check(name, values, beyond, limit, min_samples=min_samples, confidence=confidence, what=what)
-    value = None if tail.value is None else tail.value / baseline_p99 - 1.0
-    interval = (
-        None if tail.interval is None else (tail.interval[0] / baseline_p99 - 1, tail.interval[1] / baseline_p99 - 1)
-    )
-    details = {**tail.details, "baseline_p99": baseline_p99, "limit_seconds": limit, "candidate_p99": tail.value}
-    return Check(name, tail.status, tail.reason, value, drift_max, interval, tail.samples, "ratio", details=details)
+    """P99 drift against the reference P99 (kfchaos.verdict.drift): the share above (1 + drift_max) x the
+    reference decides, as in tail_check -- PASS against the reference's low end, FAIL against its high end."""
+    base = {"reference": ref.source, "baseline_p99": ref.p99}
+    if ref.problem is not None:
+        return Check(name, Status.INCONCLUSIVE, ref.problem, threshold=drift_max, details=base)
+    assert ref.p99 is not None
+
+    def against(reference: float) -> Check:
+        limit = (1.0 + drift_max) * reference
+        return tail_check(name, values, beyond, limit, min_samples=min_samples, confidence=confidence, what=what)
+
+    strict = against(ref.low)
+    loose = against(ref.high) if ref.high != ref.low else strict
+    status: Status
+    if strict.status is Status.PASS:
+        status, reason = strict.status, strict.reason
+    elif loose.status is Status.FAIL:
+        status, reason = loose.status, loose.reason
+    elif ref.high != ref.low and strict.status is Status.FAIL:
+        status = Status.INCONCLUSIVE
+        reason = f"{strict.reason}; but within the reference's own interval ({ref.source})"
+    else:
+        status, reason = strict.status, strict.reason
+    reason = f"{reason} (reference: {ref.source} {ref.p99:.4g}s)"
+    value = None if strict.value is None else strict.value / ref.p99 - 1.0
+    interval = None if strict.interval is None else (strict.interval[0] / ref.p99 - 1, strict.interval[1] / ref.p99 - 1)
+    details = {
+        **strict.details,
+        **base,
+        "reference_interval": [ref.low, ref.high],
+        "limit_seconds": (1.0 + drift_max) * ref.low,
+        "candidate_p99": strict.value,
+    }
+    return Check(name, status, reason, value, drift_max, interval, strict.samples, "ratio", details=details)
 
 
 def rate_check(name: str, count: int, total: int, limit: float, *, min_samples: int, confidence: float) -> Check:
@@ -112,20 +135,46 @@ def rate_check(name: str, count: int, total: int, limit: float, *, min_samples: 
     return Check(name, status, reason, count / total, limit, (low, high), total, "fraction", details={"count": count})
 
 
-def oom_check(kills: float | None, missing: str | None, served: int, limit: float, confidence: float) -> Check:
-    """OOM kills per request served. Kills are counted, not sampled: the observed rate decides, the interval
-    (Clopper-Pearson on kills/served) is reported for scale."""
+def oom_check(counted: OomCount | None, missing: str | None, served: int, limit: float, confidence: float) -> Check:
+    """OOM events per request served: host-memory OOM kills plus GPU OOM crashes (kfchaos.metrics.oom).
+
+    Events are counted, not sampled: the observed rate decides, the Clopper-Pearson interval on
+    events/served is reported for scale. Shown events above the limit FAIL even when some evidence is
+    missing; otherwise missing evidence (no kube-state-metrics, crashes whose logs could not be read)
+    that could carry the rate over the limit is INCONCLUSIVE.
+    """
     name = "oom_kill_rate"
-    if missing is not None or kills is None:
+    if counted is None:
         return Check(name, Status.INCONCLUSIVE, missing or "no OOM series", threshold=limit, unit="fraction")
     if served == 0:
         return Check(name, Status.INCONCLUSIVE, "no requests sent", threshold=limit, unit="fraction")
-    count = round(kills)
+    host, gpu, unread = round(counted.host_kills), round(counted.gpu), round(counted.unread)
+    count = host + gpu
     rate = count / served
     interval = clopper_pearson(min(count, served), served, confidence)
-    status = Status.PASS if rate <= limit else Status.FAIL
-    reason = f"{count} OOM kill(s) / {served} requests = {100 * rate:.4g}% vs {100 * limit:g}%"
-    return Check(name, status, reason, rate, limit, interval, served, "fraction", details={"oom_kills": count})
+    details = {
+        "oom_kills": count,
+        "host_oom_kills": host,
+        "host_oom_kills_kube_state_metrics": None if counted.host is None else round(counted.host + counted.pending),
+        "host_oom_kills_cadvisor": None if counted.cadvisor is None else round(counted.cadvisor),
+        "gpu_oom_crashes": gpu,
+        "crash_restarts_unread": unread,
+    }
+    shown = f"{host} host-memory OOM kill(s) + {gpu} GPU OOM crash(es)"
+    reason = f"{shown} / {served} requests = {100 * rate:.4g}% vs {100 * limit:g}%"
+    if rate > limit:
+        status = Status.FAIL
+    elif missing or counted.missing:
+        status, reason = Status.INCONCLUSIVE, f"{reason}; cannot PASS: {missing or counted.missing}"
+    elif unread and (count + unread) / served > limit:
+        status = Status.INCONCLUSIVE
+        reason += (
+            f"; {unread} crash restart(s) whose previous log could not be read may be GPU OOMs "
+            "(grant get pods/log, or see docs/verdict.md)"
+        )
+    else:
+        status = Status.PASS
+    return Check(name, status, reason, rate, limit, interval, served, "fraction", details=details)
 
 
 # Send lag (actual minus intended send time) changes the load the target sees, not the latency measured

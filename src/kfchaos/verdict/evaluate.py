@@ -15,9 +15,10 @@ import pyarrow as pa
 
 from kfchaos.baseline import Baseline
 from kfchaos.faults.activity import MAX_UNCOVERED_SHARE, FaultActivity, coverage
-from kfchaos.metrics.names import OOM_KILLS
+from kfchaos.metrics import oom
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.spec import Experiment, Slo
+from kfchaos.verdict import drift
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
@@ -42,11 +43,10 @@ def _oom(
         return oom_check(
             None, "no metrics given: OOM kills unknown (pass --metrics)", served, slo.oom_kill_rate_max, slo.confidence
         )
-    why = metrics.missing(OOM_KILLS)
-    kills = None if why else metrics.series[OOM_KILLS].increase(*window)
-    if why is None and kills is None:
-        why = f"series {OOM_KILLS} has fewer than two points around the stage window"
-    return oom_check(kills, why, served, slo.oom_kill_rate_max, slo.confidence)
+    counted = oom.count(metrics, window[0], window[1], metrics.grace)
+    if counted.host is None and counted.cadvisor is None:
+        return oom_check(None, counted.missing, served, slo.oom_kill_rate_max, slo.confidence)
+    return oom_check(counted, None, served, slo.oom_kill_rate_max, slo.confidence)
 
 
 def stage_checks(
@@ -78,13 +78,12 @@ def stage_checks(
     checks = list(stage_gate.checks)
     checks += coverage_checks(fault_activity, window)
     latency, beyond = _tail_sample(requests, requests.latency)
-    base_p99 = baseline.p99("latency_p99") if baseline else None
     checks.append(
         drift_check(
             "p99_drift",
             latency,
             beyond,
-            base_p99,
+            drift.reference(baseline, stage, slo.p99_drift_max),
             slo.p99_drift_max,
             what="latency",
             min_samples=samples,
@@ -118,7 +117,9 @@ def stage_checks(
     checks.append(_oom(requests, window, metrics, slo, served))
     for name, limit, column, what in (
         ("ttft_p99", slo.ttft_p99_max, requests.ttft, "time to first token"),
-        ("itl_p99", slo.itl_p99_max, requests.itl_p99, "inter-token latency"),
+        # The p99 over requests of each request's own p99 gap (near each request's worst gap), compared with
+        # spec.slo.itl_p99_max: not the pooled ITL p99 of vLLM bench or the catalog's `itl_p99` (issue 11 §5).
+        ("itl_request_p99", slo.itl_p99_max, requests.itl_p99, "per-request p99 inter-token latency"),
         ("tpot_p99", slo.tpot_p99_max, requests.tpot, "time per output token"),
     ):
         if limit is None:

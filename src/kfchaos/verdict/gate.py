@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from kfchaos.metrics.names import DEPENDENCY_PREFIX, OOM_KILLS
+from kfchaos.metrics import oom
+from kfchaos.metrics.names import DEPENDENCY_PREFIX
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.spec import AbortRule
 from kfchaos.verdict.checks import replay_check
@@ -48,6 +49,17 @@ def _series_per_window(
     return values
 
 
+def _oom_per_window(snapshot: MetricsSnapshot, grid: Windows) -> NDArray[np.float64]:
+    """OOM events shown in each window (host kills + GPU OOM crashes, kfchaos.metrics.oom). No grace here:
+    each event falls in exactly one window, so one kill cannot trip `consecutive` windows on its own."""
+    values = np.full(len(grid), np.nan)
+    for index in range(len(grid)):
+        counted = oom.count(snapshot, *grid.bounds(index), grace=0.0)
+        if counted.host is not None or counted.cadvisor is not None:
+            values[index] = counted.known
+    return values
+
+
 def _rule_values(
     rule: AbortRule, grid: Windows, metrics: MetricsSnapshot | None
 ) -> tuple[NDArray[np.float64] | None, str | None]:
@@ -62,8 +74,8 @@ def _rule_values(
         return grid.ttft_p99, None
     snapshot = metrics or MetricsSnapshot()
     if rule.metric == "oom_kills":
-        why = snapshot.missing(OOM_KILLS)
-        return (None, why) if why else (_series_per_window(snapshot, [OOM_KILLS], grid, counter=True), None)
+        why = snapshot.missing(oom.HOST_OOM)
+        return (None, why) if why else (_oom_per_window(snapshot, grid), None)
     # dependency_p99: one gauge per dependency, named dependency_p99:<name>
     if rule.dependency == "any":
         names = sorted(n for n in snapshot.series if n.startswith(DEPENDENCY_PREFIX))

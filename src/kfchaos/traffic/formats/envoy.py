@@ -16,7 +16,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from kfchaos.traffic.bounds import json_depth_ok
 from kfchaos.traffic.formats.jsonl import parse_timestamp
+from kfchaos.traffic.httpsyntax import encode_path, is_token
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, iter_lines
 
@@ -33,7 +35,7 @@ def read_envoy(path: str | Path, report: SourceReport) -> Iterator[TrafficReques
         text = raw.decode("utf-8", "replace")
         try:
             request = _from_json(text, line) if text.lstrip().startswith("{") else _from_text(text, line)
-        except ValueError as exc:
+        except ValueError as exc:  # messages name the field, never its value
             report.skip(line, str(exc))
             continue
         report.records += 1
@@ -45,18 +47,24 @@ def _from_text(text: str, line: int) -> TrafficRequest:
     if not match:
         raise ValueError("not an Envoy default-format access log line")
     if not match["path"].startswith("/"):
-        raise ValueError(f"request path {match['path']!r} does not start with /")
+        raise ValueError("request path does not start with /")
     request_id = match["id"] if match["id"] not in ("", "-") else f"line-{line}"
-    return TrafficRequest(
-        id=request_id, timestamp=parse_timestamp(match["time"]), method=match["method"], path=match["path"]
-    )
+    try:
+        timestamp = parse_timestamp(match["time"])
+    except ValueError as exc:
+        raise ValueError(f"start time: {exc}") from None
+    return TrafficRequest(id=request_id, timestamp=timestamp, method=match["method"], path=encode_path(match["path"]))
 
 
 def _from_json(text: str, line: int) -> TrafficRequest:
+    if not json_depth_ok(text):
+        raise ValueError("JSON nested too deep")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
     if not isinstance(data, dict):
         raise ValueError("line is not a JSON object")
     missing = [k for k in ("start_time", "method") if k not in data]
@@ -66,8 +74,13 @@ def _from_json(text: str, line: int) -> TrafficRequest:
     if missing:
         raise ValueError(f"missing field(s) {', '.join(missing)}")
     if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError(f"field path {path!r} does not start with /")
+        raise ValueError("field path: must be text starting with /")
+    method = data["method"]
+    if not isinstance(method, str) or not is_token(method):
+        raise ValueError("field method: not an HTTP method token")
+    try:
+        timestamp = parse_timestamp(data["start_time"])
+    except ValueError as exc:
+        raise ValueError(f"field start_time: {exc}") from None
     request_id = data.get("x-request-id") or data.get("request_id") or f"line-{line}"
-    return TrafficRequest(
-        id=str(request_id), timestamp=parse_timestamp(data["start_time"]), method=str(data["method"]), path=path
-    )
+    return TrafficRequest(id=str(request_id), timestamp=timestamp, method=method, path=encode_path(path))

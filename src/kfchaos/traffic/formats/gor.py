@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from kfchaos.traffic.bounds import MAX_TIMESTAMP
+from kfchaos.traffic.httpsyntax import encode_path, header_problem, is_token
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, iter_lines
 
@@ -42,6 +44,9 @@ def _record(lines: list[bytes], start: int, report: SourceReport) -> TrafficRequ
     if len(meta) < 3 or not meta[2].isdigit():
         report.skip(start, "GoReplay meta line must be 'TYPE ID TIMESTAMP_NS [LATENCY]'")
         return None
+    if len(meta[2]) > 21 or int(meta[2]) / 1e9 > MAX_TIMESTAMP:  # 21 digits: past year 9999 in ns anyway
+        report.skip(start, "GoReplay timestamp is out of range (epoch nanoseconds up to year 9999)")
+        return None
     if meta[0] != b"1":
         return None  # responses (2, 3) are not replayed; skipping them is not an error
     payload = b"".join(lines[1:])
@@ -55,20 +60,29 @@ def _record(lines: list[bytes], start: int, report: SourceReport) -> TrafficRequ
     if len(request_line) != 3 or not request_line[2].startswith(b"HTTP/") or not request_line[1].startswith(b"/"):
         report.skip(start + 1, "GoReplay payload does not start with an HTTP request line")
         return None
+    method = request_line[0].decode("latin-1")
+    if not is_token(method):
+        report.skip(start + 1, "GoReplay request method is not an HTTP token")
+        return None
     headers: list[tuple[str, str]] = []
     for header in head_lines[1:]:
         name, colon, value = header.partition(b":")
         if not colon:
-            report.skip(start + 1, f"malformed header line {header[:60]!r}")
+            report.skip(start + 1, "malformed header line (no colon)")
             return None
-        if name.strip().lower() not in _SKIP_HEADERS:
-            headers.append((name.strip().decode("latin-1"), value.strip().decode("latin-1")))
+        text_name, text_value = name.decode("latin-1"), value.strip(b" \t").decode("latin-1")
+        problem = header_problem(text_name, text_value)  # "Name :" is a framing attack (RFC 9112 5.1): refused
+        if problem:
+            report.skip(start + 1, problem)
+            return None
+        if text_name.lower().encode() not in _SKIP_HEADERS:
+            headers.append((text_name, text_value))
     report.records += 1
     return TrafficRequest(
         id=meta[1].decode("latin-1"),
         timestamp=int(meta[2]) / 1e9,
-        method=request_line[0].decode("latin-1"),
-        path=request_line[1].decode("latin-1"),
+        method=method,
+        path=encode_path(request_line[1]),
         headers=tuple(headers),
         body=body,
     )

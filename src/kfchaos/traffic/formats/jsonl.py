@@ -5,6 +5,10 @@
 
 `timestamp` is epoch seconds (number) or RFC 3339 text; `body` is a JSON value (sent as JSON), a string
 (sent as is), or absent; `body_base64` carries binary bodies. `id` defaults to `line-N`.
+
+A line that cannot be sent as valid HTTP (a non-finite or out-of-range timestamp, a method that is not a
+token, a header name or value outside RFC 9110) is skipped with its reason; the reason names the field,
+never its value (values may hold credentials). Paths are percent-encoded (kfchaos.traffic.httpsyntax).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from kfchaos.traffic.bounds import MAX_TIMESTAMP, finite_timestamp, json_depth_ok
+from kfchaos.traffic.httpsyntax import encode_path, header_problem
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, iter_lines
 
@@ -24,21 +30,29 @@ _METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
 
 
 def parse_timestamp(value: Any) -> float:
-    if type(value) is float:
-        return value
+    """Epoch seconds from a number or RFC 3339 text; ValueError (naming no value) when not finite or outside
+    0 .. year 9999."""
     if isinstance(value, bool):
         raise ValueError("timestamp must be a number or RFC 3339 text, not a boolean")
+    if isinstance(value, int) and not -MAX_TIMESTAMP <= value <= MAX_TIMESTAMP:
+        raise ValueError("timestamp is out of range (epoch seconds up to year 9999)")  # float() would overflow
     if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
+        seconds = float(value)
+    elif isinstance(value, str):
+        if len(value) > 64:
+            raise ValueError("timestamp text is too long for RFC 3339")
         try:
             moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise ValueError(f"timestamp {value!r} is not RFC 3339") from None
+            raise ValueError("timestamp is not RFC 3339 text") from None
         if moment.tzinfo is None:
-            raise ValueError(f"timestamp {value!r} has no time zone")
-        return moment.timestamp()
-    raise ValueError("timestamp must be a number or RFC 3339 text")
+            raise ValueError("timestamp has no time zone")
+        seconds = moment.timestamp()
+    else:
+        raise ValueError("timestamp must be a number or RFC 3339 text")
+    if not finite_timestamp(seconds):
+        raise ValueError("timestamp must be finite epoch seconds from 0 to year 9999")
+    return seconds
 
 
 def parse_record(data: Any, line: int) -> TrafficRequest:
@@ -46,21 +60,27 @@ def parse_record(data: Any, line: int) -> TrafficRequest:
         raise ValueError("line is not a JSON object")
     if "timestamp" not in data:
         raise ValueError("missing field timestamp")
-    timestamp = parse_timestamp(data["timestamp"])
+    try:
+        timestamp = parse_timestamp(data["timestamp"])
+    except ValueError as exc:
+        raise ValueError(f"field timestamp: {exc}") from None
     method = data.get("method", "GET")
-    if method not in _METHODS:
-        if not isinstance(method, str) or method.upper() not in _METHODS:
-            raise ValueError(f"field method: {method!r} is not an HTTP method")
-        method = method.upper()
+    if not isinstance(method, str) or method.upper() not in _METHODS:
+        raise ValueError(f"field method: not one of {', '.join(sorted(_METHODS))}")
+    method = method.upper()
     path = data.get("path", "/")
     if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError(f"field path: {path!r} must start with /")
+        raise ValueError("field path: must be text starting with /")
     headers = data.get("headers")
     header_items: tuple[tuple[str, str], ...] = ()
     if headers:  # the common small request has none: skip the checks
-        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        if not isinstance(headers, dict):
             raise ValueError("field headers must be an object of strings")
-        header_items = tuple((str(k), v) for k, v in headers.items())
+        for name, value in headers.items():
+            problem = header_problem(name, value)
+            if problem:
+                raise ValueError(f"field headers: {problem}")
+        header_items = tuple(headers.items())
     elif headers is not None and headers != {}:
         raise ValueError("field headers must be an object of strings")
     body: bytes
@@ -72,7 +92,7 @@ def parse_record(data: Any, line: int) -> TrafficRequest:
     elif "body" not in data or data["body"] is None:
         body = b""
     elif isinstance(data["body"], str):
-        body = data["body"].encode()
+        body = data["body"].encode("utf-8", "surrogatepass")
     else:
         body = json.dumps(data["body"], separators=(",", ":")).encode()
     request_id = data.get("id")
@@ -80,7 +100,7 @@ def parse_record(data: Any, line: int) -> TrafficRequest:
         id=request_id if type(request_id) is str else f"line-{line}" if request_id is None else str(request_id),
         timestamp=timestamp,
         method=method,
-        path=path,
+        path=encode_path(path),
         headers=header_items,
         body=body,
     )
@@ -90,13 +110,19 @@ def read_jsonl(path: str | Path, report: SourceReport) -> Iterator[TrafficReques
     for line, raw in iter_lines(path, report):
         if not raw.strip():
             continue
+        if not json_depth_ok(raw):
+            report.skip(line, "JSON nested too deep")
+            continue
         try:
             request = parse_record(json.loads(raw), line)
         except json.JSONDecodeError as exc:
             report.skip(line, f"invalid JSON: {exc.msg} at column {exc.colno}")
             continue
-        except (ValueError, UnicodeDecodeError) as exc:
-            report.skip(line, str(exc))
+        except UnicodeDecodeError:
+            report.skip(line, "not UTF-8 text")
+            continue
+        except (ValueError, RecursionError) as exc:
+            report.skip(line, str(exc) if isinstance(exc, ValueError) else "JSON nested too deep")
             continue
         report.records += 1
         yield request

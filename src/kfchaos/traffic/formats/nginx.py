@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+from kfchaos.traffic.bounds import finite_timestamp
+from kfchaos.traffic.httpsyntax import encode_path
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, iter_lines
 
@@ -40,10 +42,15 @@ def read_nginx(path: str | Path, report: SourceReport) -> Iterator[TrafficReques
             try:
                 timestamp = datetime.strptime(match["time"], "%d/%b/%Y:%H:%M:%S %z").timestamp()
             except ValueError:
-                report.skip(line, f"time {match['time']!r} is not dd/Mon/yyyy:HH:MM:SS +zone")
+                report.skip(line, "time is not dd/Mon/yyyy:HH:MM:SS +zone")
                 continue
+        if not finite_timestamp(timestamp):
+            report.skip(line, "time is before 1970")
+            continue
         if not match["path"].startswith("/"):
-            report.skip(line, f"request target {match['path']!r} is not a path")
+            report.skip(line, "request target is not a path")
             continue
         report.records += 1
-        yield TrafficRequest(id=f"line-{line}", timestamp=timestamp, method=match["method"], path=match["path"])
+        yield TrafficRequest(
+            id=f"line-{line}", timestamp=timestamp, method=match["method"], path=encode_path(match["path"])
+        )

@@ -4,14 +4,15 @@ Accepted shapes: a JSON array of conversations (the ShareGPT dump), or one conve
 A conversation is `{"id": ..., "conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]}`;
 the first human turn is the prompt, and the reply's length in words (a rough token count) becomes
 `max_tokens` (default 128 when there is no reply). The array is decoded one element at a time, so the
-file is never held whole.
+file is never held whole; an element over MAX_ELEMENT_BYTES, nested too deep, or not JSON is skipped and
+counted, and the file goes on.
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,13 +20,13 @@ from typing import IO, Any
 
 import numpy as np
 
+from kfchaos.traffic.bounds import MAX_ELEMENT_BYTES, MAX_JSON_DEPTH, json_depth_ok
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, open_binary
 from kfchaos.traffic.synthetic import arrival_times
 
 DEFAULT_MAX_TOKENS = 128
 _READ = 1 << 16
-_MAX_ELEMENT = 64 << 20  # one conversation larger than this is treated as a corrupt file
 
 
 def read_sharegpt(
@@ -74,60 +75,168 @@ def _elements(path: str | Path, report: SourceReport) -> Iterator[tuple[int, Any
     """(line where it starts, decoded JSON) for each array element or each line."""
     with open_binary(path) as stream:
         peek = getattr(stream, "peek", None)
-        first = peek(1)[:1] if peek else b""
-        while peek and first in (b" ", b"\n", b"\r", b"\t"):
-            stream.read(1)
-            first = peek(1)[:1]
         try:
+            first = peek(1)[:1] if peek else b""
+            while peek and first in (b" ", b"\n", b"\r", b"\t"):
+                stream.read(1)
+                first = peek(1)[:1]
             if first == b"[":
+                # Invalid UTF-8 becomes U+FFFD: a broken byte costs its conversation at most, never the file.
                 yield from _array_elements(io.TextIOWrapper(stream, encoding="utf-8", errors="replace"), report)
                 return
             yield from _line_elements(stream, report)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        except (EOFError, OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
             report.truncated = True
-            report.skip(report.lines + 1, f"file ends early or is corrupt ({exc}); rest of the file ignored")
+            report.skip(report.lines + 1, f"file ends early or is corrupt ({type(exc).__name__}); rest ignored")
+
+
+def _decode(text: str | bytes) -> Any:
+    """json.loads within the depth bound; ValueError when it is not JSON, too deep, or not UTF-8."""
+    if not json_depth_ok(text):
+        raise ValueError("JSON nested too deep")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
 
 
 def _line_elements(stream: IO[bytes], report: SourceReport) -> Iterator[tuple[int, Any]]:
-    for line, raw in enumerate(stream, start=1):
+    line = 0
+    while raw := stream.readline(MAX_ELEMENT_BYTES + 1):
+        line += 1
         report.lines = line
+        if len(raw) > MAX_ELEMENT_BYTES and not raw.endswith(b"\n"):
+            while (rest := stream.readline(MAX_ELEMENT_BYTES + 1)) and not rest.endswith(b"\n"):
+                pass
+            report.skip(line, f"conversation longer than {MAX_ELEMENT_BYTES} bytes")
+            continue
         if raw.strip():
             try:
-                yield line, json.loads(raw)
-            except json.JSONDecodeError as exc:
-                report.skip(line, f"invalid JSON: {exc.msg} at column {exc.colno}")
+                yield line, _decode(raw)
+            except ValueError as exc:
+                report.skip(line, str(exc))
+
+
+_OUTSIDE = re.compile(r'["\[\]{}]')  # what changes the nesting outside a string
+_IN_STRING = re.compile(r'["\\]')  # what ends a string or escapes the next character
+_SCALAR_END = re.compile(r"[,\]\s]")
+
+
+class _Scan:
+    """Where one JSON value ends, found across chunks without decoding it (so a huge one can be skipped)."""
+
+    __slots__ = ("deepest", "depth", "escape", "in_string")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.deepest = 0
+        self.in_string = False
+        self.escape = False
+
+    def end(self, text: str, i: int) -> int | None:
+        """The index just past the value's end in `text` from `i`, or None if it continues past the text."""
+        n = len(text)
+        while i < n:
+            if self.escape:
+                self.escape = False
+                i += 1
+                continue
+            if self.in_string:
+                found = _IN_STRING.search(text, i)
+                if found is None:
+                    return None
+                i = found.end()
+                if found.group() == "\\":
+                    self.escape = True
+                else:
+                    self.in_string = False
+                    if self.depth == 0:
+                        return i
+                continue
+            found = _OUTSIDE.search(text, i)
+            if found is None:
+                return None
+            i = found.end()
+            char = found.group()
+            if char == '"':
+                self.in_string = True
+            elif char in "[{":
+                self.depth += 1
+                self.deepest = max(self.deepest, self.depth)
+            else:
+                self.depth -= 1
+                if self.depth <= 0:
+                    return i
+        return None
 
 
 def _array_elements(stream: IO[str], report: SourceReport) -> Iterator[tuple[int, Any]]:
-    decoder = json.JSONDecoder()
+    """Each element of a top-level JSON array. An element is delimited by scanning (strings and nesting),
+    then decoded once; one longer than MAX_ELEMENT_BYTES characters or nested deeper than MAX_JSON_DEPTH is
+    skipped and counted, the rest of the file is still read. Memory: one element plus one read block."""
     buffer = stream.read(_READ)
     pos = buffer.index("[") + 1
-    line = 1 + buffer.count("\n", 0, pos)
-    eof = False
+    line = 1 + buffer.count("\n", 0, pos)  # the line at `pos`
     while True:
-        while pos < len(buffer) and buffer[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= len(buffer) and not eof:
-            chunk = stream.read(_READ)
-            line += buffer.count("\n", 0, pos)
-            buffer, pos, eof = chunk, 0, not chunk
-            continue
-        if pos < len(buffer) and buffer[pos] == "]":
-            report.lines = line + buffer.count("\n", 0, pos)
+        while True:  # separators
+            while pos < len(buffer) and buffer[pos] in " \t\r\n,":
+                if buffer[pos] == "\n":
+                    line += 1
+                pos += 1
+            if pos < len(buffer):
+                break
+            buffer, pos = stream.read(_READ), 0
+            if not buffer:
+                report.truncated = True
+                report.skip(line, "the JSON array is not closed; file ends early")
+                report.lines = line
+                return
+        if buffer[pos] == "]":
+            report.lines = line
             return
-        try:
-            element, end = decoder.raw_decode(buffer, pos)
-        except json.JSONDecodeError as exc:
-            if not eof and len(buffer) - pos < _MAX_ELEMENT:
-                chunk = stream.read(_READ)
-                line += buffer.count("\n", 0, pos)
-                buffer, pos, eof = buffer[pos:] + chunk, 0, not chunk
-                continue
-            at = line + buffer.count("\n", 0, pos)
-            report.truncated = eof
-            report.skip(at, f"invalid JSON array element ({exc.msg}); rest of the file ignored")
-            report.lines = at
-            return
-        yield line + buffer.count("\n", 0, pos), element
-        line += buffer.count("\n", 0, end)
+        start_line = line
+        scan = _Scan()
+        parts: list[str] = []
+        size = 0
+        kept = True
+        if buffer[pos] in '{["':
+            end = scan.end(buffer, pos)
+        else:
+            found = _SCALAR_END.search(buffer, pos)
+            end = found.start() if found else None
+        while end is None:  # the element goes on past this block
+            piece = buffer[pos:]
+            line += piece.count("\n")
+            size += len(piece)
+            if kept and size > MAX_ELEMENT_BYTES:
+                kept, parts = False, []
+            elif kept:
+                parts.append(piece)
+            buffer, pos = stream.read(_READ), 0
+            if not buffer:
+                report.truncated = True
+                report.skip(start_line, "invalid JSON array element (file ends inside it); rest of the file ignored")
+                report.lines = line
+                return
+            end = scan.end(buffer, 0) if scan.depth or scan.in_string or scan.escape else None
+            if end is None and not (scan.depth or scan.in_string or scan.escape):
+                found = _SCALAR_END.search(buffer, 0)
+                end = found.start() if found else None
+        piece = buffer[pos:end]
+        line += piece.count("\n")
+        size += len(piece)
         buffer, pos = buffer[end:], 0
+        if not kept or size > MAX_ELEMENT_BYTES:
+            report.skip(start_line, f"conversation longer than {MAX_ELEMENT_BYTES} characters")
+            continue
+        if scan.deepest > MAX_JSON_DEPTH:
+            report.skip(start_line, "JSON nested too deep")
+            continue
+        try:
+            yield start_line, _decode("".join(parts) + piece)
+        except ValueError as exc:
+            report.skip(start_line, str(exc))

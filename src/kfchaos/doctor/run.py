@@ -1,0 +1,179 @@
+"""Put the doctor's checks together for one experiment."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kfchaos.doctor import cluster, kfpcheck, series
+from kfchaos.doctor.model import Report, Status
+from kfchaos.kfp.client import RUN_SERVICE_ACCOUNT, TOKEN_ENV
+from kfchaos.kfp.identity import CHAOS_PLURALS
+from kfchaos.spec import Experiment, load_experiment
+
+HTTP_TIMEOUT = 10.0
+MAX_ANSWER = 1 << 20  # a healthz answer is a few hundred bytes; never read an unbounded body
+
+
+@dataclass(frozen=True)
+class Options:
+    experiment: Path
+    root: Path = Path(".")
+    kfp_host: str | None = None
+    token: str | None = None
+    kfp_namespace: str = "kubeflow"
+    service_account: str = RUN_SERVICE_ACCOUNT
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+    chaos_namespace: str = "chaos-mesh"
+    prometheus: str | None = None
+
+
+def pipeline_documents(root: Path, experiment_path: Path, experiment: Experiment) -> tuple[list[Any], str]:
+    """The compiled pipeline `kfchaos upload` sends (the committed file), else compiled now; and where from."""
+    meta = experiment.metadata
+    committed = root / "pipelines" / "compiled" / meta.name / f"{meta.version}.yaml"
+    if committed.is_file():
+        return [d for d in yaml.safe_load_all(committed.read_text()) if d], str(committed)
+    from kfchaos.kfp.compile import compile_target, experiment_target
+
+    sealed, _ = compile_target(root, experiment_target(root, experiment_path, experiment))
+    return [d for d in yaml.safe_load_all(sealed.decode()) if d], "compiled now (not committed)"
+
+
+def backend_tag(host: str, token: str | None) -> str:
+    """The KFP backend's release tag from its healthz (API server: `tag_name`; through ml-pipeline-ui:
+    `apiServerTagName`, kubeflow/pipelines frontend/server/handlers/healthz.ts)."""
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    last = ""
+    for prefix in ("v2beta1", "v1beta1"):
+        request = urllib.request.Request(f"{host.rstrip('/')}/apis/{prefix}/healthz", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as answer:
+                body = json.loads(answer.read(MAX_ANSWER) or b"{}")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            last = str(getattr(exc, "reason", exc))[:200]
+            continue
+        tag = body.get("tag_name") or body.get("apiServerTagName") if isinstance(body, dict) else None
+        if tag:
+            return str(tag)
+        last = "healthz answered without a version (tag_name)"
+    raise OSError(last or "no answer")
+
+
+def check_kfp(report: Report, options: Options, documents: list[Any], source: str) -> kfpcheck.Version | None:
+    needed = kfpcheck.requirements(documents)
+    need_text = ", ".join(f"{r.feature} >= {kfpcheck.show(r.minimum)}" for r in needed) or "nothing version-specific"
+    name = "kfp backend version"
+    if not options.kfp_host:
+        report.add(name, Status.UNKNOWN, f"pipeline needs {need_text}; no --host given", "give --host URL")
+        return None
+    token = options.token or os.environ.get(TOKEN_ENV) or None
+    try:
+        tag = backend_tag(options.kfp_host, token)
+    except OSError as exc:
+        report.add(name, Status.UNKNOWN, f"cannot read the version from {options.kfp_host}: {exc}",
+                   "check --host and the token")  # fmt: skip
+        return None
+    version = kfpcheck.parse_version(tag)
+    if version is None:
+        report.add(name, Status.UNKNOWN, f"backend reports {tag!r}, not a release; pipeline needs {need_text}",
+                   "use a released KFP backend (2.15 or later)")  # fmt: skip
+        return None
+    lacking = kfpcheck.missing(version, needed)
+    if lacking:
+        report.add(
+            name,
+            Status.FAIL,
+            f"backend {kfpcheck.show(version)} lacks: "
+            + "; ".join(f"{r.feature} (>= {kfpcheck.show(r.minimum)}: {r.why})" for r in lacking),
+            "upgrade KFP to 2.15 or later",
+        )
+    else:
+        report.add(name, Status.PASS, f"backend {kfpcheck.show(version)}; pipeline ({source}) needs {need_text}")
+    return version
+
+
+def check_image(report: Report, documents: list[Any]) -> None:
+    from kfchaos.kfp.image import DEFAULT_REPOSITORY
+
+    images = sorted(
+        {
+            str(executor["container"]["image"])
+            for doc in documents
+            for executor in ((doc.get("deploymentSpec") or {}).get("executors") or {}).values()
+            if isinstance(executor, dict) and "container" in executor
+        }
+    )
+    name = "component image"
+    if len(images) != 1:
+        report.add(name, Status.FAIL, f"the pipeline names {len(images)} images: {images}", "kfchaos compile")
+        return
+    image = images[0]
+    last = image.rpartition("/")[2]
+    if "@sha256:" not in image and (":" not in last or last.endswith(":latest")):
+        report.add(name, Status.FAIL, f"{image} is not pinned to a release tag or digest",
+                   "set KFCHAOS_IMAGE=<registry>/kfchaos:<version> and recompile")  # fmt: skip
+        return
+    where = "published by the release workflow on each tag" if image.startswith(DEFAULT_REPOSITORY) else "yours"
+    report.add(name, Status.PASS, f"{image} ({where}; the cluster must be able to pull it)")
+
+
+def check_prometheus(report: Report, options: Options, experiment: Experiment, pods: list[Any]) -> None:
+    from kfchaos.metrics.catalog import Scope
+    from kfchaos.metrics.collect import prometheus_url
+    from kfchaos.metrics.prometheus import PrometheusClient
+
+    url = options.prometheus or prometheus_url(experiment)
+    if not url:
+        report.add("prometheus series", Status.UNKNOWN, "no Prometheus configured",
+                   "give --prometheus or spec.baseline.capture.prometheus")  # fmt: skip
+        return
+    names = tuple(sorted(p.metadata.name for p in pods))
+    scope = Scope(experiment.spec.target.namespace, names)
+    gpu = any(
+        "nvidia.com/gpu" in ((c.resources.limits if c.resources else None) or {})
+        for p in pods
+        for c in (p.spec.containers or [])
+    )
+    series.check_series(report, PrometheusClient(url, timeout=HTTP_TIMEOUT, retries=1, backoff=0.2), scope, gpu)
+
+
+def kube_client(options: Options) -> Any:
+    import kubernetes
+
+    return kubernetes.config.new_client_from_config(config_file=options.kubeconfig, context=options.kube_context)
+
+
+def diagnose(options: Options, api_client: Any | None = None) -> Report:
+    """Every check; a check that cannot run is UNKNOWN (never a pass)."""
+    from kfchaos.faults.render import render_experiment
+
+    report = Report()
+    experiment = load_experiment(options.experiment)
+    documents, source = pipeline_documents(options.root.resolve(), options.experiment, experiment)
+    backend = check_kfp(report, options, documents, source)
+    check_image(report, documents)
+    if api_client is None:
+        try:
+            api_client = kube_client(options)
+        except Exception as exc:
+            report.add("kubernetes access", Status.UNKNOWN, str(exc)[:200], "give --kubeconfig / --kube-context")
+            return report
+    cluster.check_permissions(report, api_client, experiment, options.kfp_namespace, options.service_account)
+    kinds = [m["kind"].lower() for m in render_experiment(experiment, "doctor")]
+    cluster.check_chaos_mesh(report, api_client, [k for k in kinds if k in CHAOS_PLURALS], options.chaos_namespace)
+    pods = cluster.check_target(report, api_client, experiment)
+    cluster.check_chaos_mesh_placement(report, api_client, experiment, pods)
+    cluster.check_secret(report, api_client, experiment, documents, options.kfp_namespace, backend)
+    check_prometheus(report, options, experiment, pods)
+    return report

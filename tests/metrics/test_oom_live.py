@@ -1,0 +1,184 @@
+"""OOM kills counted from the series a cluster keeps, on a real Prometheus holding backfilled history.
+
+Each case is a history as a cluster writes it (kube-state-metrics' pod series, cAdvisor's per-container
+series), read back through `snapshot_for_experiment` and judged by `evaluate` over one 10-minute stage:
+- replaced: the OOM-killed container's cAdvisor series ends at 0 and a new one starts at 0
+  (google/cadvisor#3015); kube-state-metrics' restart count steps up with last reason OOMKilled -> FAIL;
+- vanished: a pod with 3 old kills disappears, its counters with it ([6, 6, 3, 3, 3] summed) -> no kill;
+- late: the restart shows one sample after the stage's last request, inside one scrape interval -> counted;
+- gpu: a restart with reason Error; the previous container log decides whether it was a CUDA OOM.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from kfchaos.metrics.collect import PROMETHEUS_ENV, snapshot_for_experiment
+from kfchaos.metrics.oom import CrashLogReader
+from kfchaos.verdict.evaluate import evaluate
+from kfchaos.verdict.model import Check, Status
+from tests.support.prometheus import PrometheusServer, backfill
+from tests.verdict.builders import experiment, records
+
+pytestmark = pytest.mark.integration
+SAMPLE = 15  # seconds between samples in the history
+STAGE = 600.0
+REQUESTS = 3000  # 1 kill in 3000 requests is far above the default 0.001 % limit
+CUDA_OOM = (
+    "ERROR [core.py:700] EngineCore encountered a fatal error.\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.1 GiB"
+)
+
+Points = list[tuple[float, float]]
+
+
+@dataclass
+class Family:
+    name: str  # the sample name (counters end in _total)
+    kind: str
+    series: list[tuple[str, Points]]
+
+    def lines(self) -> list[str]:
+        family = self.name.removesuffix("_total") if self.kind == "counter" else self.name
+        out = [f"# TYPE {family} {self.kind}"]
+        for labels, points in self.series:
+            out += [f"{self.name}{{{labels}}} {v:g} {t:.0f}" for t, v in points]
+        return out
+
+
+def steps(times: np.ndarray, changes: dict[float, float], until: float | None = None) -> Points:
+    """A series sampled at `times` (up to `until`), taking value v from each change time on."""
+    out = []
+    for t in times:
+        if until is not None and t > until:
+            break
+        value = 0.0
+        for at, v in sorted(changes.items()):
+            if t >= at:
+                value = v
+        out.append((float(t), value))
+    return out
+
+
+def history(t0: float, end: float) -> str:
+    times = np.arange(t0 - 1200, end, SAMPLE, dtype=float)
+    c = 'namespace="serving",container="vllm"'
+    late = t0 + STAGE + 7  # shows at the first sample after the stage
+    restarts = Family(
+        "kube_pod_container_status_restarts_total",
+        "counter",
+        [
+            (f'{c},pod="rep-0",uid="u-rep"', steps(times, {t0 + 300: 1})),
+            (f'{c},pod="van-0",uid="u-van0"', steps(times, {0: 3}, until=t0 + 100)),
+            (f'{c},pod="van-1",uid="u-van1"', steps(times, {0: 3})),
+            (f'{c},pod="late-0",uid="u-late"', steps(times, {late: 1})),
+            (f'{c},pod="gpu-0",uid="u-gpu"', steps(times, {t0 + 300: 1})),
+        ],
+    )
+    always = [(float(t), 1.0) for t in times]
+    reasons = Family(
+        "kube_pod_container_status_last_terminated_reason",
+        "gauge",
+        [
+            (f'{c},pod="rep-0",uid="u-rep",reason="OOMKilled"', [p for p in always if p[0] >= t0 + 300]),
+            (f'{c},pod="van-0",uid="u-van0",reason="OOMKilled"', [p for p in always if p[0] <= t0 + 100]),
+            (f'{c},pod="van-1",uid="u-van1",reason="OOMKilled"', always),
+            (f'{c},pod="late-0",uid="u-late",reason="OOMKilled"', [p for p in always if p[0] >= late]),
+            (f'{c},pod="gpu-0",uid="u-gpu",reason="Error"', [p for p in always if p[0] >= t0 + 300]),
+        ],
+    )
+    cadvisor = Family(
+        "container_oom_events_total",
+        "counter",
+        [
+            # The killed container's series ends without ever showing the kill; the new one starts at 0.
+            (f'{c},pod="rep-0",id="/kubepods/c1"', steps(times, {}, until=t0 + 285)),
+            (f'{c},pod="rep-0",id="/kubepods/c2"', [p for p in steps(times, {}) if p[0] >= t0 + 315]),
+            (f'{c},pod="van-0",id="/kubepods/v0"', steps(times, {0: 3}, until=t0 + 100)),
+            (f'{c},pod="van-1",id="/kubepods/v1"', steps(times, {0: 3})),
+        ],
+    )
+    lines = [*restarts.lines(), *reasons.lines(), *cadvisor.lines(), "# EOF", ""]
+    return "\n".join(lines)
+
+
+@dataclass
+class Cluster:
+    url: str
+    t0: float
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    end = int(time.time()) // 3600 * 3600 - 3600
+    t0 = float(end - 3 * 3600)
+    tmp = tmp_path_factory.mktemp("prom-oom")
+    backfill(tmp / "data", history(t0, end))
+    # A 30 s scrape interval: the grace after a stage that the count reads from the server's configuration.
+    with PrometheusServer(tmp / "data", scrape_interval="30s") as server:
+        yield Cluster(server.url, t0)
+
+
+def oom_check(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, *pods: str, read_log: CrashLogReader | None = None
+) -> Check:
+    monkeypatch.setenv(PROMETHEUS_ENV, cluster.url)
+    spec = experiment(stages=(10,))
+    window = (cluster.t0, cluster.t0 + STAGE)
+    metrics = snapshot_for_experiment(spec, window, step=15.0, pods=pods, read_log=read_log or (lambda *a: None))
+    latency = np.full(REQUESTS, 0.05)
+    table = records(10, latency, start=cluster.t0, rate=REQUESTS / STAGE)
+    return evaluate(table, spec, metrics=metrics).stage(10).check("oom_kill_rate")
+
+
+def test_kill_of_a_replaced_container_is_counted(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = oom_check(cluster, monkeypatch, "rep-0")
+    assert check.status is Status.FAIL, check.reason
+    assert check.details["host_oom_kills_kube_state_metrics"] == 1
+    assert check.details["host_oom_kills_cadvisor"] == 0  # the series cAdvisor keeps lost it
+    assert "1 host-memory OOM kill" in check.reason
+
+
+def test_a_pod_that_disappears_adds_no_phantom_kills(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = oom_check(cluster, monkeypatch, "van-0", "van-1")
+    assert check.status is Status.PASS, check.reason
+    assert check.details["oom_kills"] == 0
+    assert check.details["host_oom_kills_cadvisor"] == 0
+
+
+def test_a_kill_in_the_last_scrape_interval_is_counted(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = oom_check(cluster, monkeypatch, "late-0")
+    assert check.status is Status.FAIL, check.reason
+    assert check.details["host_oom_kills"] == 1
+
+
+def test_a_cuda_oom_crash_counts_as_a_gpu_oom(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, str, str]] = []
+
+    def read(namespace: str, pod: str, container: str) -> str:
+        asked.append((namespace, pod, container))
+        return CUDA_OOM
+
+    check = oom_check(cluster, monkeypatch, "gpu-0", read_log=read)
+    assert asked == [("serving", "gpu-0", "vllm")]
+    assert check.status is Status.FAIL, check.reason
+    assert check.details["gpu_oom_crashes"] == 1 and check.details["host_oom_kills"] == 0
+    assert "1 GPU OOM crash" in check.reason
+
+
+def test_an_unreadable_crash_log_is_inconclusive(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = oom_check(cluster, monkeypatch, "gpu-0")
+    assert check.status is Status.INCONCLUSIVE, check.reason
+    assert check.details["crash_restarts_unread"] == 1
+    assert "could not be read" in check.reason
+
+
+def test_a_crash_for_another_cause_is_not_an_oom(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = oom_check(cluster, monkeypatch, "gpu-0", read_log=lambda *a: "ValueError: bad sampling params\n")
+    assert check.status is Status.PASS, check.reason
+    assert check.details["oom_kills"] == 0
