@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kfchaos.errors import KfchaosError
+from kfchaos.faults.activity import run_fault_windows
 
 RECORD_KIND = "kfchaos.AuditRecord"
 RECORD_VERSION = 1
@@ -82,6 +83,7 @@ def build_record(
         "baseline": {"sha256": sha256_text(baseline_text) if baseline_text.strip() else None},
         "replay_plans": plans,
         "chaos_objects": chaos_objects,
+        "fault_windows": run_fault_windows(steps),
         "steps": steps,
         "recovery": recovery,
         "verdict": verdict,

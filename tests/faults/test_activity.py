@@ -15,6 +15,7 @@ from kfchaos.faults.activity import (
     active_at,
     coverage,
     covered_seconds,
+    run_fault_windows,
     verified_windows,
 )
 from kfchaos.steps.stagefaults import mark_fault_active, poll_interval
@@ -121,3 +122,17 @@ def test_records_are_marked_from_the_verified_windows_not_from_the_plan(tmp_path
     marked = pq.read_table(path)
     assert marked.schema == table.schema
     assert marked.column("fault_active").to_pylist() == [True] * 50 + [False] * 50 + [True] * 5
+
+
+def test_the_run_keeps_one_entry_per_fault_over_its_stages() -> None:
+    first = _activity((0.0, True), (2.0, True)).to_dict()
+    last = {**_activity((5.0, True), (7.0, True)).to_dict(), "applied_at": None, "removed_at": 7.5}
+    steps = [
+        {"step": "steady_state", "stage": 0, "detail": {}},
+        {"step": "stage", "stage": 10, "detail": {"fault_windows": [first]}},
+        {"step": "stage", "stage": 30, "detail": {"fault_windows": [last]}},
+        {"step": "stage", "stage": 60, "detail": {"fault_windows": []}},
+    ]
+    (entry,) = run_fault_windows(steps)
+    assert entry["applied_at"] == 0.0 and entry["removed_at"] == 7.5 and entry["watched_in"] == [10, 30]
+    assert entry["verified"] == [{"from": 0.0, "to": 2.0, "stage": 10}, {"from": 5.0, "to": 7.0, "stage": 30}]

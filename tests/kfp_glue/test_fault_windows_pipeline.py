@@ -116,3 +116,9 @@ def test_a_fault_on_the_middle_stage_runs_in_that_stage_only(tmp_path: Path, sta
     assert stages[10]["detail"]["fault_windows"] == [] and stages[60]["detail"]["fault_windows"] == []
     check = next(c for c in stages[30]["detail"]["stage"]["checks"] if c["name"] == "fault_active")
     assert check["status"] == "PASS", check
+    # The run's outputs carry the fault's windows for the report to shade (docs/verdict.md, "Fault windows").
+    record = json.loads((_run_dir(root) / "verdict-report" / "audit").read_text())
+    (entry,) = record["fault_windows"]
+    assert entry["fault"] == "abort" and entry["watched_in"] == [30] and entry["stages"] == [30]
+    assert entry["applied_at"] <= entry["verified"][0]["from"] <= entry["verified"][-1]["to"] <= entry["removed_at"]
+    assert all(w["stage"] == 30 for w in entry["verified"])

@@ -187,3 +187,36 @@ class Poller:
         self._stop.set()
         self._thread.join()
         self.poll_once()  # after its last response
+
+
+def run_fault_windows(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per fault over the whole run, from the stage steps' `detail.fault_windows`: when it was
+    applied and removed, and every verified window in every stage it was watched in (the shape of
+    docs/verdict.md, "Fault windows"; what the report shades)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for step in steps:
+        if step.get("step") != "stage":
+            continue
+        for item in (step.get("detail") or {}).get("fault_windows") or []:
+            if not isinstance(item, dict) or "fault" not in item:
+                continue
+            entry = merged.setdefault(
+                str(item["fault"]),
+                {
+                    "fault": item["fault"],
+                    "name": item.get("name"),
+                    "kind": item.get("kind"),
+                    "stages": item.get("stages") or [],
+                    "applied_at": None,
+                    "verified": [],
+                    "removed_at": None,
+                    "watched_in": [],
+                },
+            )
+            if item.get("applied_at") is not None:
+                entry["applied_at"] = item["applied_at"]
+            if item.get("removed_at") is not None:
+                entry["removed_at"] = item["removed_at"]
+            entry["verified"] += [{**w, "stage": step.get("stage")} for w in item.get("verified") or []]
+            entry["watched_in"].append(step.get("stage"))
+    return list(merged.values())
