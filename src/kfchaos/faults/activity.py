@@ -220,3 +220,14 @@ def run_fault_windows(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             entry["verified"] += [{**w, "stage": step.get("stage")} for w in item.get("verified") or []]
             entry["watched_in"].append(step.get("stage"))
     return list(merged.values())
+
+
+def stage_activities(run_windows: Sequence[dict[str, Any]]) -> dict[int, list[FaultActivity]]:
+    """Back from the run-level `fault_windows` (`run_fault_windows`) to what each stage saw of its faults."""
+    out: dict[int, list[FaultActivity]] = {}
+    for entry in run_windows:
+        for stage in entry.get("watched_in") or []:
+            windows = [w for w in entry.get("verified") or [] if w.get("stage") == stage]
+            item = {**entry, "verified": windows}
+            out.setdefault(int(stage), []).append(FaultActivity.from_dict(item))
+    return out
