@@ -3,8 +3,9 @@
 Each catalog query (kfchaos.metrics.catalog) is reduced to its series selectors, keeping only the
 namespace/pod matchers: a healthy target has no 5xx answers or OOM kills, but it must have the series
 those are counted from. Series that exist only after an event are left out:
-`kube_pod_container_status_last_terminated_reason` appears only for a container that has terminated
-(kube-state-metrics docs/metrics/workload/pod-metrics.md).
+`kube_pod_container_status_last_terminated_reason` appears only for a container that has terminated before,
+and `kube_pod_container_status_terminated_reason` only while one is terminated (kube-state-metrics
+docs/metrics/workload/pod-metrics.md; internal/store/pod.go emits them from the container's state).
 
 DCGM: the exporter's own `namespace`/`pod` labels name the GPU's pod, but Prometheus renames them to
 `exported_namespace`/`exported_pod` when the scrape's target labels clash (honor_labels false: Prometheus
@@ -21,7 +22,7 @@ from kfchaos.doctor.model import Report, Status
 from kfchaos.metrics.catalog import Scope, standard_queries
 from kfchaos.metrics.prometheus import PrometheusClient
 
-EVENT_ONLY = {"kube_pod_container_status_last_terminated_reason"}
+EVENT_ONLY = {"kube_pod_container_status_last_terminated_reason", "kube_pod_container_status_terminated_reason"}
 _SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}")
 _MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 
