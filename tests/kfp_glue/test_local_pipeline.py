@@ -146,7 +146,7 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     assert "ERROR" not in done.stdout.splitlines()[-1], "\n".join(
         line for line in done.stdout.splitlines() if "Error" in line or "Traceback" in line
     )
-    assert "INCONCLUSIVE" in done.stdout and "no baseline P99" in done.stdout
+    assert "INCONCLUSIVE" in done.stdout and "no baseline" in done.stdout
     assert created and left == []
     record_path = _run_dir(root) / "verdict-report" / "audit"
     record = json.loads(record_path.read_text())
