@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo lint bench compile prometheus e2e clean
+.PHONY: setup test demo lint bench compile prometheus e2e clean fuzz
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ prometheus:
 
 test: setup prometheus
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fuzz suite with the `fuzz` hypothesis profile: FUZZ_SCALE (50) times the fixed CI budget, random seeds.
+fuzz: setup
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: setup prometheus
 	$(BIN)/kfchaos demo $(DEMO_ARGS)

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
+from kfchaos.jsonsource import load_json
 
 RECORD_KIND = "kfchaos.AuditRecord"
 RECORD_VERSION = 1
@@ -99,18 +101,70 @@ def write_record(record: dict[str, Any], path: str | Path) -> None:
 
 def load_record(path: str | Path) -> dict[str, Any]:
     """The record in `path`; KfchaosError (exit 3) when unreadable or not a kfchaos audit record."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise KfchaosError(f"{path}: cannot read audit record: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise KfchaosError(f"{path}:{getattr(exc, 'lineno', 1)}: not JSON: {exc}") from None
+    # Verdict figures may be NaN (json.dumps writes it), so the record reader accepts it.
+    data = load_json(path, "audit record", finite_only=False)
     if not isinstance(data, dict) or data.get("kind") != RECORD_KIND:
         raise KfchaosError(f"{path}:1: kind: not a {RECORD_KIND}")
     for key in ("record_hash", "parameters", "pipeline", "experiment", "chaos_objects", "run"):
         if key not in data:
             raise KfchaosError(f"{path}:1: {key}: required field is missing")
+    problems = _shape_problems(data)
+    if problems:
+        # A wrongly typed field is a damaged or hand-made record: an input error, not a "hash mismatch".
+        raise KfchaosError("\n".join(f"{path}: {problem}" for problem in problems))
     return data
+
+
+# A pipeline name or version becomes a path under pipelines/compiled/: plain names only, never `..` or `/`.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+_OBJECT, _LIST, _TEXT, _OPTIONAL_TEXT = dict, list, str, (str, type(None))
+
+
+def _kind(value: Any) -> str:
+    names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _shape_problems(record: dict[str, Any]) -> list[str]:
+    """The types `verify` relies on, `field: expected ..., got ...` per field that has another."""
+    out: list[str] = []
+
+    def want(field: str, value: Any, kind: type | tuple[type, ...], label: str) -> bool:
+        if isinstance(value, kind) and not isinstance(value, bool):
+            return True
+        out.append(f"{field}: expected {label}, got {_kind(value)}")
+        return False
+
+    want("record_hash", record.get("record_hash"), _TEXT, "a string")
+    if want("parameters", record.get("parameters"), _OBJECT, "an object"):
+        for key, value in record["parameters"].items():
+            want(f"parameters.{key}", value, _TEXT, "a string")
+    if want("pipeline", record.get("pipeline"), _OBJECT, "an object"):
+        for key in ("name", "version", "ir_hash"):
+            value = record["pipeline"].get(key)
+            typed = want(f"pipeline.{key}", value, _OPTIONAL_TEXT, "a string")
+            if typed and key != "ir_hash" and value and not _PLAIN_NAME.fullmatch(value):
+                out.append(f"pipeline.{key}: not a plain name (letters, digits, '.', '_', '-')")
+    if want("experiment", record.get("experiment"), _OBJECT, "an object"):
+        want("experiment.sha256", record["experiment"].get("sha256"), _OPTIONAL_TEXT, "a string")
+    if "baseline" in record and want("baseline", record["baseline"], _OBJECT, "an object"):
+        want("baseline.sha256", record["baseline"].get("sha256"), _OPTIONAL_TEXT, "a string or null")
+    want("run", record.get("run"), _OBJECT, "an object")
+    if want("chaos_objects", record.get("chaos_objects"), _LIST, "a list"):
+        for index, obj in enumerate(record["chaos_objects"]):
+            where = f"chaos_objects[{index}]"
+            if want(where, obj, _OBJECT, "an object"):
+                want(f"{where}.manifest", obj.get("manifest", {}), _OBJECT, "an object")
+                want(f"{where}.manifest_sha256", obj.get("manifest_sha256"), _OPTIONAL_TEXT, "a string")
+    if "replay_plans" in record and want("replay_plans", record["replay_plans"], _LIST, "a list"):
+        for index, plan in enumerate(record["replay_plans"]):
+            where = f"replay_plans[{index}]"
+            if want(where, plan, _OBJECT, "an object"):
+                stage = plan.get("stage")
+                if want(f"{where}.stage", stage, int, "a stage percent") and not 0 <= stage <= 100:
+                    out.append(f"{where}.stage: {stage} is not a stage percent (0..100)")
+                want(f"{where}.plan_hash", plan.get("plan_hash"), _OPTIONAL_TEXT, "a string or null")
+    return out[:50]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 from numpy.typing import NDArray
-from pydantic import Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.metrics import oom, releases
@@ -26,8 +26,15 @@ from kfchaos.metrics.catalog import Scope, standard_queries, with_user_queries
 from kfchaos.metrics.histogram import wide_bucket_warning
 from kfchaos.metrics.prometheus import PrometheusError
 from kfchaos.metrics.source import MetricsSource, as_series
-from kfchaos.types import StrictModel
-from kfchaos.yamlsource import load_yaml
+from kfchaos.types import StrictModel as _StrictModel
+from kfchaos.yamlsource import load_yaml, read_source
+
+
+class StrictModel(_StrictModel):
+    """Every baseline figure is a finite measurement: `.nan` or `.inf` in the file is an input error (issue 13)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
 
 API_VERSION = "kfchaos.io/v1alpha1"
 STALE_AFTER = timedelta(days=30)
@@ -211,7 +218,7 @@ def load_baseline(
     """The baseline in `path` and warnings (stale). Raises BaselineError or SpecError (file:line: field)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_source(path)
     except OSError as exc:
         raise BaselineError(f"{path}: cannot read baseline: {exc.strerror or exc}") from None
     document = load_yaml(raw, str(path))

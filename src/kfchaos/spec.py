@@ -29,7 +29,7 @@ from kfchaos.errors import Path, Problem, SpecError
 from kfchaos.faults.params import PARAMS_BY_TYPE, PARAMS_OPTIONAL, TRAFFIC_SIDE_TYPES
 from kfchaos.types import DnsLabel, Duration, Percent, StrictModel, check_label
 from kfchaos.units import parse_duration, parse_percent
-from kfchaos.yamlsource import YamlDocument, load_yaml
+from kfchaos.yamlsource import YamlDocument, load_yaml, read_source
 
 API_VERSION = "kfchaos.io/v1alpha1"
 DEFAULT_STAGES = (10, 30, 60, 90, 100)
@@ -281,20 +281,15 @@ class FaultBase(StrictModel):
                     "use fixed-percent or raise the limit"
                 )
             return self
-        if self.value is None:
-            raise ValueError(f"mode {self.mode} needs a value")
-        try:
-            number = float(self.value)
-        except ValueError:
-            raise ValueError(f"value {self.value!r} must be a number for mode {self.mode}") from None
-        if self.mode == "fixed":
-            if not self.value.isdigit() or int(self.value) < 1:
-                raise ValueError(f"value {self.value!r} must be a whole number of pods >= 1 for mode fixed")
-        else:
-            if not 0 < number <= 100:
-                raise ValueError(f"value {self.value!r} must be a percentage in (0, 100] for mode {self.mode}")
-            if number / 100 > max_percent:
-                raise ValueError(f"value {self.value}% exceeds safety.max_pod_percent ({max_percent * 100:g}%)")
+        # Chaos Mesh's webhook parses the value with strconv.Atoi (kfchaos.faults.admission).
+        from kfchaos.faults.admission import mode_value_problem
+
+        problem = mode_value_problem(self.mode, self.value)
+        if problem:
+            raise ValueError(problem)
+        assert self.value is not None
+        if self.mode != "fixed" and int(self.value) / 100 > max_percent:
+            raise ValueError(f"value {self.value}% exceeds safety.max_pod_percent ({max_percent * 100:g}%)")
         return self
 
     @property
@@ -581,7 +576,7 @@ def parse_experiment(text: str | bytes, file: str) -> Experiment:
 def load_experiment(path: str | FsPath) -> Experiment:
     path = FsPath(path)
     try:
-        raw = path.read_bytes()
+        raw = read_source(path)
     except OSError as exc:
         raise SpecError([Problem(str(path), 1, (), f"cannot read file: {exc.strerror or exc}")]) from None
     return parse_experiment(raw, str(path))

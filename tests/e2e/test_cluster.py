@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+from kfchaos.kfp.identity import CHAOS_PLURALS
 
-CHAOS_PLURALS = ("podchaos", "networkchaos", "stresschaos", "httpchaos", "iochaos", "timechaos", "dnschaos")
+pytestmark = pytest.mark.e2e
 
 
 def test_chaos_mesh_crds_are_installed() -> None:

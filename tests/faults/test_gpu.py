@@ -91,7 +91,7 @@ def test_backend_pins_pod_to_target_node_and_sweeps_it(server: KubeApiServer, ba
     (stored,) = [p for p in server.objects("pods") if p["metadata"]["name"] == pod["metadata"]["name"]]
     assert stored["spec"]["nodeName"] == "gpu-node-0"
     assert backend.sweep("run-gpu", ["llm-serving"], timeout=5) == 1
-    assert [p["metadata"]["name"] for p in server.objects("pods")] == ["vllm-0", "vllm-1", "vllm-2"]
+    assert [p["metadata"]["name"] for p in server.objects("pods", "llm-serving")] == ["vllm-0", "vllm-1", "vllm-2"]
 
 
 # ---------------------------------------------------------------- allocator logic

@@ -104,7 +104,7 @@ def test_unreadable_records_are_input_errors(tmp_path: Path, capsys: pytest.Capt
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["audit", "verify", str(bad)]) == 3
-    assert f"{bad}:1: not JSON" in capsys.readouterr().err
+    assert f"{bad}:1: not valid JSON" in capsys.readouterr().err
     bad.write_text(json.dumps({"kind": "Other"}))
     assert main(["audit", "verify", str(bad)]) == 3
     assert main(["audit", "verify", str(tmp_path / "missing.json")]) == 3

@@ -32,6 +32,7 @@ import copy
 import functools
 import itertools
 import json
+import math
 import re
 import threading
 import time
@@ -185,6 +186,20 @@ class KubeApiServer:
     rbac: list[dict[str, Any]] = field(default_factory=list)
     user: str = "kubernetes-admin"
     groups: tuple[str, ...] = ("system:masters", "system:authenticated")
+    # Chaos Mesh's admission webhooks: the validating ones per kind (`webhooks`) and vauth.kb.io, on in the
+    # Helm chart's default controllerManager.securityMode (`security_mode`); see _admission.
+    webhooks: bool = True
+    security_mode: bool = True
+    # random-max-percent draws a percentage in [0, max] (pkg/selector/generic/mode.go); a test fixes the draw
+    # as a function of (max, object name), default: the max.
+    random_percent: Any = None
+    # Chaos Mesh's chaos-daemon DaemonSet (helm/chaos-mesh/templates/chaos-daemon-daemonset.yaml) with the
+    # chart's tolerations (`chaosDaemon.tolerations`, [] by default): the server plays the DaemonSet
+    # controller, keeping one Running daemon pod in `chaos_namespace` on every node (stored nodes and the
+    # nodes of added pods) whose NoSchedule/NoExecute taints it tolerates.
+    chaos_daemon: bool = True
+    daemon_tolerations: list[dict[str, Any]] = field(default_factory=list)
+    chaos_namespace: str = "chaos-mesh"
 
     def __post_init__(self) -> None:
         self._crds = load_crds(self.crd_dir)
@@ -193,6 +208,7 @@ class KubeApiServer:
         self._events: list[dict[str, Any]] = []
         self._rules: list[FailureRule] = []
         self._forbidden: set[tuple[str, str]] = set()
+        self._denials: list[list[Any]] = []
         self._lock = threading.RLock()
         self._versions = itertools.count(1000)
         self._httpd: ThreadingHTTPServer | None = None
@@ -248,6 +264,13 @@ class KubeApiServer:
         with self._lock:
             self._rules.clear()
             self._forbidden.clear()
+            self._denials.clear()
+
+    def deny_admission(self, plural: str, message: str, times: int = -1) -> None:
+        """A webhook refuses creating `plural` (also on dry runs), as a changed webhook or one deployed after
+        the dry run would: 403 'admission webhook "v<plural>.kb.io" denied the request: <message>'."""
+        with self._lock:
+            self._denials.append([plural, message, times])
 
     def forbid(self, verb: str, plural: str) -> None:
         """403 for `verb` (get, list, create, delete, patch) on `plural`, like a missing RBAC rule."""
@@ -370,13 +393,7 @@ class KubeApiServer:
             and stored.deleting is None
             and _chaos_selector_matches(spec.get("selector", {}), ns, stored.body["metadata"].get("labels", {}))
         ]
-        mode, value = spec.get("mode"), spec.get("value")
-        if mode == "one":
-            pods = pods[:1]
-        elif mode == "fixed":
-            pods = pods[: int(value or 1)]
-        elif mode in ("fixed-percent", "random-max-percent"):
-            pods = pods[: max(1, int(len(pods) * float(value or 100) / 100))]
+        pods = pods[: _selected_count(spec.get("mode"), spec.get("value"), len(pods), body, self.random_percent)]
         one_shot = body.get("kind") == "PodChaos" and spec.get("action") in ONE_SHOT_ACTIONS
         expired = duration_exceeded(spec, age, one_shot)
         reached = bool(pods) and age >= self.inject_delay
@@ -414,6 +431,7 @@ class KubeApiServer:
         parts = urlsplit(raw_path)
         path, query = parts.path, {k: v[-1] for k, v in parse_qs(parts.query).items()}
         with self._lock:
+            self._sync_daemons()
             self.requests.append((method, raw_path))
             rule = next((r for r in self._rules if r.matches(method, path)), None)
             if rule is not None:
@@ -642,6 +660,10 @@ class KubeApiServer:
             problems = validate_chaos_object(body, self.crd_dir)
             if problems:
                 return 422, _status(422, f"{body.get('kind')} {name!r} is invalid: " + "; ".join(problems))
+        if plural in self._crds:
+            denial = self._admission(plural, namespace, body)
+            if denial is not None:
+                return 403, denial
         key = (plural, namespace, name)
         if key in dict(self._live()):
             return 409, _status(409, f'{plural}.{CHAOS_GROUP} "{name}" already exists', name=name, kind=plural)
@@ -657,6 +679,93 @@ class KubeApiServer:
         involved = {"kind": body.get("kind"), "name": name, "namespace": namespace, "uid": meta["uid"]}
         self.add_event(namespace, "Created", f"{body.get('kind')} {name} created", involved)
         return 201, self._view(key, self._store[key])
+
+    def _is_daemon_pod(self, key: tuple[str, str, str]) -> bool:
+        return key[0] == "pods" and key[1] == self.chaos_namespace and key[2].startswith("chaos-daemon-")
+
+    def _sync_daemons(self) -> None:
+        """The DaemonSet controller's part for chaos-daemon (kubernetes pkg/controller/daemon: a node gets a
+        daemon pod when the pod tolerates the node's NoSchedule/NoExecute taints; the controller itself adds
+        tolerations for node.kubernetes.io/* conditions, util/daemonset_util.go)."""
+        labels = {"app.kubernetes.io/component": "chaos-daemon", "app.kubernetes.io/name": "chaos-mesh"}
+        daemon_key = ("daemonsets", self.chaos_namespace, "chaos-daemon")
+        if not self.chaos_daemon:
+            for key in [k for k in self._store if k == daemon_key or self._is_daemon_pod(k)]:
+                del self._store[key]
+            return
+        containers = [{"name": "chaos-daemon", "image": "ghcr.io/chaos-mesh/chaos-daemon:v2.7.2"}]
+        template = {
+            "metadata": {"labels": labels},
+            "spec": {"tolerations": copy.deepcopy(self.daemon_tolerations), "containers": containers},
+        }
+        current = self._store.get(daemon_key)
+        if current is None or current.body["spec"]["template"] != template:
+            body = {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "chaos-daemon", "namespace": self.chaos_namespace, "labels": dict(labels)},
+                "spec": {"selector": {"matchLabels": dict(labels)}, "template": template},
+            }
+            self._stamp(body)
+            self._store[daemon_key] = _Stored(body, time.monotonic() - self.inject_delay)
+        nodes: dict[str, list[dict[str, Any]]] = {}
+        for (plural, _, name), stored in self._store.items():
+            if plural == "nodes":
+                nodes[name] = (stored.body.get("spec") or {}).get("taints") or []
+        for key, stored in list(self._store.items()):
+            if key[0] == "pods" and not self._is_daemon_pod(key):
+                nodes.setdefault(str((stored.body.get("spec") or {}).get("nodeName") or ""), [])
+        nodes.pop("", None)
+        for node, taints in nodes.items():
+            key = ("pods", self.chaos_namespace, f"chaos-daemon-{node}")
+            fits = all(
+                t.get("effect") not in ("NoSchedule", "NoExecute")
+                or str(t.get("key", "")).startswith("node.kubernetes.io/")
+                or _tolerated(self.daemon_tolerations, t)
+                for t in taints
+            )
+            if fits and key not in self._store:
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": key[2], "namespace": key[1], "labels": dict(labels)},
+                    "spec": {"nodeName": node, "containers": template["spec"]["containers"]},
+                    "status": {"phase": "Running"},
+                }
+                self._stamp(pod)
+                self._store[key] = _Stored(pod, time.monotonic() - self.inject_delay)
+            elif not fits:
+                self._store.pop(key, None)
+
+    def _admission(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Chaos Mesh's validating webhooks, which the API server calls on create and on dryRun=All alike
+        (webhooks with sideEffects None; helm/chaos-mesh/templates/validating-admission-webhooks.yaml):
+        v<plural>.kb.io runs the kind's Go validators (kubeapi_webhook.py), vauth.kb.io checks the requester
+        may create the kind in every namespace the object selects, its `target` included
+        (pkg/webhook/validate_auth.go, affected_namespaces.go). controller-runtime answers a refusal with
+        admission.Denied (code 403, reason Forbidden; pkg/webhook/admission/response.go) and the API server
+        prefixes 'admission webhook "NAME" denied the request: ' (k8s.io/apiserver
+        pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr)."""
+        from tests.support.kubeapi_webhook import chaos_problems
+
+        for denial in self._denials:
+            if denial[0] == plural and denial[2] != 0:
+                denial[2] -= 1
+                return _denied(f"v{plural}.kb.io", denial[1])
+        if self.webhooks:
+            problems = chaos_problems(body)
+            if problems:
+                text = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
+                return _denied(f"v{plural}.kb.io", text)
+        if self.security_mode and "system:masters" not in self.groups:
+            from tests.support.rbac import Attributes, RbacAuthorizer
+
+            for space in sorted(_affected_namespaces(body, namespace)):
+                attrs = Attributes(verb="create", group=CHAOS_GROUP, resource=plural, namespace=space)
+                allowed, _ = RbacAuthorizer(self.rbac).authorize(self.user, list(self.groups), attrs)
+                if not allowed:
+                    return _denied("vauth.kb.io", f"{self.user} is forbidden on namespace {space}")
+        return None
 
     def _node_for(self, pod: dict[str, Any]) -> str:
         """The scheduler's part for a pod with pod affinity: the node of a matching pod."""
@@ -731,6 +840,55 @@ def _status(code: int, message: str, name: str | None = None, kind: str | None =
         "details": details,
         "code": code,
     }
+
+
+def _tolerated(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
+    """k8s.io/api core/v1 toleration.go ToleratesTaint."""
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if not t.get("key") and t.get("operator") == "Exists":
+            return True
+        if t.get("key") == taint.get("key") and (
+            t.get("operator") == "Exists" or (t.get("value") or "") == (taint.get("value") or "")
+        ):
+            return True
+    return False
+
+
+def _denied(webhook: str, message: str) -> dict[str, Any]:
+    out = _status(403, f'admission webhook "{webhook}" denied the request: {message}')
+    return out
+
+
+def _affected_namespaces(body: dict[str, Any], namespace: str) -> set[str]:
+    """Namespaces of every PodSelector in the object: spec (selector) and spec.target (its selector), each
+    defaulted to the object's namespace by the mutating webhook (api/v1alpha1/common_webhook.go Default)."""
+    spec = body.get("spec") or {}
+    spaces: set[str] = set()
+    for holder in (spec, spec.get("target")):
+        if isinstance(holder, dict) and isinstance(holder.get("selector"), dict):
+            spaces.update(holder["selector"].get("namespaces") or [namespace])
+    return spaces
+
+
+def _selected_count(mode: Any, value: Any, count: int, body: dict[str, Any], draw: Any) -> int:
+    """How many of `count` matching pods Chaos Mesh picks (pkg/selector/generic/mode.go FilterObjectsByMode,
+    master: math.Ceil, "at least one object should be selected"); random-max-percent draws its percentage
+    from [0, max], so it can pick none."""
+    if count == 0:
+        return 0
+    if mode == "one":
+        return 1
+    if mode == "fixed":
+        return min(int(value), count)
+    if mode == "fixed-percent":
+        return math.ceil(count * int(value) / 100)
+    if mode == "random-max-percent":
+        maximum = int(value)
+        percent = maximum if draw is None else int(draw(maximum, body["metadata"]["name"]))
+        return math.ceil(count * percent / 100)
+    return count
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from kfchaos.cli import main
 from kfchaos.demo.stack import free_port
-from kfchaos.traffic import http1
+from kfchaos.traffic import engine, http1
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.formats import READERS
 from kfchaos.traffic.formats import sharegpt as sharegpt_module
@@ -146,25 +146,27 @@ def test_a_dead_target_is_not_valid(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "NO ANSWER" in out and "VALID" not in out.replace("INVALID", "")
 
 
-def test_sigint_and_sigterm_write_the_records_then_exit(tmp_path: Path) -> None:
-    """Before: SIGINT exited 130 with no records (and SIGTERM killed the process outright)."""
-    path = write_jsonl(tmp_path / "t.jsonl", ok_rows(400, step=0.05))
+@pytest.mark.parametrize(("gap", "seen_before"), [(0.05, 5), (1000.0, 1)])
+def test_sigint_and_sigterm_write_the_records_then_exit(tmp_path: Path, gap: float, seen_before: int) -> None:
+    """Before: SIGINT exited 130 with no records (and SIGTERM killed the process outright). With the next
+    request 1000 s away, the signal must end the wait for it (the run ends long before)."""
+    path = write_jsonl(tmp_path / "t.jsonl", ok_rows(400, step=gap))
     with LoopbackServer() as server:
         for signum in (signal.SIGINT, signal.SIGTERM):
             out = tmp_path / f"r{signum}.parquet"
             process = subprocess.Popen(
                 [sys.executable, "-c", CLI, "replay", path, "--target", server.url, "--out", str(out),
-                 "--duration", "60s", "--quiet"],
+                 "--duration", "2000s", "--quiet"],
                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
             seen = len(server.seen)
-            while len(server.seen) < seen + 5 and process.poll() is None:
+            while len(server.seen) < seen + seen_before and process.poll() is None:
                 time.sleep(0.05)
             process.send_signal(signum)
             _, err = process.communicate(timeout=60)
             assert process.returncode == 128 + signum, err
             assert f"stopped by {signal.Signals(signum).name}" in err
-            assert pq.read_metadata(out).num_rows >= 5
+            assert pq.read_metadata(out).num_rows >= seen_before
 
 
 # ------------------------------------------------------------------ nothing from a file is injected
@@ -219,6 +221,7 @@ def test_header_policy_compares_normalised_names_and_refuses_bad_additions() -> 
     assert policy.apply([("x-drop", "1"), ("Authorization", "b"), ("X-Keep", "k"), ("X-Bad", "a\r\nb")]) == [
         ("X-Keep", "k")
     ]
+    assert SECRET not in repr(HeaderPolicy(add=(("X-Api-Key", SECRET),)))
     with pytest.raises(Exception, match="headers to add"):
         HeaderPolicy(add=(("X-A", "1\r\nX-B: 2"),))
     with pytest.raises(Exception, match="credential") as error:
@@ -351,3 +354,14 @@ def test_a_huge_sharegpt_element_is_skipped_and_the_file_goes_on(
     path.write_text(json.dumps(items))
     requests, report = sharegpt(path)
     assert [r.id for r in requests] == ["c0", "c2", "c3"] and report.malformed_count == 1 and not report.truncated
+
+
+def test_the_request_count_of_a_stage_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-line recording at --speed 1e6 for a long --duration plans millions of requests a second: the
+    records (held in memory) must stay bounded, and the stage says it was cut (INVALID), not VALID."""
+    monkeypatch.setattr(engine, "MAX_REQUESTS", 50)
+    path = write_jsonl(tmp_path / "t.jsonl", ok_rows(1))
+    with LoopbackServer() as server:
+        result = run_stage(plan_stage(ReplaySettings(stage=100, source=path, speed=1e6, duration=3600.0)), server.url)
+    assert result.table.num_rows == 50 and not result.summary.valid
+    assert "more than 50 requests" in (result.summary.invalid_reason or "")

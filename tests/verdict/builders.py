@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +30,10 @@ spec:
   abort: {abort}
   baseline: {{file: baselines/verdict-test.yaml}}
 """
+
+# Request ids are unique within a stage in real records (the verdict refuses repeats), also across the
+# tables a test concatenates.
+_IDS = itertools.count()
 
 POD_KILL = "[{name: kill-one, type: pod-kill, mode: one}]"
 
@@ -85,7 +90,7 @@ def records(
     columns = {
         "stage": pa.array(np.full(n, stage), pa.int16()),
         "shard": pa.array(np.zeros(n), pa.int16()),
-        "request_id": pa.array([f"r{i}" for i in range(n)]),
+        "request_id": pa.array([f"r{next(_IDS)}" for _ in range(n)]),
         "trace_id": pa.array([f"{i:032x}" for i in range(n)]),
         "fault_active": pa.array(active),
         "intended": pa.array(intended),

@@ -1,25 +1,36 @@
 """The `kfchaos` command. Each subcommand lives in its own module `cmd_*.py` with a `register(subparsers)`
 function, discovered at start-up, so parts of the tool can add commands without touching this file.
 
-Exit codes (the contract CI jobs rely on): 0 pass, 1 fail, 2 inconclusive, 3 usage or input error.
+Exit codes (the contract CI jobs rely on): 0 pass, 1 fail, 2 inconclusive, 3 usage or input error, 4 internal
+error (a kfchaos bug: never a verdict). An exception nobody handled must not exit 1, which reads as "the model
+server failed" in CI: it exits 4 with one line naming the bug report file that holds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from kfchaos import __version__
 from kfchaos.errors import KfchaosError
+from kfchaos.redact import redact
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_INCONCLUSIVE = 2
 EXIT_USAGE = 3
+EXIT_INTERNAL = 4
+# Where crash reports go (default: the system temporary folder).
+CRASH_DIR_ENV = "KFCHAOS_CRASH_DIR"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,7 +78,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_PASS
+    except Exception as exc:  # a bug in kfchaos, not a verdict and not the user's input
+        return internal_error(exc)
     return code
+
+
+def _write_crash_report(text: str) -> Path:
+    folder = Path(os.environ.get(CRASH_DIR_ENV) or tempfile.gettempdir())
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"kfchaos-crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+    # 0600: the traceback names local paths; it is for the person who ran the command.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def internal_error(exc: BaseException) -> int:
+    """Report an unhandled exception as a kfchaos bug: one line on stderr, the traceback in a file; exit 4."""
+    details = redact(
+        f"kfchaos {__version__}\ncommand: {' '.join(sys.argv[:2])}\n\n" + "".join(traceback.format_exception(exc))
+    )
+    try:
+        where = f"details in {_write_crash_report(details)}"
+    except OSError:
+        sys.stderr.write(details)
+        where = "traceback above"
+    print(
+        f"kfchaos: internal error ({type(exc).__name__}): this is a kfchaos bug, not a verdict; {where} "
+        "(please attach it to a bug report)",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -14,7 +13,7 @@ from kfchaos.errors import SpecError
 from kfchaos.faults.render import render_experiment
 from kfchaos.faults.safety import FaultInputError, FaultSafetyError
 from kfchaos.spec import load_experiment
-from kfchaos.yamlsource import load_yaml
+from kfchaos.yamlsource import load_yaml, read_source
 
 
 def register(subparsers: Any) -> None:
@@ -40,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except (FaultSafetyError, FaultInputError) as exc:
         # Point at the line of the field that caused the refusal, like `kfchaos validate` does.
-        document = load_yaml(Path(args.experiment).read_bytes(), args.experiment)
+        document = load_yaml(read_source(args.experiment), args.experiment)
         print(document.problem(exc.path, str(exc)), file=sys.stderr)
         return EXIT_USAGE
     if args.check:

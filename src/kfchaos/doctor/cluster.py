@@ -267,7 +267,7 @@ def check_chaos_mesh_placement(report: Report, api_client: Any, experiment: Expe
     """chaos-daemon on the target pods' nodes and the namespace filter annotation: the rules live in
     kfchaos.faults.clustercheck (one place, shared with preflight)."""
     try:
-        from kfchaos.faults import clustercheck  # type: ignore[attr-defined]
+        from kfchaos.faults import clustercheck
     except ImportError:
         for check in ("chaos-daemon on target nodes", "namespace filter annotation"):
             report.add(check, Status.UNKNOWN, "not checked: kfchaos.faults.clustercheck is not in this version",

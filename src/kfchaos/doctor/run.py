@@ -171,9 +171,12 @@ def diagnose(options: Options, api_client: Any | None = None) -> Report:
             return report
     cluster.check_permissions(report, api_client, experiment, options.kfp_namespace, options.service_account)
     kinds = [m["kind"].lower() for m in render_experiment(experiment, "doctor")]
-    cluster.check_chaos_mesh(report, api_client, [k for k in kinds if k in CHAOS_PLURALS], options.chaos_namespace)
+    chaos_kinds = [k for k in kinds if k in CHAOS_PLURALS]
+    if chaos_kinds:  # an experiment of traffic-side faults only needs no Chaos Mesh
+        cluster.check_chaos_mesh(report, api_client, chaos_kinds, options.chaos_namespace)
     pods = cluster.check_target(report, api_client, experiment)
-    cluster.check_chaos_mesh_placement(report, api_client, experiment, pods)
+    if chaos_kinds:
+        cluster.check_chaos_mesh_placement(report, api_client, experiment, pods)
     cluster.check_secret(report, api_client, experiment, documents, options.kfp_namespace, backend)
     check_prometheus(report, options, experiment, pods)
     return report

@@ -5,7 +5,8 @@ namespace/pod matchers: a healthy target has no 5xx answers or OOM kills, but it
 those are counted from. Series that exist only after an event are left out:
 `kube_pod_container_status_last_terminated_reason` appears only for a container that has terminated before,
 and `kube_pod_container_status_terminated_reason` only while one is terminated (kube-state-metrics
-docs/metrics/workload/pod-metrics.md; internal/store/pod.go emits them from the container's state).
+docs/metrics/workload/pod-metrics.md; internal/store/pod.go emits them from the container's state); the
+restart counter they are read with is checked instead.
 
 DCGM: the exporter's own `namespace`/`pod` labels name the GPU's pod, but Prometheus renames them to
 `exported_namespace`/`exported_pod` when the scrape's target labels clash (honor_labels false: Prometheus
@@ -23,6 +24,7 @@ from kfchaos.metrics.catalog import Scope, standard_queries
 from kfchaos.metrics.prometheus import PrometheusClient
 
 EVENT_ONLY = {"kube_pod_container_status_last_terminated_reason", "kube_pod_container_status_terminated_reason"}
+EVENT_MATCHERS = {"reason"}  # any other series the catalog selects by a termination reason: also event-only
 _SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{([^}]*)\}")
 _MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 
@@ -43,9 +45,10 @@ def catalog_series(scope: Scope) -> list[Series]:
     seen: dict[tuple[str, str], Series] = {}
     for query in standard_queries(scope).values():
         for metric, matchers in _SELECTOR.findall(query.promql):
-            if metric in EVENT_ONLY:
+            found = _MATCHER.findall(matchers)
+            if metric in EVENT_ONLY or any(m[0] in EVENT_MATCHERS for m in found):
                 continue
-            kept = [m for m in _MATCHER.findall(matchers) if m[0] in ("namespace", "pod")]
+            kept = [m for m in found if m[0] in ("namespace", "pod")]
             selector = ",".join(f'{k}{op}"{v}"' for k, op, v in kept)
             seen.setdefault((metric, selector), Series(metric, selector, metric.startswith("DCGM_")))
     return sorted(seen.values(), key=lambda s: s.metric)

@@ -41,6 +41,21 @@ class PermissionDenied(BackendError):
         )
 
 
+class AdmissionDenied(BackendError):
+    """Chaos Mesh's admission webhook refused the object (HTTP 403 like RBAC, told apart by its message
+    "admission webhook ... denied the request", k8s.io/apiserver pkg/admission/plugin/webhook/errors/
+    statuserror.go): the experiment (or, for vauth.kb.io, the identity's rights in an affected namespace)
+    needs fixing, not the RBAC rule for the verb."""
+
+    def __init__(self, verb: str, resource: str, namespace: str | None, name: str | None, detail: str) -> None:
+        self.detail = detail
+        super().__init__(
+            f"Chaos Mesh refused to {verb} {resource} {namespace or ''}/{name or ''}: {detail}. This is its "
+            "admission webhook, not RBAC: fix the fault's parameters (kfchaos validate checks the known rules), "
+            "or for vauth.kb.io give the run identity create on this kind in every namespace the fault selects"
+        )
+
+
 class InjectionTimeout(BackendError):
     """The fault was not verified injected in time: the run cannot claim the fault was active (INCONCLUSIVE)."""
 
@@ -78,6 +93,7 @@ class PreflightReport:
     crds: list[str] = field(default_factory=list)
     matching_pods: dict[str, int] = field(default_factory=dict)  # object name -> running target pods
     dry_run: list[str] = field(default_factory=list)  # object names the server accepted in a dry run
+    unchecked: list[str] = field(default_factory=list)  # placement checks the identity could not read
 
 
 @dataclass(frozen=True)

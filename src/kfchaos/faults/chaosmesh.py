@@ -19,7 +19,9 @@ import kubernetes.config
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from kfchaos.faults import clustercheck
 from kfchaos.faults.backend import (
+    AdmissionDenied,
     ApiEvent,
     BackendError,
     ChaosMeshNotInstalled,
@@ -37,6 +39,7 @@ from kfchaos.faults.naming import LABEL_MANAGED_BY, LABEL_RUN_ID, MANAGED_BY, ru
 from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
+from kfchaos.faults.safety import check_pod_share
 from kfchaos.spec import Experiment, FaultBase
 from kfchaos.units import parse_duration
 
@@ -191,6 +194,8 @@ class ChaosMeshBackend:
                 self._record(verb, resource, namespace, name, exc.status or 0, None, attempt, dry_run, exc.reason)
                 if exc.status in ok_statuses:
                     return exc
+                if exc.status == 403 and _is_admission_denial(_message(exc)):
+                    raise AdmissionDenied(verb, resource, namespace, name, _message(exc)) from None
                 if exc.status == 403:
                     raise PermissionDenied(verb, resource, group, namespace, _message(exc)) from None
                 if exc.status in RETRYABLE_STATUS and attempt < self.retry.attempts:
@@ -352,7 +357,7 @@ class ChaosMeshBackend:
                     "Install Chaos Mesh (helm chart chaos-mesh/chaos-mesh) before running this experiment"
                 )
             report.crds.append(crd)
-        for manifest in manifests:
+        for item, manifest in zip(items, manifests, strict=True):
             name = manifest["metadata"]["name"]
             pods = self._running_targets(manifest)
             if not pods:
@@ -362,13 +367,54 @@ class ChaosMeshBackend:
                     f"namespace {namespace!r}; nothing would be injected"
                 )
             report.matching_pods[name] = len(pods)
+            if self.experiment is not None and not isinstance(item, dict):
+                check_pod_share(self.experiment, item, len(pods))
+            other_side = self._other_side(manifest)
             if manifest["kind"] == EXEC_KIND:
                 continue  # not an API object; exec is checked when it runs
+            self._check_placement(manifest, pods + other_side, report)
             created = self._create(_with_node(manifest, pods), dry_run=True)
             # 409: the object exists already (a retried step) - the server accepted it once.
             report.dry_run.append(name)
             del created
         return report
+
+    def _other_side(self, manifest: Manifest) -> list[dict[str, Any]]:
+        """Running pods of a network fault's `spec.target`: Chaos Mesh selects them too (pkg/selector,
+        api/v1alpha1/networkchaos_types.go Target *PodSelector) and fails when none match."""
+        target = (manifest.get("spec") or {}).get("target")
+        if manifest["kind"] != "NetworkChaos" or not isinstance(target, dict):
+            return []
+        selector = target.get("selector") or {}
+        namespace = (selector.get("namespaces") or [manifest["metadata"]["namespace"]])[0]
+        listed = self._list("pods", namespace, label_selector(selector)) or []
+        running = [p for p in listed if (p.get("status") or {}).get("phase") == "Running"]
+        if not running:
+            raise BackendError(
+                f"NetworkChaos {manifest['metadata']['name']}: its target (the other side) "
+                f"{label_selector(selector)!r} matches no running pod in namespace {namespace!r}; "
+                "Chaos Mesh would fail to select it"
+            )
+        return running
+
+    def _check_placement(self, manifest: Manifest, pods: list[dict[str, Any]], report: PreflightReport) -> None:
+        """chaos-daemon on the pods' nodes and the namespace filter (kfchaos.faults.clustercheck), before
+        anything is injected. What the identity may not read is noted as unchecked, not failed."""
+        name = manifest["metadata"]["name"]
+        try:
+            problems = clustercheck.namespace_filter_gaps(self.api_client, clustercheck.selected_namespaces([manifest]))
+            if clustercheck.needs_daemon(manifest):
+                problems += clustercheck.daemon_gaps(
+                    self.api_client, [(p.get("spec") or {}).get("nodeName") for p in pods]
+                )
+        except ApiException as exc:
+            report.unchecked.append(f"{name}: placement ({exc.status} {exc.reason})")
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            report.unchecked.append(f"{name}: placement ({type(exc).__name__})")
+            return
+        if problems:
+            raise BackendError(f"{manifest['kind']} {name} cannot be injected: " + "; ".join(problems))
 
     def _running_targets(self, manifest: Manifest) -> list[dict[str, Any]]:
         namespace, selector = _target_of(manifest)
@@ -587,7 +633,9 @@ def _injected_targets(handle: FaultHandle, obj: dict[str, Any]) -> list[str] | N
     conditions = _conditions(obj)
     if conditions.get("Selected") == "True" and conditions.get("AllInjected") == "True":
         records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
-        return [str(r.get("id")) for r in records]
+        # No record: nothing was hit (random-max-percent may draw 0 %, pkg/selector/generic/mode.go), and
+        # "all of nothing injected" is no evidence; keep waiting, so the step ends INCONCLUSIVE.
+        return [str(r.get("id")) for r in records] or None
     return None
 
 
@@ -609,6 +657,13 @@ def _created(obj: dict[str, Any]) -> float:
     if not stamp:
         return 0.0
     return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+
+
+def _is_admission_denial(message: str) -> bool:
+    """A webhook's refusal reads 'admission webhook "NAME" denied the request...' (k8s.io/apiserver
+    pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr); an RBAC 403 reads 'USER cannot VERB
+    resource ...' (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/errors.go)."""
+    return message.startswith("admission webhook ") and "denied the request" in message
 
 
 def _message(exc: ApiException) -> str:

@@ -13,17 +13,20 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from kfchaos.faults import admission
 from kfchaos.types import Duration, Percent, StrictModel
 
 Direction = Literal["to", "from", "both"]
 HttpTarget = Literal["Request", "Response"]
 _SIZE = re.compile(r"^\d+(\.\d+)?(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB|%)$")
-_BANDWIDTH = re.compile(r"^\d+(\.\d+)?(bps|kbps|mbps|gbps|tbps)$")
 
 
 def _size(value: str) -> str:
     if not _SIZE.match(value):
         raise ValueError(f"size {value!r} must be a number with a unit (B, KB, MB, GB, KiB, MiB, GiB) or a percentage")
+    problem = admission.size_percent_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
 
 
@@ -50,6 +53,19 @@ class _NetworkCommon(StrictModel):
     target: TargetSelector | None = None
     external_targets: list[str] = Field(default_factory=list, description="IPs or host names outside the cluster")
 
+    @model_validator(mode="after")
+    def _direction_admitted(self) -> _NetworkCommon:
+        # Chaos Mesh's webhook rule (kfchaos.faults.admission): from/both need the other side.
+        problem = admission.direction_problem(
+            self.direction,
+            self.target is not None,
+            bool(self.external_targets),
+            isinstance(self, NetworkPartitionParams),
+        )
+        if problem:
+            raise ValueError(problem)
+        return self
+
 
 class NetworkDelayParams(_NetworkCommon):
     latency: Duration
@@ -73,7 +89,7 @@ class NetworkCorruptParams(_NetworkCommon):
 
 
 class NetworkBandwidthParams(_NetworkCommon):
-    rate: str = Field(description="e.g. 1mbps")
+    rate: str = Field(description="a whole number with a unit: 1500kbps, 10mbit (Chaos Mesh refuses 1.5mbps)")
     # The CRD declares both int32; the API server refuses larger values.
     limit: int = Field(ge=1, le=2**31 - 1, description="bytes that can be queued")
     buffer: int = Field(ge=1, le=2**31 - 1, description="bucket size in bytes")
@@ -81,8 +97,9 @@ class NetworkBandwidthParams(_NetworkCommon):
     @field_validator("rate")
     @classmethod
     def _rate(cls, value: str) -> str:
-        if not _BANDWIDTH.match(value):
-            raise ValueError(f"rate {value!r} must be a number with bps, kbps, mbps, gbps or tbps")
+        problem = admission.rate_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 
@@ -110,9 +127,16 @@ class StressCpuParams(StrictModel):
 class _HttpCommon(StrictModel):
     port: int = Field(ge=1, le=65535)
     path: str = "*"
-    method: str | None = None
+    method: str | None = Field(None, description="GET, POST, PUT, DELETE, PATCH, HEAD, OPTIONS, TRACE or CONNECT")
     code: int | None = Field(None, ge=100, le=599, description="only responses with this status (target Response)")
     target: HttpTarget = "Request"
+
+    @model_validator(mode="after")
+    def _method_admitted(self) -> _HttpCommon:
+        problem = admission.http_method_problem(self.method, self.target)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class HttpAbortParams(_HttpCommon):

@@ -8,6 +8,7 @@ is no guard. Each refusal is a `FaultSafetyError` naming the rule and the field.
 from __future__ import annotations
 
 from kfchaos.errors import KfchaosError, Path, SafetyError
+from kfchaos.faults.admission import mode_value_problem, pods_hit
 from kfchaos.faults.params import TargetSelector
 from kfchaos.spec import Experiment, FaultBase
 
@@ -102,23 +103,31 @@ def _check_mode(fault: FaultBase, max_pod_percent: float, base: Path) -> None:
                 (*base, "mode"),
             )
         return
-    if fault.value is None:
-        raise FaultSafetyError(RULE_MODE_VALUE, f"mode {fault.mode} needs a value", path)
+    problem = mode_value_problem(fault.mode, fault.value)
+    if problem:
+        raise FaultSafetyError(RULE_MODE_VALUE, problem, path)
     if fault.mode == "fixed":
-        if not fault.value.isdigit() or int(fault.value) < 1:
-            raise FaultSafetyError(RULE_MODE_VALUE, f"value {fault.value!r} must be a whole number >= 1", path)
-        return
-    try:
-        percent = float(fault.value)
-    except ValueError:
-        raise FaultSafetyError(RULE_MODE_VALUE, f"value {fault.value!r} must be a percentage number", path) from None
-    if not 0 < percent <= 100:
-        raise FaultSafetyError(RULE_MODE_VALUE, f"value {fault.value!r} must be in (0, 100]", path)
-    if percent / 100 > max_pod_percent:
+        return  # a count: checked against the cap once the matching pods are known (check_pod_share)
+    if int(fault.value or 0) / 100 > max_pod_percent:
         raise FaultSafetyError(
             RULE_MAX_POD_PERCENT,
             f"value {fault.value}% exceeds safety.max_pod_percent ({max_pod_percent * 100:g}%)",
             path,
+        )
+
+
+def check_pod_share(experiment: Experiment, fault: FaultBase, matching: int) -> None:
+    """The cap against the pods that match now: Chaos Mesh rounds percentages up and `fixed` is a count
+    (kfchaos.faults.admission.pods_hit), so `fixed-percent 50` on 3 replicas hits 2 (67 %)."""
+    cap = experiment.spec.safety.max_pod_percent
+    _fewest, most = pods_hit(fault.mode, fault.value, matching)
+    if matching and most / matching > cap + 1e-9:
+        raise FaultSafetyError(
+            RULE_MAX_POD_PERCENT,
+            f"mode {fault.mode}{' ' + fault.value if fault.value else ''} hits {most} of the {matching} matching "
+            f"pods ({most / matching * 100:.0f}%; Chaos Mesh rounds up), above safety.max_pod_percent "
+            f"({cap * 100:g}%)",
+            (*fault_path(experiment, fault), "mode"),
         )
 
 

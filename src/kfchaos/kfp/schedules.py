@@ -34,7 +34,7 @@ from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.kfp import client as kfp_client
 from kfchaos.spec import Schedule
 from kfchaos.types import StrictModel
-from kfchaos.yamlsource import load_yaml
+from kfchaos.yamlsource import load_yaml, read_source
 
 MANAGED_MARK = "managed by kfchaos schedule sync"
 SERVICE_ACCOUNT_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"  # a DNS subdomain, as Kubernetes names are
@@ -76,7 +76,7 @@ class SchedulesFile(StrictModel):
 
 def load_schedules(path: Path) -> SchedulesFile:
     try:
-        raw = path.read_bytes()
+        raw = read_source(path)
     except OSError as exc:
         raise KfchaosError(f"{path}: cannot read: {exc.strerror or exc}") from None
     document = load_yaml(raw, str(path))

@@ -68,11 +68,13 @@ def container_key(labels: dict[str, str]) -> ContainerKey:
     return (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""), labels.get("uid", ""))
 
 
-def increments(values: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Each point's increase since the previous finite point of the *same* series (0 for the first): a drop
-    is a counter reset, after which the new value is all increase (Prometheus's rule for increase())."""
+def increments(values: NDArray[np.float64], new: bool = False) -> NDArray[np.float64]:
+    """Each point's increase since the previous finite point of the *same* series: a drop is a counter
+    reset, after which the new value is all increase (Prometheus's rule for increase()). The first point is
+    the reference (0), except for a `new` series -- one that began inside the queried range, whose counter
+    started at 0 (a new pod's restart count, a new container's cgroup), so its first value is all increase."""
     out = np.zeros(len(values))
-    previous = None
+    previous = 0.0 if new else None
     for index, value in enumerate(values):
         if not np.isfinite(value):
             continue
@@ -94,12 +96,21 @@ class Restart:
         return self.reason == OOM_REASON
 
 
-def restarts(restart_series: Iterable[RangeSeries], reason_series: Iterable[RangeSeries]) -> list[Restart]:
+def _began_after(series: RangeSeries, since: float | None) -> bool:
+    spacing = float(np.min(np.diff(series.times))) if len(series.times) > 1 else 0.0
+    return since is not None and len(series.times) > 0 and float(series.times[0]) > since + spacing / 2
+
+
+def restarts(
+    restart_series: Iterable[RangeSeries], reason_series: Iterable[RangeSeries], since: float | None = None
+) -> list[Restart]:
     """Every restart step of every container, with the last terminated reason shown at that point.
 
     Both series come from one pod object in one kube-state-metrics scrape, so the reason that explains a
     restart is on the same timestamp; failing that, the next point of the reason series within one step.
     When two reasons show at once (a scrape racing a second restart) OOMKilled wins: never undercount.
+    A series that begins after `since` (the range's start) is a new pod, counted from 0; when it first shows
+    more than one restart, only the last one's reason is known and the others have none.
     """
     reasons: dict[ContainerKey, list[tuple[NDArray[np.float64], str]]] = {}
     for series in reason_series:
@@ -108,25 +119,28 @@ def restarts(restart_series: Iterable[RangeSeries], reason_series: Iterable[Rang
     out = []
     for series in restart_series:
         key = container_key(series.labels)
-        steps = increments(series.values)
+        steps = increments(series.values, new=_began_after(series, since))
         spacing = float(np.min(np.diff(series.times))) if len(series.times) > 1 else 0.0
         for index in np.nonzero(steps > 0)[0]:
             at = float(series.times[index])
-            shown = {reason for times, reason in reasons.get(key, []) if np.any(np.isclose(times, at))}
+            shown = {reason for times, reason in reasons.get(key, []) if np.any(np.abs(times - at) <= 1e-3)}
             if not shown:
                 shown = {
                     reason for times, reason in reasons.get(key, []) if np.any((times > at) & (times <= at + spacing))
                 }
             reason = OOM_REASON if OOM_REASON in shown else (sorted(shown)[0] if shown else None)
-            out.append(Restart(at, key, float(steps[index]), reason))
+            out.append(Restart(at, key, 1.0, reason))
+            if steps[index] > 1:  # several restarts between two points: only the last one's reason shows
+                out.append(Restart(at, key, float(steps[index]) - 1.0, None))
     return out
 
 
-def cadvisor_events(series: Iterable[RangeSeries]) -> list[tuple[float, float]]:
-    """(time, events) of cAdvisor OOM counters, differenced per container series, never across them."""
+def cadvisor_events(series: Iterable[RangeSeries], since: float | None = None) -> list[tuple[float, float]]:
+    """(time, events) of cAdvisor OOM counters, differenced per container series, never across them; a
+    series that begins after `since` is a new cgroup, counted from 0."""
     out = []
     for one in series:
-        steps = increments(one.values)
+        steps = increments(one.values, new=_began_after(one, since))
         out += [(float(one.times[i]), float(steps[i])) for i in np.nonzero(steps > 0)[0]]
     return out
 
@@ -194,7 +208,7 @@ def collect(
     described = f"{sent['restarts']} x {sent['reasons']}, increase per container series, then summed"
     if found["cadvisor"]:
         result.series[CADVISOR_OOM] = cumulative(
-            CADVISOR_OOM, grid, cadvisor_events(found["cadvisor"]), f"{sent['cadvisor']}, increase per series"
+            CADVISOR_OOM, grid, cadvisor_events(found["cadvisor"], start), f"{sent['cadvisor']}, increase per series"
         )
     if HOST_OOM in result.errors:
         return result
@@ -204,7 +218,7 @@ def collect(
             f"be counted without it (cAdvisor's {CADVISOR_METRIC} loses the killed container's count)"
         )
         return result
-    every = restarts(found["restarts"], found["reasons"])
+    every = restarts(found["restarts"], found["reasons"], start)
     crashes = [r for r in every if not r.oom_killed]
     gpu, unread = gpu_crashes(crashes, read_log)
     log_note = "previous container logs" if read_log else "no log reader: every crash unread"

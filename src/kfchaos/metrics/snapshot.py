@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kfchaos.errors import KfchaosError
+from kfchaos.jsonsource import load_json
 
 SeriesKind = Literal["counter", "gauge"]
 DEFAULT_GRACE = 60.0  # Prometheus's default scrape_interval (1m) where the source's own is unknown
@@ -133,7 +134,7 @@ class MetricsSnapshot:
                 raise SnapshotError(f"{where}: needs 'points', a list of [time, value]")
             try:
                 pairs = [(float(t), math.nan if v is None else float(v)) for t, v in raw["points"]]
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise SnapshotError(f"{where}.points: each point must be [epoch seconds, number or null]") from None
             kind = raw.get("kind", "gauge")
             if kind not in ("counter", "gauge"):
@@ -162,9 +163,7 @@ class MetricsSnapshot:
     @classmethod
     def load(cls, path: str | Path) -> MetricsSnapshot:
         try:
-            data = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise SnapshotError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+            data = load_json(path, "metrics", finite_only=False)  # bounded: size, depth, huge integers
+        except KfchaosError as exc:
+            raise SnapshotError(str(exc)) from None
         return cls.from_dict(data, str(path))

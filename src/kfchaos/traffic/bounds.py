@@ -23,6 +23,9 @@ MAX_DURATION = 30 * 86400.0  # one stage
 MAX_TIMEOUT = 86400.0  # one request
 MAX_CONCURRENCY = 1_000_000
 MAX_SHARDS = 32768  # the records' int16 shard column
+# Requests one stage (one shard) may send: its records (~150 bytes each) are held in memory until it ends, so a
+# tiny recording looped at --speed 1e6 for a long --duration cannot exhaust memory (20M: about 3 GB).
+MAX_REQUESTS = 20_000_000
 
 # A target's answer: the bytes read for one response, one SSE event, and token counts it may report.
 MAX_RESPONSE_BYTES = 64 << 20

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from kfchaos.traffic.bounds import MAX_REQUESTS
 from kfchaos.traffic.http1 import Exchange, Pool, Target, parse_target
 from kfchaos.traffic.plan import Planned, ReplayPlan
 from kfchaos.traffic.progress import Progress, Snapshot
@@ -44,6 +45,7 @@ SPIN = 0.001  # wake this long before a request is due (timer resolution), then 
 SWEEP = 0.05  # how often timeouts are checked
 YIELD_EVERY = 32  # when behind schedule, still let responses in after this many sends
 START_DELAY = 0.05  # the first request is due this long after the engine starts
+STOP_POLL = 0.1  # with a stop event, a long wait for the next request is cut in slices this long
 
 
 @dataclass
@@ -92,6 +94,7 @@ class _Stage:
         self.recent: list[float] = []
         self.start = 0.0
         self.stopped = False
+        self.capped = False  # the plan had more than MAX_REQUESTS requests: the rest were not sent
 
     # ------------------------------------------------------------ sending
 
@@ -221,6 +224,9 @@ class _Stage:
         for planned in self.plan.schedule():
             if not planned.offset < end:
                 return
+            if self.scheduled >= MAX_REQUESTS:  # records are held in memory: their count is bounded too
+                self.capped = True
+                return
             due = start + planned.offset
             wait = due - clock()
             if wait > 0:
@@ -228,8 +234,11 @@ class _Stage:
                     if stop is None:
                         await sleep(wait - SPIN)
                     else:  # a stop (signal, abort) must not wait for a request due minutes from now
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(stop.wait(), wait - SPIN)
+                        while (left := due - SPIN - clock()) > 0 and not stop.is_set():
+                            await sleep(min(left, STOP_POLL))
+                        if stop.is_set():
+                            self.stopped = True
+                            return
                 while clock() < due:
                     await sleep(0)
                 since_yield = 0
@@ -297,6 +306,9 @@ async def replay(
     summary.source = plan.report.to_dict()
     if stage.stopped:
         summary.notes.append("stopped early (abort)")
+    if stage.capped:
+        summary.valid = False
+        summary.invalid_reason = f"the plan has more than {MAX_REQUESTS} requests; only that many were sent"
     return StageResult(summary, table, plan.report)
 
 

@@ -18,23 +18,28 @@ import re
 from urllib.parse import quote
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-# VCHAR / obs-text / SP / HTAB, without leading or trailing whitespace (the parser strips those: RFC 9110 §5.5).
-_FIELD_VALUE = re.compile(r"(?:[\x21-\x7e\x80-\xff](?:[\x20\x09\x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?")
+# A field value: VCHAR / obs-text / SP / HTAB only, and no leading or trailing whitespace (RFC 9110 §5.5).
+_NOT_IN_VALUE = re.compile(r"[^\t\x20-\x7e\x80-\xff]")
 # RFC 3986 pchar plus "/" and "?" (query), and "%" so existing percent-encodings are kept as they are.
 _PATH_SAFE = "/?:@!$&'()*+,;=%-._~"
+_ENCODED = re.compile(r"[A-Za-z0-9/?:@!$&'()*+,;=%\-._~]*")
 
 
 def is_token(text: str) -> bool:
     return _TOKEN.fullmatch(text) is not None
 
 
+def is_field_value(text: str) -> bool:
+    return _NOT_IN_VALUE.search(text) is None and (not text or (text[0] not in " \t" and text[-1] not in " \t"))
+
+
 def header_problem(name: object, value: object) -> str | None:
     """Why (name, value) cannot be sent as a header, or None. Never quotes the value."""
-    if not isinstance(name, str) or not is_token(name):
+    if not isinstance(name, str) or _TOKEN.fullmatch(name) is None:
         return "header name is not an HTTP token (RFC 9110 5.1)"
     if not isinstance(value, str):
         return f"header {name[:64]}: value is not text"
-    if _FIELD_VALUE.fullmatch(value) is None:
+    if not is_field_value(value):
         return f"header {name[:64]}: value has characters not allowed in a field value (RFC 9110 5.5)"
     return None
 
@@ -44,4 +49,6 @@ def encode_path(path: str | bytes) -> str:
     bytes, as a capture holds them, as they are)."""
     if isinstance(path, bytes):
         return quote(path, safe=_PATH_SAFE)
+    if _ENCODED.fullmatch(path):  # the common case, and every path a reader already encoded: nothing to do
+        return path
     return quote(path, safe=_PATH_SAFE, encoding="utf-8", errors="surrogatepass")

@@ -45,9 +45,9 @@ class HeaderPolicy:
     allow_credentials: bool = False
     credential: tuple[str, str] | None = field(default=None, repr=False)  # (header, value); never printed
 
-    def __repr__(self) -> str:  # the credential must not appear in logs or tracebacks
+    def __repr__(self) -> str:  # no header value (an added API key, the credential) in logs or tracebacks
         return (
-            f"HeaderPolicy(add={self.add!r}, strip={sorted(self.strip)!r}, "
+            f"HeaderPolicy(add={[name for name, _ in self.add]!r}, strip={sorted(self.strip)!r}, "
             f"allow_credentials={self.allow_credentials}, credential={'set' if self.credential else 'none'})"
         )
 
@@ -74,11 +74,16 @@ class HeaderPolicy:
         replaced = {name.lower() for name, _ in self.add}
         if self.credential:
             replaced.add(self.credential[0].lower())
-        out = [
-            (n, v)
-            for n, v in recorded
-            if not self.drops(n) and n.strip().lower() not in replaced and header_problem(n, v) is None
-        ]
+        out = []
+        for name, value in recorded:
+            if header_problem(name, value) is not None:  # the readers refuse these already: a last guard
+                continue
+            lower = name.lower()  # a valid token has no whitespace to strip
+            if lower in replaced or lower in HOP_HEADERS or lower in self.strip:
+                continue
+            if lower in CREDENTIAL_HEADERS and not self.allow_credentials:
+                continue
+            out.append((name, value))
         out.extend(self.add)
         if self.credential:
             out.append(self.credential)

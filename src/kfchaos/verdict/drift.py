@@ -45,7 +45,7 @@ def _band_top(baseline: Baseline) -> float | None:
 
 def reference(baseline: Baseline | None, stage: int, drift: float) -> DriftReference:
     if baseline is None:
-        return _none("no baseline: nothing to compare with")
+        return _none("no baseline P99 for latency: no baseline, nothing to compare with")
     control = baseline.control.stage(stage) if baseline.control else None
     if baseline.control is not None and control is not None:
         where = f"control baseline at {stage}%"

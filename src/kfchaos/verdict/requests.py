@@ -15,8 +15,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from numpy.typing import NDArray
 
-from kfchaos.errors import KfchaosError
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA
+from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, IdReader, RecordsError, impossible_data
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
 OPTIONAL = ("long_context",)  # read when present; older or hand-made records may lack it
@@ -25,8 +24,7 @@ _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
 TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED = (_KIND_CODE[k] for k in ERROR_KINDS)
 
 
-class RecordsError(KfchaosError):
-    """The records file cannot be used: unreadable, or a column is missing or of the wrong type."""
+__all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ class Requests:
 def _float(table: pa.Table, name: str) -> NDArray[np.float64]:
     column = table.column(name)
     if column.type != pa.float64():
-        column = column.cast(pa.float64())
+        column = column.cast(pa.float64(), safe=False)  # int64 beyond 2**53: rounded, then range-checked
     return np.asarray(column.to_numpy(), dtype=np.float64)
 
 
@@ -100,7 +98,7 @@ def _error_codes(column: pa.ChunkedArray) -> NDArray[np.int8]:
     return out
 
 
-def from_table(table: pa.Table, source: str = "records") -> Requests:
+def from_table(table: pa.Table, source: str = "records", request_ids: IdReader | None = None) -> Requests:
     missing = [name for name in NEEDED if name not in table.column_names]
     if missing:
         raise RecordsError(
@@ -121,6 +119,10 @@ def from_table(table: pa.Table, source: str = "records") -> Requests:
     stage = table.column("stage")
     if stage.null_count:
         raise RecordsError(f"{source}: column stage has {stage.null_count} null value(s); every record needs its stage")
+    problems = impossible_data(table, request_ids)
+    if problems:
+        # Never judged: each of these turned a true FAIL into PASS (issue 11 §4). An input error, exit 3.
+        raise RecordsError(f"{source}: impossible records: " + "; ".join(problems))
     return Requests(
         stage=np.asarray(stage.cast(pa.int16()).to_numpy(), dtype=np.int16),
         intended=_float(table, "intended"),
@@ -149,9 +151,14 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
         dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
         names = set(dataset.schema.names)
         table = dataset.to_table(columns=[n for n in (*NEEDED, *OPTIONAL) if n in names])
+
+        def request_ids(rows: NDArray[np.int64]) -> pa.Array | pa.ChunkedArray:
+            # Only rows that may repeat have their ids read: the column is the largest in the file.
+            return dataset.take(pa.array(rows), columns=["request_id"]).column(0)
+
+        return from_table(table, str(path), request_ids if "request_id" in names else None)
     except FileNotFoundError:
         raise RecordsError(f"{path}: no such records file") from None
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RecordsError(f"{path}: cannot read as Parquet records: {message}") from None
-    return from_table(table, str(path))

@@ -10,12 +10,13 @@ replayer marked invalid, when the faults were removed. The pipeline writes them 
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kfchaos.errors import KfchaosError
+from kfchaos.jsonsource import load_json
 
 
 class RunStateError(KfchaosError):
@@ -32,11 +33,9 @@ class RunState:
 
 def load_run_state(path: str | Path) -> RunState:
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise RunStateError(f"{path}: cannot read run state: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RunStateError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+        data = load_json(path, "run state")
+    except KfchaosError as exc:
+        raise RunStateError(str(exc)) from None
     if not isinstance(data, dict):
         raise RunStateError(f"{path}: expected a JSON object")
     unknown = sorted(set(data) - {"faults_verified", "stage_valid", "faults_removed_at", "fault_windows"})
@@ -48,19 +47,29 @@ def load_run_state(path: str | Path) -> RunState:
     if isinstance(verified, dict) and not all(isinstance(v, bool) for v in verified.values()):
         raise RunStateError(f"{path}: faults_verified values must be true or false")
     stage_valid: dict[int, bool | str] = {}
-    for key, value in (data.get("stage_valid") or {}).items():
-        if not str(key).isdigit() or not isinstance(value, bool | str):
+    given = data.get("stage_valid") or {}
+    if not isinstance(given, dict):
+        raise RunStateError(f"{path}: stage_valid must be an object of stage percent -> true or a reason")
+    for key, value in given.items():
+        if not (key.isascii() and key.isdigit() and len(key) <= 3) or not isinstance(value, bool | str):
             raise RunStateError(f"{path}: stage_valid.{key}: keys are stage percents, values true or a reason")
         stage_valid[int(key)] = value
     removed = data.get("faults_removed_at")
-    if removed is not None and (isinstance(removed, bool) or not isinstance(removed, int | float)):
+    if removed is not None and _epoch(removed) is None:
         raise RunStateError(f"{path}: faults_removed_at must be epoch seconds")
     windows = _fault_windows(path, data.get("fault_windows") or [])
-    return RunState(verified, stage_valid, None if removed is None else float(removed), windows)
+    return RunState(verified, stage_valid, None if removed is None else _epoch(removed), windows)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _epoch(value: object) -> float | None:
+    """A finite number of seconds, or None (a bool, a string, an integer too large for a float, NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _fault_windows(path: str | Path, items: Any) -> list[dict[str, Any]]:
@@ -77,7 +86,8 @@ def _fault_windows(path: str | Path, items: Any) -> list[dict[str, Any]]:
         if not isinstance(verified, list):
             raise RunStateError(f"{where}.verified: expected a list of {{from, to, stage}}")
         for w, window in enumerate(verified):
-            ok = isinstance(window, dict) and _number(window.get("from")) and _number(window.get("to"))
+            ok = isinstance(window, dict) and _epoch(window.get("from")) is not None
+            ok = ok and _epoch(window.get("to")) is not None
             if not ok or window["from"] > window["to"]:
                 raise RunStateError(f"{where}.verified[{w}]: expected {{from, to}} epoch seconds with from <= to")
     return items

@@ -1,0 +1,42 @@
+"""Restart attribution and per-series differencing in kfchaos.metrics.oom, on hand-made series."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kfchaos.metrics.oom import cadvisor_events, increments, restarts
+from kfchaos.metrics.source import RangeSeries
+
+T0 = 1.8e9  # epoch seconds: large enough that a relative tolerance would merge distinct points
+POD = {"namespace": "serving", "pod": "vllm-0", "container": "vllm", "uid": "u"}
+
+
+def series(times: list[float], values: list[float], **labels: str) -> RangeSeries:
+    return RangeSeries({**POD, **labels}, T0 + np.array(times), np.array(values, dtype=float))
+
+
+def test_each_restart_takes_the_reason_shown_with_it() -> None:
+    counts = series([0, 15, 30, 45], [0, 1, 1, 2])
+    reasons = [series([15, 30], [1, 1], reason="OOMKilled"), series([45], [1], reason="Error")]
+    found = restarts([counts], reasons, since=T0)
+    assert [(r.time - T0, r.reason) for r in found] == [(15, "OOMKilled"), (45, "Error")]
+
+
+def test_several_restarts_between_points_leave_all_but_the_last_without_a_reason() -> None:
+    found = restarts([series([0, 15], [0, 3])], [series([15], [1], reason="OOMKilled")], since=T0)
+    assert [(r.count, r.reason) for r in found] == [(1.0, "OOMKilled"), (2.0, None)]
+
+
+def test_a_new_pod_is_counted_from_zero_an_old_one_from_its_first_point() -> None:
+    late = series([30, 45], [1, 1])  # began inside the range: a new pod whose container restarted once
+    reason = [series([30, 45], [1, 1], reason="OOMKilled")]
+    assert [r.reason for r in restarts([late], reason, since=T0)] == ["OOMKilled"]
+    early = series([0, 15], [4, 4])  # there from the range's start: its 4 restarts are history
+    assert restarts([early], reason, since=T0) == []
+
+
+def test_counters_are_differenced_per_series_never_summed_first() -> None:
+    gone = series([0, 15, 30], [3, 3, 3], id="/a")  # this pod disappears after 30 s
+    stays = series([0, 15, 30, 45, 60], [3, 3, 3, 3, 3], id="/b")
+    assert cadvisor_events([gone, stays], since=T0) == []  # [6, 6, 6, 3, 3] summed would be 3 phantom kills
+    assert increments(np.array([2.0, 3.0, 1.0])).tolist() == [0.0, 1.0, 1.0]  # a reset: the new value counts
