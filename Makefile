@@ -23,9 +23,9 @@ prometheus:
 test: setup prometheus
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The fuzz suite with the `fuzz` hypothesis profile: FUZZ_SCALE (50) times the fixed CI budget, random seeds.
+# The fuzz suite with the `fuzz` hypothesis profile: FUZZ_SCALE (default 50) times the CI budget, random seeds.
 fuzz: setup
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=fuzz FUZZ_SCALE=$(or $(FUZZ_SCALE),50) $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: setup prometheus
 	$(BIN)/kfchaos demo $(DEMO_ARGS)

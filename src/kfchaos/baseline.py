@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 from numpy.typing import NDArray
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.metrics import oom, releases
@@ -121,12 +121,25 @@ class ControlStage(StrictModel):
     errors: int = Field(ge=0)
     timeouts: int = Field(ge=0)
     samples: int = Field(ge=0, description="latencies behind the quantiles: successes plus timeouts (as +inf)")
-    latency_p50: float | None = None
-    latency_p99: float | None = Field(None, description="exact empirical P99 (inverted CDF), seconds")
+    latency_p50: float | None = Field(None, ge=0)
+    latency_p99: float | None = Field(None, ge=0, description="exact empirical P99 (inverted CDF), seconds")
     latency_p99_interval: list[float] | None = Field(
-        None, description="order-statistic interval of the P99 at `confidence`; null with too few samples"
+        None,
+        min_length=2,
+        max_length=2,
+        description="order-statistic interval of the P99 at `confidence`; null with too few samples",
     )
-    ttft_p99: float | None = None
+    ttft_p99: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _interval_brackets_the_p99(self) -> ControlStage:
+        if self.latency_p99_interval is not None:
+            low, high = self.latency_p99_interval
+            if not (0 <= low <= high and math.isfinite(high)):
+                raise ValueError(f"latency_p99_interval {self.latency_p99_interval}: need 0 <= low <= high, finite")
+            if self.latency_p99 is None or not low <= self.latency_p99 <= high:
+                raise ValueError("latency_p99 must lie inside latency_p99_interval")
+        return self
 
 
 class ControlBaseline(StrictModel):

@@ -117,6 +117,8 @@ def healthy(server: KubeApiServer, gpu: bool = False) -> None:
     server.rbac = kustomize_build(MANIFESTS) + copy.deepcopy(UPSTREAM_KFP_RBAC)
     (namespace,) = [o for o in server.rbac if o["kind"] == "Namespace"]
     server.rbac.remove(namespace)
+    for account in [o for o in server.rbac if o["kind"] == "ServiceAccount"]:
+        server.add_object("serviceaccounts", account)
     namespace["metadata"].setdefault("labels", {})["app.kubernetes.io/instance"] = "kfchaos"  # Argo CD tracks it
     server.add_object("namespaces", namespace)
     for index, pod in enumerate(PODS):
@@ -180,10 +182,11 @@ def test_a_healthy_cluster_passes_every_check(live: Live) -> None:
         assert names[name].status is Status.PASS
     assert names["series vllm:e2e_request_latency_seconds_bucket"].status is Status.PASS
     assert not any(n.startswith("series DCGM") for n in names)  # no pod requests a GPU
-    # Until the Chaos Mesh placement rules are merged their rows are UNKNOWN, never silently passed.
-    not_passing = [c for c in report.checks if c.status is not Status.PASS]
-    assert all(c.name in PLACEMENT and c.status is Status.UNKNOWN for c in not_passing)
-    assert report.exit_code == (1 if not_passing else 0)
+    # The Chaos Mesh placement rules (kfchaos.faults.clustercheck): chaos-daemon runs on every node of the
+    # loopback cluster (untainted), and the namespace filter is off.
+    assert names["chaos-daemon on target nodes"].status is Status.PASS
+    assert names["namespace filter annotation"].status is Status.PASS
+    assert report.exit_code == 0
 
 
 def test_an_old_kfp_backend_is_reported_with_what_it_lacks(live: Live) -> None:
@@ -207,10 +210,20 @@ def test_the_run_identity_without_kfps_runner_role_fails_every_task(live: Live) 
     assert "create workflowtaskresults.argoproj.io" in detail
 
 
+def test_a_missing_service_account_is_reported_though_rbac_would_allow_it(live: Live) -> None:
+    with KubeApiServer() as server, KfpApiServer() as kfp:
+        healthy(server)
+        server._store.pop(("serviceaccounts", "kubeflow", "kfchaos-runner"))
+        report = doctor(server, kfp, live.prometheus)
+    assert set(failing(report)) == {"run identity"}
+    assert "no ServiceAccount kubeflow/kfchaos-runner" in failing(report)["run identity"]
+
+
 def test_runs_as_kfps_default_identity_cannot_inject(live: Live) -> None:
     # What nightly runs did before schedules named the service account.
     with KubeApiServer() as server, KfpApiServer() as kfp:
         healthy(server)
+        server.add_object("serviceaccounts", {"metadata": {"name": "pipeline-runner", "namespace": "kubeflow"}})
         report = doctor(server, kfp, live.prometheus, service_account="pipeline-runner")
     assert set(failing(report)) == {"permissions llm-serving (faults)", "permissions cluster (cluster-wide)"}
     assert "create networkchaos.chaos-mesh.org" in failing(report)["permissions llm-serving (faults)"]
@@ -314,3 +327,23 @@ def test_catalog_series_keep_only_the_scope_matchers() -> None:
     assert "kube_pod_container_status_restarts_total" in found
     assert found["http_requests_total"].selector == 'namespace="llm-serving",pod=~"vllm\\\\-0|vllm\\\\-1"'
     assert found["DCGM_FI_DEV_FB_USED"].gpu and not found["vllm:kv_cache_usage_perc"].gpu
+
+
+def test_gpu_nodes_tainted_without_chaos_daemon_tolerations_fail_placement(live: Live) -> None:
+    """Issue 12 item 7 on a loopback cluster set up to have it: GPU nodes tainted nvidia.com/gpu and the Helm
+    default (no chaos-daemon tolerations), so the network fault would fail with 'cannot find daemonIP'."""
+    with KubeApiServer() as server, KfpApiServer(tag_name="2.15.0") as kfp:
+        healthy(server)
+        taints = [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+        for index in range(len(PODS)):
+            node = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"gpu-{index}"},
+                "spec": {"taints": taints},
+            }
+            server.add_object("nodes", node)
+        report = doctor(server, kfp, live.prometheus)
+    check = by_name(report)["chaos-daemon on target nodes"]
+    assert check.status is Status.FAIL and "nvidia.com/gpu" in check.detail and "chaosDaemon.tolerations" in check.fix
+    assert report.exit_code == 1

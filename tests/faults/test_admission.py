@@ -257,3 +257,21 @@ def test_untolerated_gpu_taint_fails_preflight_before_injecting(
     server.daemon_tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert backend.preflight([manifest]).dry_run
     assert server.chaos_objects() == []
+
+
+@pytest.mark.parametrize("direction,refused", [("both", True), ("to", False)])
+def test_chaos_daemon_is_needed_on_the_other_sides_nodes_for_from_and_both(
+    server: KubeApiServer, backend: ChaosMeshBackend, direction: str, refused: bool
+) -> None:
+    taints = [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    server.add_object(
+        "nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gw-0"}, "spec": {"taints": taints}}
+    )
+    server.add_pod("gateway", "envoy-0", {"app": "envoy"}, node="gw-0")
+    experiment = two_sided(direction)
+    manifest = render_fault(experiment, fault_of(experiment), "run-gw")
+    if refused:
+        with pytest.raises(BackendError, match="cannot find daemonIP on node gw-0"):
+            backend.preflight([manifest])
+    else:
+        assert backend.preflight([manifest]).dry_run

@@ -15,9 +15,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from kfchaos.errors import SpecError
+from kfchaos.faults.backend import InjectionTimeout
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
-from kfchaos.faults.gpu import EXEC_KIND, READY_FILE
+from kfchaos.faults.gpu import READY_FILE
 from kfchaos.faults.gpu_allocator import (
+    EXIT_SHORT,
     MIB,
     Allocator,
     OutOfDeviceMemory,
@@ -75,10 +78,50 @@ def test_duration_capped_for_pod() -> None:
     assert data["spec"]["activeDeadlineSeconds"] == 900
 
 
-def test_exec_method_renders_bounded_command() -> None:
-    document = _pod(method="exec")
-    assert document["kind"] == EXEC_KIND
-    assert document["spec"]["command"][:2] == ["timeout", "630s"]
+def test_exec_method_is_refused_at_validation_not_at_apply() -> None:
+    with pytest.raises(SpecError, match="method exec is not implemented"):
+        _pod(method="exec")
+
+
+def test_the_pod_image_follows_kfchaos_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KFCHAOS_IMAGE", "registry.internal/kfchaos:dev")
+    assert _pod()["spec"]["containers"][0]["image"] == "registry.internal/kfchaos:dev"
+
+
+def test_no_free_gpu_on_the_pinned_node_fails_at_once(server: KubeApiServer, backend: ChaosMeshBackend) -> None:
+    """nodeName skips the scheduler; the kubelet rejects the pod (Failed, OutOfnvidia.com/gpu) and the wait
+    ends at once instead of running out its timeout."""
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-0"},
+            "status": {"allocatable": {"nvidia.com/gpu": "1"}}}  # fmt: skip
+    server.add_object("nodes", node)
+    (target,) = [p for p in server.objects("pods", "llm-serving") if p["metadata"]["name"] == "vllm-0"]
+    server.remove_pod("llm-serving", "vllm-0")
+    target["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}  # vLLM holds the GPU
+    body = server.add_pod("llm-serving", "vllm-0", target["metadata"]["labels"], node="gpu-node-0")
+    body["spec"]["containers"] = target["spec"]["containers"]
+    handle = backend.apply(_pod())
+    started = time.monotonic()
+    with pytest.raises(InjectionTimeout, match=r"Failed, OutOfnvidia.com/gpu: Pod was rejected: Node didn't have"):
+        backend.wait_injected(handle, timeout=120)
+    assert time.monotonic() - started < 60  # not the 120 s timeout
+    backend.sweep("run-gpu", ["llm-serving"], timeout=5)
+
+
+def test_holding_less_than_asked_is_never_ready(tmp_path: Path) -> None:
+    """vLLM preallocates ~90 % of the GPU: asked 30 %, the allocator can take ~10 %; it says so, writes no
+    ready file (the pod is never ready, so never injected) and exits 4."""
+    ready = tmp_path / "held"
+    done = subprocess.run(
+        [sys.executable, "-m", "kfchaos.faults.gpu_allocator", "--share", "0.3", "--duration", "60",
+         "--ready-file", str(ready), "--simulate", str(8 * GIB), "--simulate-used", str(int(7.2 * GIB)),
+         "--chunk-mib", "64"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == EXIT_SHORT, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    short = events[0]
+    assert short["event"] == "short" and short["held"] < short["target"] == int(0.3 * 8 * GIB)
+    assert "not injected" in done.stderr and not ready.exists()
 
 
 def test_backend_pins_pod_to_target_node_and_sweeps_it(server: KubeApiServer, backend: ChaosMeshBackend) -> None:

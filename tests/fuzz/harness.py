@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-FUZZ_SCALE = 50
+FUZZ_SCALE = int(os.environ.get("FUZZ_SCALE", "50"))  # `make fuzz FUZZ_SCALE=10` for a shorter hunt
 TIME_BOUND_S = 20
 MEMORY_BUDGET = 1 << 30  # bytes above the parent's address space at the fork
 

@@ -101,7 +101,7 @@ def _verdict(inputs: dict[str, Path], *extra: str) -> int:
     return result.code
 
 
-@settings(max_examples=budget(20))
+@settings(max_examples=budget(15))
 @given(data=st.one_of(mutated(RUN_STATE), RAW))
 def test_run_state(inputs: dict[str, Path], data: bytes) -> None:
     path = inputs["exp"].parent / "state.json"
@@ -109,7 +109,7 @@ def test_run_state(inputs: dict[str, Path], data: bytes) -> None:
     _verdict(inputs, "--metrics", str(inputs["metrics"]), "--run-state", str(path))
 
 
-@settings(max_examples=budget(20))
+@settings(max_examples=budget(10))
 @given(data=RAW)
 def test_metrics_raw(inputs: dict[str, Path], data: bytes) -> None:
     path = inputs["exp"].parent / "m.json"
@@ -117,7 +117,7 @@ def test_metrics_raw(inputs: dict[str, Path], data: bytes) -> None:
     assert _verdict(inputs, "--metrics", str(path)) == 3
 
 
-@settings(max_examples=budget(20))
+@settings(max_examples=budget(15))
 @given(data=st.data())
 def test_metrics_mutated(inputs: dict[str, Path], data: st.DataObject) -> None:
     seed = json.loads(inputs["metrics"].read_text())
@@ -132,7 +132,7 @@ def _record() -> dict[str, Any]:
     return build()
 
 
-@settings(max_examples=budget(40))
+@settings(max_examples=budget(25))
 @given(data=st.data())
 def test_audit_verify(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
     document = json.loads(data.draw(mutated(_record())))
@@ -144,7 +144,7 @@ def test_audit_verify(tmp_path_factory: pytest.TempPathFactory, data: st.DataObj
     assert_contract(result, allowed=(0, 1, 3))
 
 
-@settings(max_examples=budget(15))
+@settings(max_examples=budget(10))
 @given(data=RAW)
 def test_audit_verify_raw(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
     path = tmp_path_factory.mktemp("audit") / "record.json"

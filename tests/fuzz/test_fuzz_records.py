@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -85,13 +86,12 @@ def mutated_table(draw: st.DrawFn) -> tuple[pa.Table, bool]:
             column = table.column(name)
             mask = np.zeros(table.num_rows, dtype=bool)
             mask[draw(st.integers(0, table.num_rows - 1))] = True
-            values = column.to_numpy(zero_copy_only=False)
-            table = table.set_column(index, name, pa.array(values, type=column.type, mask=mask))
+            table = table.set_column(index, name, pc.if_else(pa.array(mask), pa.scalar(None, column.type), column))
             impossible |= name in ("intended", "stage", "latency")
     return table, impossible
 
 
-@settings(max_examples=budget(40))
+@settings(max_examples=budget(30))
 @given(case=mutated_table())
 def test_verdict_on_mutated_records(inputs: dict[str, Path], case: tuple[pa.Table, bool]) -> None:
     table, impossible = case

@@ -66,25 +66,25 @@ def _check(tmp_path: Path, argv: list[str], data: bytes, name: str = "fuzz.yaml"
         assert str(path) in result.stderr, result.stderr
 
 
-@settings(max_examples=budget(30))
+@settings(max_examples=budget(20))
 @given(data=st.one_of(mutated(SEEDS), built))
 def test_validate(tmp_path_factory: object, data: bytes) -> None:
     _check(_tmp(tmp_path_factory), ["validate", "FILE"], data)
 
 
-@settings(max_examples=budget(12))
+@settings(max_examples=budget(8))
 @given(data=st.one_of(mutated(SEEDS), built))
 def test_render(tmp_path_factory: object, data: bytes) -> None:
     _check(_tmp(tmp_path_factory), ["render", "FILE"], data)
 
 
-@settings(max_examples=budget(20))
+@settings(max_examples=budget(15))
 @given(data=st.one_of(mutated(BASELINES), built))
 def test_baseline_show(tmp_path_factory: object, data: bytes) -> None:
     _check(_tmp(tmp_path_factory), ["baseline", "show", "FILE", "--json"], data)
 
 
-@settings(max_examples=budget(15))
+@settings(max_examples=budget(10))
 @given(data=st.one_of(mutated([b"schedules:\n  - name: nightly\n    experiment: experiments/x.yaml\n"]), built))
 def test_schedules_file(tmp_path_factory: object, data: bytes) -> None:
     from kfchaos.errors import KfchaosError

@@ -180,6 +180,14 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     report = (_run_dir(root) / "verdict-report" / "report_md").read_text()
     assert "local-delay 1.0.0" in report and "INCONCLUSIVE" in report
     assert "<html" in (_run_dir(root) / "verdict-report" / "report_html").read_text().lower()
+    # The run folder (kfchaos.rundir) is named after the kfp.local run and re-judges to the same verdict.
+    folder = root / "runs" / _run_dir(root).name
+    assert f"report: {folder / 'report.html'}" in done.stdout
+    manifest = json.loads((folder / "run.json").read_text())
+    assert manifest["status"] == "INCONCLUSIVE" and manifest["commit"] == commit
+    assert manifest["rejudged"]["status"] == "INCONCLUSIVE" and manifest["rejudged"]["matches"]
+    assert kfchaos("verdict", "--run", str(folder)).returncode == 2
+    assert json.loads((folder / "audit.json").read_text()) == record
 
 
 def test_when_a_stage_task_fails_the_exit_handler_still_removes_every_fault(tmp_path: Path, stack: DemoStack) -> None:

@@ -94,3 +94,17 @@ def test_cli_needs_the_production_baseline_first(
     assert main(argv) == 3  # an input error, said as such
     assert "capture the production figures first" in capsys.readouterr().err
     assert not server.seen  # nothing replayed
+
+
+def test_a_malformed_control_is_refused_naming_the_field(tmp_path: Path) -> None:
+    import yaml
+
+    from kfchaos.errors import SpecError
+    from tests.verdict.test_drift_reference import control
+
+    path = baseline(control=control()).write(tmp_path / "b.yaml")
+    data = yaml.safe_load(path.read_text())
+    data["control"]["stages"][0]["latency_p99_interval"] = [0.3, 0.2]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SpecError, match=r"b\.yaml:\d+: control\.stages\[0\]: latency_p99_interval"):
+        load_baseline(path)

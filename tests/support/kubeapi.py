@@ -12,9 +12,17 @@ list the matching pods, a finalizer keeps a deleted object (with a deletionTimes
 seconds, and an object whose `spec.duration` ran out is recovered (AllRecovered, desiredPhase Stop).
 Created pods turn Running and ready after `inject_delay`.
 
-For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, deployments and daemonsets (get, list;
+For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, serviceaccounts, deployments and
+daemonsets (get, list;
 stored with `add_object`), and answers authorization.k8s.io/v1 SubjectAccessReview and SelfSubjectAccessReview
 as the real API does (see `_access_review`), deciding with the RBAC objects in `rbac` (tests/support/rbac.py).
+
+It also plays the rest of Chaos Mesh and Kubernetes that decides whether a fault can land (each cited where
+modelled): the validating webhooks v<kind>.kb.io (tests/support/kubeapi_webhook.py) and vauth.kb.io, also on
+dry runs; the selector's pod count (ceil for fixed-percent, a draw for random-max-percent); the chaos-daemon
+DaemonSet placed by node taints and the chart's tolerations; the NamespaceLifecycle plugin for a namespace
+being deleted (`delete_namespace`); the kubelet rejecting a pinned pod without a free nvidia.com/gpu; and a
+server clock (`clock_offset`) for timestamps and the Date header.
 
 And it fails on request: `fail(status, ...)` injects 409/429/500/503/... responses (optionally after the
 request took effect, as when a response is lost), `forbid(verb, plural)` answers 403, and `installed`
@@ -148,12 +156,13 @@ class _Stored:
 
 
 _CLUSTER_SCOPED = {"namespaces", "nodes"}
-_READ_ONLY = {"secrets", "configmaps", "deployments", "daemonsets"}
+_READ_ONLY = {"secrets", "configmaps", "serviceaccounts", "deployments", "daemonsets"}
 _STORED_KINDS = {
     "namespaces": ("v1", "Namespace"),
     "nodes": ("v1", "Node"),
     "secrets": ("v1", "Secret"),
     "configmaps": ("v1", "ConfigMap"),
+    "serviceaccounts": ("v1", "ServiceAccount"),
     "deployments": ("apps/v1", "Deployment"),
     "daemonsets": ("apps/v1", "DaemonSet"),
 }
@@ -200,6 +209,9 @@ class KubeApiServer:
     chaos_daemon: bool = True
     daemon_tolerations: list[dict[str, Any]] = field(default_factory=list)
     chaos_namespace: str = "chaos-mesh"
+    # The server's clock minus the local one (seconds): creationTimestamp, deletionTimestamp and the HTTP
+    # Date header (Go's net/http sets it on every response) come from the server's clock.
+    clock_offset: float = 0.0
 
     def __post_init__(self) -> None:
         self._crds = load_crds(self.crd_dir)
@@ -209,6 +221,7 @@ class KubeApiServer:
         self._rules: list[FailureRule] = []
         self._forbidden: set[tuple[str, str]] = set()
         self._denials: list[list[Any]] = []
+        self._terminating: set[str] = set()
         self._lock = threading.RLock()
         self._versions = itertools.count(1000)
         self._httpd: ThreadingHTTPServer | None = None
@@ -308,6 +321,25 @@ class KubeApiServer:
             self._store[(plural, namespace, meta["name"])] = _Stored(body, time.monotonic() - self.inject_delay)
         return body
 
+    def delete_namespace(self, namespace: str) -> None:
+        """`kubectl delete namespace`: the namespace turns Terminating, the namespace controller deletes its
+        content (chaos objects wait for their finalizers), then the namespace is gone. While Terminating,
+        creates there get 403 from the NamespaceLifecycle admission plugin; once gone, 404 namespaces "X" not
+        found (kubernetes plugin/pkg/admission/namespace/lifecycle/admission.go)."""
+        with self._lock:
+            self._terminating.add(namespace)
+            for key, stored in list(self._live()):
+                if key[1] == namespace and key[0] != "namespaces":
+                    self._delete(key, stored)
+
+    def _namespace_phase(self, namespace: str) -> str | None:
+        """Terminating, Gone, or None (active or never modelled)."""
+        if namespace not in self._terminating:
+            return None
+        if any(key[1] == namespace for key, _ in self._live()):
+            return "Terminating"
+        return "Gone"
+
     def remove_pod(self, namespace: str, name: str) -> None:
         """The pod is gone at once (deleted, evicted, never scheduled)."""
         with self._lock:
@@ -347,7 +379,7 @@ class KubeApiServer:
     def _stamp(self, body: dict[str, Any]) -> None:
         meta = body.setdefault("metadata", {})
         meta.setdefault("uid", str(uuid.uuid4()))
-        meta.setdefault("creationTimestamp", _now())
+        meta.setdefault("creationTimestamp", _now(self.clock_offset))
         meta["resourceVersion"] = str(next(self._versions))
         meta.setdefault("generation", 1)
 
@@ -481,7 +513,9 @@ class KubeApiServer:
             if plural not in self._crds or plural not in (self.installed or set()):
                 return None
             return plural, namespace, name
-        core = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/(pods|events|secrets|configmaps)(?:/([^/]+))?", path)
+        core = re.fullmatch(
+            r"/api/v1(?:/namespaces/([^/]+))?/(pods|events|secrets|configmaps|serviceaccounts)(?:/([^/]+))?", path
+        )
         if core:
             namespace, plural, name = core.groups()
             return plural, namespace, name
@@ -660,6 +694,19 @@ class KubeApiServer:
             problems = validate_chaos_object(body, self.crd_dir)
             if problems:
                 return 422, _status(422, f"{body.get('kind')} {name!r} is invalid: " + "; ".join(problems))
+        phase = self._namespace_phase(namespace)
+        if phase == "Gone":
+            return 404, _status(404, f'namespaces "{namespace}" not found', name=namespace, kind="namespaces")
+        if phase == "Terminating":
+            group = CHAOS_GROUP if plural in self._crds else ""
+            message = (
+                f'{plural}{"." + group if group else ""} "{name}" is forbidden: unable to create new content in '
+                f"namespace {namespace} because it is being terminated"
+            )
+            out = _status(403, message, name=name, kind=plural)
+            out["details"]["causes"] = [{"type": "NamespaceTerminating", "message": f"namespace {namespace} is "
+                                         "being terminated", "field": "metadata.namespace"}]  # fmt: skip
+            return 403, out
         if plural in self._crds:
             denial = self._admission(plural, namespace, body)
             if denial is not None:
@@ -672,6 +719,10 @@ class KubeApiServer:
             meta.setdefault("finalizers", [CHAOS_FINALIZER])
         if plural == "pods":
             body.setdefault("status", {"phase": "Pending"})
+            if body["spec"].get("nodeName"):
+                rejection = self._kubelet_admission(body)
+                if rejection is not None:
+                    body["status"] = rejection
             body["spec"].setdefault("nodeName", self._node_for(body))
         if dry_run:
             return 201, body
@@ -767,6 +818,33 @@ class KubeApiServer:
                     return _denied("vauth.kb.io", f"{self.user} is forbidden on namespace {space}")
         return None
 
+    def _kubelet_admission(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """A pod created with spec.nodeName skips the scheduler; the kubelet checks extended resources itself
+        and rejects the pod (phase Failed, reason OutOf<resource>, kubernetes pkg/kubelet/lifecycle/predicate.go
+        InsufficientResourceError: "Node didn't have enough resource: %s, requested: %d, used: %d, capacity:
+        %d"). Modelled for nvidia.com/gpu against the node's status.allocatable, when the node is stored."""
+        node = self._store.get(("nodes", "", pod["spec"]["nodeName"]))
+        allocatable = ((node.body.get("status") or {}).get("allocatable") or {}) if node else {}
+        if GPU not in allocatable:
+            return None
+        requested = _gpus(pod)
+        used = sum(
+            _gpus(stored.body)
+            for key, stored in self._store.items()
+            if key[0] == "pods"
+            and (stored.body.get("spec") or {}).get("nodeName") == pod["spec"]["nodeName"]
+            and (stored.body.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+        )
+        capacity = int(allocatable[GPU])
+        if requested == 0 or requested + used <= capacity:
+            return None
+        return {
+            "phase": "Failed",
+            "reason": f"OutOf{GPU}",
+            "message": f"Pod was rejected: Node didn't have enough resource: {GPU}, requested: {requested}, "
+            f"used: {used}, capacity: {capacity}",
+        }
+
     def _node_for(self, pod: dict[str, Any]) -> str:
         """The scheduler's part for a pod with pod affinity: the node of a matching pod."""
         terms = (
@@ -790,7 +868,7 @@ class KubeApiServer:
     def _delete(self, key: tuple[str, str, str], stored: _Stored) -> tuple[int, dict[str, Any]]:
         if stored.deleting is None:
             stored.deleting = time.monotonic()
-            stored.body["metadata"]["deletionTimestamp"] = _now()
+            stored.body["metadata"]["deletionTimestamp"] = _now(self.clock_offset)
             self._stamp(stored.body)
         if key[0] == "pods" or self.finalizer_delay <= 0:
             del self._store[key]
@@ -807,6 +885,9 @@ class _Handler(BaseHTTPRequestHandler):
     def __init__(self, server_state: KubeApiServer, *args: Any) -> None:
         self.state = server_state
         super().__init__(*args)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        return super().date_time_string(time.time() + self.state.clock_offset if timestamp is None else timestamp)
 
     def _dispatch(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -840,6 +921,16 @@ def _status(code: int, message: str, name: str | None = None, kind: str | None =
         "details": details,
         "code": code,
     }
+
+
+GPU = "nvidia.com/gpu"
+
+
+def _gpus(pod: dict[str, Any]) -> int:
+    return sum(
+        int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+        for c in (pod.get("spec") or {}).get("containers") or []
+    )
 
 
 def _tolerated(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
@@ -902,8 +993,8 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _now(offset: float = 0.0) -> str:
+    return datetime.fromtimestamp(time.time() + offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def duration_exceeded(spec: dict[str, Any], age: float, one_shot: bool) -> bool:

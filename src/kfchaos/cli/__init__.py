@@ -63,12 +63,12 @@ def _command_word(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_command_word(argv))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
     try:
+        parser = build_parser(_command_word(argv))
+        args = parser.parse_args(argv)  # SystemExit 0 (help) or 3 (usage) passes through
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         code: int = args.func(args)
     except KfchaosError as exc:
         print(f"kfchaos: {exc}", file=sys.stderr)

@@ -56,6 +56,12 @@ class AdmissionDenied(BackendError):
         )
 
 
+class NamespaceGone(BackendError):
+    """The namespace is being deleted (or is gone): the NamespaceLifecycle admission plugin answers creates
+    there with 403 "unable to create new content in namespace X because it is being terminated", then 404
+    namespaces "X" not found (kubernetes plugin/pkg/admission/namespace/lifecycle/admission.go). Not RBAC."""
+
+
 class InjectionTimeout(BackendError):
     """The fault was not verified injected in time: the run cannot claim the fault was active (INCONCLUSIVE)."""
 

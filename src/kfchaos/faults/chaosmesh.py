@@ -29,6 +29,7 @@ from kfchaos.faults.backend import (
     InjectionReport,
     InjectionTimeout,
     Manifest,
+    NamespaceGone,
     PermissionDenied,
     PreflightReport,
     RecoveryTimeout,
@@ -92,6 +93,7 @@ class ChaosMeshBackend:
         pipeline_version: str | None = None,
         inject_timeout: float = DEFAULT_INJECT_TIMEOUT,
         recover_timeout: float = DEFAULT_RECOVER_TIMEOUT,
+        placement_checks: bool = True,
     ) -> None:
         self.api_client = api_client
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
@@ -109,6 +111,10 @@ class ChaosMeshBackend:
         self.inject_timeout = inject_timeout
         self.recover_timeout = recover_timeout
         self.events: list[ApiEvent] = []
+        # Preflight's reads outside the target namespace (chaos-daemon pods, nodes, the controller's
+        # Deployment, namespaces; kfchaos.faults.clustercheck): best effort, noted as unchecked when the
+        # identity may not read them (manifests/ does not grant them; `kfchaos doctor` runs them in full).
+        self.placement_checks = placement_checks
 
     @classmethod
     def from_config(
@@ -194,6 +200,11 @@ class ChaosMeshBackend:
                 self._record(verb, resource, namespace, name, exc.status or 0, None, attempt, dry_run, exc.reason)
                 if exc.status in ok_statuses:
                     return exc
+                if _namespace_gone(exc, verb):
+                    raise NamespaceGone(
+                        f"{verb} {resource} {namespace or ''}/{name or ''}: namespace {namespace!r} is being deleted "
+                        f"or is gone ({_message(exc)}); nothing can be injected there (not an RBAC problem)"
+                    ) from None
                 if exc.status == 403 and _is_admission_denial(_message(exc)):
                     raise AdmissionDenied(verb, resource, namespace, name, _message(exc)) from None
                 if exc.status == 403:
@@ -372,7 +383,9 @@ class ChaosMeshBackend:
             other_side = self._other_side(manifest)
             if manifest["kind"] == EXEC_KIND:
                 continue  # not an API object; exec is checked when it runs
-            self._check_placement(manifest, pods + other_side, report)
+            # `from`/`both` inject on the target pods too (through their nodes' chaos-daemon); `to` only on ours.
+            both_ends = (manifest.get("spec") or {}).get("direction") in ("from", "both")
+            self._check_placement(manifest, pods + (other_side if both_ends else []), report)
             created = self._create(_with_node(manifest, pods), dry_run=True)
             # 409: the object exists already (a retried step) - the server accepted it once.
             report.dry_run.append(name)
@@ -401,6 +414,8 @@ class ChaosMeshBackend:
         """chaos-daemon on the pods' nodes and the namespace filter (kfchaos.faults.clustercheck), before
         anything is injected. What the identity may not read is noted as unchecked, not failed."""
         name = manifest["metadata"]["name"]
+        if not self.placement_checks:
+            return
         try:
             problems = clustercheck.namespace_filter_gaps(self.api_client, clustercheck.selected_namespaces([manifest]))
             if clustercheck.needs_daemon(manifest):
@@ -458,6 +473,26 @@ class ChaosMeshBackend:
             last = self._get(handle)
             if last is None:
                 raise BackendError(f"{handle.kind} {handle.namespace}/{handle.name} disappeared while being injected")
+            if handle.plural == "pods" and (last.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+                # Ended before it was ready: rejected by the kubelet (nodeName bypasses the scheduler, so no free
+                # nvidia.com/gpu reads as phase Failed, reason OutOfnvidia.com/gpu: kubernetes
+                # pkg/kubelet/lifecycle/predicate.go), or the allocator held less than asked (exit 4). Waiting
+                # longer cannot make it injected.
+                status = last.get("status") or {}
+                terminated = [
+                    (s.get("state") or {}).get("terminated") or {} for s in status.get("containerStatuses") or []
+                ]
+                detail = "; ".join(
+                    f"exit {t.get('exitCode')} {t.get('reason') or ''} {t.get('message') or ''}".strip()
+                    for t in terminated
+                    if t
+                )
+                raise InjectionTimeout(
+                    f"{handle.kind} {handle.namespace}/{handle.name} ended ({status.get('phase')}"
+                    f"{', ' + status['reason'] if status.get('reason') else ''}"
+                    f"{': ' + status['message'] if status.get('message') else ''}"
+                    f"{'; ' + detail if detail else ''}) before holding the asked memory; not injected"
+                )
             targets = _injected_targets(handle, last)
             if targets is not None:
                 return InjectionReport(handle, targets, time.monotonic() - started)
@@ -529,6 +564,33 @@ class ChaosMeshBackend:
                 )
             self._sleep(self.poll_interval)
 
+    def server_time(self, namespace: str | None = None) -> float:
+        """The API server's clock (POSIX seconds), from the Date header its responses carry (Go net/http
+        sets it; RFC 9110 §6.6.1), read from a list the sweep may make anyway. One-second resolution;
+        refused when no Date header comes."""
+        from email.utils import parsedate_to_datetime
+
+        plural = next(iter(PLURALS.values()))
+        headers: Any = None
+        try:
+            if namespace:
+                answer = self.custom.list_namespaced_custom_object_with_http_info(
+                    GROUP, VERSION, namespace, plural, limit=1, **self._kw()
+                )
+            else:
+                answer = self.custom.list_cluster_custom_object_with_http_info(
+                    GROUP, VERSION, plural, limit=1, **self._kw()
+                )
+            headers = answer[2]
+        except ApiException as exc:  # an error answer carries the header too
+            headers = exc.headers
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise BackendError(f"cannot read the API server's clock: {exc}") from None
+        date = (headers or {}).get("Date")
+        if not date:
+            raise BackendError("the API server sent no Date header; cannot age objects by its clock")
+        return parsedate_to_datetime(date).timestamp()
+
     def sweep(
         self,
         run_id: str | None,
@@ -543,7 +605,9 @@ class ChaosMeshBackend:
         if run_id is None and older_than is None:
             raise BackendError("sweep needs a run id, or older_than to sweep every run's leftovers")
         selector = run_selector(run_id) if run_id else f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-        cutoff = None if older_than is None else time.time() - older_than
+        # Ages by the server's clock, as creationTimestamp is: a local clock ahead of the server's would
+        # otherwise make other runs' live faults look old and sweep them.
+        cutoff = None if older_than is None else self.server_time(namespaces[0] if namespaces else None) - older_than
         deleted = 0
         for namespace in namespaces or [None]:  # type: ignore[list-item]
             for plural in [*PLURALS.values(), "pods"]:
@@ -657,6 +721,13 @@ def _created(obj: dict[str, Any]) -> float:
     if not stamp:
         return 0.0
     return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+
+
+def _namespace_gone(exc: ApiException, verb: str) -> bool:
+    message = _message(exc)
+    if exc.status == 403:
+        return "because it is being terminated" in message
+    return exc.status == 404 and verb == "create" and message.startswith('namespaces "')
 
 
 def _is_admission_denial(message: str) -> bool:

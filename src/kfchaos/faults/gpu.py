@@ -17,11 +17,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kfchaos import __version__
 from kfchaos.faults.params import GpuMemoryPressureParams
+from kfchaos.kfp.image import component_image
 from kfchaos.spec import Experiment, FaultBase
 
-DEFAULT_IMAGE = f"ghcr.io/kfchaos/kfchaos:{__version__}"
 CONTAINER_NAME = "gpu-memory-pressure"
 READY_FILE = "/tmp/kfchaos-gpu-held"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -61,7 +60,7 @@ def render_gpu_pod(
         ]
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
-        "image": params.image or DEFAULT_IMAGE,
+        "image": params.image or component_image(),  # KFCHAOS_IMAGE, as every component
         "command": allocator_command(params.share, seconds),
         "resources": {"limits": {GPU_RESOURCE: 1}, "requests": {"cpu": "50m", "memory": "128Mi"}},
         # The NVIDIA container toolkit mounts libcuda.so.1 only with the compute capability; images that are not

@@ -31,6 +31,9 @@ from typing import Protocol
 
 MIB = 1 << 20
 EXIT_NO_GPU = 3
+# Held less than asked (e.g. vLLM preallocated ~90 % of the GPU, gpu_memory_utilization): the fault is not
+# what the experiment says, so the pod is never ready and fails at once; the run reads it as not injected.
+EXIT_SHORT = 4
 DEFAULT_CHUNK = 256 * MIB
 # Left free on purpose: the CUDA context of the allocator itself and the driver need some room.
 DEFAULT_RESERVE = 256 * MIB
@@ -196,13 +199,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--chunk-mib", type=int, default=DEFAULT_CHUNK // MIB)
     parser.add_argument("--reserve-mib", type=int, default=DEFAULT_RESERVE // MIB)
     parser.add_argument("--simulate", type=int, metavar="BYTES", help="no GPU: a simulated device of this size")
+    parser.add_argument(
+        "--simulate-used", type=int, default=0, metavar="BYTES", help="with --simulate: bytes others already hold"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
-        device: DeviceMemory = SimulatedDevice(args.simulate) if args.simulate else CudaDriverDevice(args.device)
+        device: DeviceMemory = (
+            SimulatedDevice(args.simulate, args.simulate_used) if args.simulate else CudaDriverDevice(args.device)
+        )
     except (OSError, RuntimeError) as exc:
         # No driver library or no device: say what the pod needs instead of a traceback.
         print(
@@ -221,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_held(held: int, target: int, total: int) -> None:
         report = {"held": held, "target": target, "total": total, "pid": os.getpid(), "time": time.time()}
+        if held < target:
+            # Never ready: readiness is the backend's evidence that the whole share is held.
+            print(json.dumps({"event": "short", **report}), flush=True)
+            allocator.stop("short")
+            return
         if args.ready_file is not None:  # first the file, then the line: whoever reads the line sees the file
             temporary = args.ready_file.with_suffix(".tmp")
             temporary.write_text(json.dumps(report))
@@ -233,6 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.ready_file is not None:
             args.ready_file.unlink(missing_ok=True)
     print(json.dumps({"event": "freed", **asdict(result), "shortfall": result.shortfall}), flush=True)
+    if result.stopped_by == "short":
+        print(
+            f"gpu_allocator: held {result.held} of the {result.target} bytes asked ({result.total} on the device); "
+            "other processes hold the rest (vLLM preallocates gpu_memory_utilization, ~90 %): not injected",
+            file=sys.stderr,
+        )
+        return EXIT_SHORT
     return 0
 
 

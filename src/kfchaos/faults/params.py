@@ -211,6 +211,14 @@ class GpuMemoryPressureParams(StrictModel):
     )
     image: str | None = Field(None, description="image with CUDA for the allocator pod; default: the kfchaos image")
 
+    @model_validator(mode="after")
+    def _implemented(self) -> GpuMemoryPressureParams:
+        # Rendered, but the backend does not run it (it would need pods/exec): refused here rather than
+        # passing preflight and failing at apply.
+        if self.method == "exec":
+            raise ValueError("method exec is not implemented by the backend yet; use method pod")
+        return self
+
 
 class LongContextBurstParams(StrictModel):
     """Traffic-side fault: k concurrent requests with m-token contexts, swelling the KV cache."""

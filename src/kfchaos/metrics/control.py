@@ -31,12 +31,12 @@ P99 = 0.99
 
 def _quantile(values: np.ndarray, beyond: int, q: float) -> float | None:
     """The exact empirical quantile (inverted CDF: the order statistic of rank ceil(q n)); `beyond` values
-    count as +inf (timeouts); None without values."""
+    count as +inf (timeouts); None without values or where the quantile is a timeout (no finite figure)."""
     n = len(values) + beyond
     if n == 0:
         return None
     rank = empirical_quantile_rank(n, q)
-    return order_statistics(values, (rank,))[0] if rank <= len(values) else math.inf
+    return order_statistics(values, (rank,))[0] if rank <= len(values) else None
 
 
 def measure_stage(requests: Requests, stage: int, rate: float, confidence: float) -> ControlStage:
@@ -62,7 +62,7 @@ def measure_stage(requests: Requests, stage: int, rate: float, confidence: float
         timeouts=timeouts,
         samples=n,
         latency_p50=_quantile(latency, timeouts, 0.5),
-        latency_p99=p99 if p99 is not None and math.isfinite(p99) else None,
+        latency_p99=p99,
         latency_p99_interval=interval,
         ttft_p99=_quantile(np.sort(ttft), timeouts, P99) if len(ttft) else None,
     )

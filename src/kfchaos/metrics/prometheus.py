@@ -7,8 +7,10 @@ Prometheus's own message.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,7 +38,25 @@ class PrometheusUnreachable(PrometheusError):
 
 
 def _value(raw: str) -> float:
+    if not isinstance(raw, str):  # the API sends sample values as strings; anything else is not Prometheus
+        raise TypeError("sample value is not a string")
     return float(raw)  # Prometheus sends "NaN", "+Inf", "-Inf" as strings, which float() reads
+
+
+def _labels(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise TypeError("metric labels are not an object of strings")
+    return raw
+
+
+@contextlib.contextmanager
+def _malformed(url: str, query: str) -> Iterator[None]:
+    """A server under chaos (or a proxy in front of it) may answer anything: a shape that is not the Prometheus
+    API's is a PrometheusError naming the query (the metric is then missing: INCONCLUSIVE), never a traceback."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+        raise PrometheusError(f"Prometheus at {url}: malformed answer to {query!r} ({type(exc).__name__})") from None
 
 
 class PrometheusClient:
@@ -76,7 +96,9 @@ class PrometheusClient:
             raise PrometheusUnreachable(f"Prometheus at {self.url} unreachable: {reason}") from None
         try:
             body = json.loads(response.data or b"{}")
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep, an integer too long
+            body = {}
+        if not isinstance(body, dict):
             body = {}
         query = fields.get("query", "")
         if response.status in (400, 422) or body.get("errorType") == "bad_data":
@@ -85,6 +107,8 @@ class PrometheusClient:
         if response.status != 200 or body.get("status") != "success":
             message = body.get("error") or f"HTTP {response.status}"
             raise PrometheusError(f"Prometheus at {self.url} failed on {query!r}: {message}")
+        if not isinstance(body.get("data"), dict):
+            raise PrometheusError(f"Prometheus at {self.url}: malformed answer to {query!r} (no data object)")
         return body["data"]
 
     def instant(self, query: str, at: float | None = None) -> list[Sample]:
@@ -92,12 +116,15 @@ class PrometheusClient:
         if at is not None:
             fields["time"] = repr(float(at))
         data = self._call("/api/v1/query", fields)
-        kind, result = data["resultType"], data["result"]
-        if kind == "scalar":
-            return [Sample({}, float(result[0]), _value(result[1]))]
-        if kind != "vector":
-            raise PrometheusError(f"query {query!r} returned a {kind}, expected an instant vector")
-        return [Sample(item["metric"], float(item["value"][0]), _value(item["value"][1])) for item in result]
+        with _malformed(self.url, query):
+            kind, result = data["resultType"], data["result"]
+            if kind == "scalar":
+                return [Sample({}, float(result[0]), _value(result[1]))]
+            if kind != "vector":
+                raise PrometheusError(f"query {query!r} returned a {kind}, expected an instant vector")
+            return [
+                Sample(_labels(item["metric"]), float(item["value"][0]), _value(item["value"][1])) for item in result
+            ]
 
     def range(self, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
         if step <= 0 or end < start:
@@ -107,13 +134,14 @@ class PrometheusClient:
             raise ValueError(f"{points} points per series is more than Prometheus allows ({MAX_POINTS}); raise step")
         fields = {"query": query, "start": repr(float(start)), "end": repr(float(end)), "step": repr(float(step))}
         data = self._call("/api/v1/query_range", fields)
-        if data["resultType"] != "matrix":
-            raise PrometheusError(f"range query {query!r} returned a {data['resultType']}, expected a matrix")
         out = []
-        for item in data["result"]:
-            times = np.array([float(t) for t, _ in item["values"]], dtype=np.float64)
-            values = np.array([_value(v) for _, v in item["values"]], dtype=np.float64)
-            out.append(RangeSeries(item["metric"], times, values))
+        with _malformed(self.url, query):
+            if data["resultType"] != "matrix":
+                raise PrometheusError(f"range query {query!r} returned a {data['resultType']}, expected a matrix")
+            for item in data["result"]:
+                times = np.array([float(t) for t, _ in item["values"]], dtype=np.float64)
+                values = np.array([_value(v) for _, v in item["values"]], dtype=np.float64)
+                out.append(RangeSeries(_labels(item["metric"]), times, values))
         return out
 
     def scrape_interval(self) -> float | None:
