@@ -427,8 +427,7 @@ class KubeApiServer:
         ]
         pods = pods[: _selected_count(spec.get("mode"), spec.get("value"), len(pods), body, self.random_percent)]
         one_shot = body.get("kind") == "PodChaos" and spec.get("action") in ONE_SHOT_ACTIONS
-        duration = _go_seconds(spec.get("duration"))
-        expired = duration is not None and age >= duration and not one_shot
+        expired = duration_exceeded(spec, age, one_shot)
         reached = bool(pods) and age >= self.inject_delay
         # One-shot kinds stay injected (their end state); others stop being injected once stopped.
         injected = reached and (one_shot or not (expired or deleting))
@@ -996,6 +995,18 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
 
 def _now(offset: float = 0.0) -> str:
     return datetime.fromtimestamp(time.time() + offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration_exceeded(spec: dict[str, Any], age: float, one_shot: bool) -> bool:
+    """Whether Chaos Mesh has stopped the object for its duration. Upstream (chaos-mesh/chaos-mesh): the
+    generated `DurationExceeded(now)` of every kind (cmd/chaos-builder template -> api/v1alpha1
+    zz_generated.chaosmesh.go) is true once creationTimestamp + spec.duration is before now, and the
+    desired-phase controller (controllers/common/desiredphase/controller.go, CalcDesiredPhase) then sets
+    status.experiment.desiredPhase to Stop, after which the records are recovered and AllInjected turns False
+    (controllers/common/condition/controller.go). A one-shot kind (pod-kill, container-kill) is checked
+    before the duration and always stays Run. `age` runs from the object's creation, as upstream's does."""
+    duration = _go_seconds(spec.get("duration"))
+    return duration is not None and age >= duration and not one_shot
 
 
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -14,6 +14,7 @@ from typing import Any
 from kfchaos.baseline import Baseline, load_baseline
 from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
+from kfchaos.faults.activity import stage_activities
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.spec import Experiment, load_experiment
 from kfchaos.verdict import Status, Verdict, evaluate
@@ -127,6 +128,7 @@ def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapsho
         faults_verified=verified,
         stage_valid=state.stage_valid,
         faults_removed_at=state.faults_removed_at,
+        fault_coverage=stage_activities(state.fault_windows) if state.fault_windows else None,
         warnings=warnings,
     )
     return verdict, experiment, metrics

@@ -14,6 +14,7 @@ import yaml
 
 from kfchaos import audit
 from kfchaos.errors import KfchaosError
+from kfchaos.faults.activity import run_fault_windows
 from kfchaos.steps import seams
 from kfchaos.steps.results import StepResult, load_history
 
@@ -160,6 +161,7 @@ def conclude(
         "status": status,
         "reasons": reasons,
         "steps": steps,
+        "fault_windows": run_fault_windows(steps),
         "recovery": recovery_data,
     }
     started = json.loads(preflight).get("started_at") if preflight else None
