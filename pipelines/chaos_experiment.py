@@ -1,9 +1,13 @@
 """The chaos-experiment pipeline: one graph shape for every experiment, built for a given ramp.
 
 Shape (see docs/pipelines.md): an ExitHandler whose exit task `cleanup` removes every fault labelled with the
-run id, whatever failed; inside it preflight -> baseline -> steady state -> [inject] -> gate -> for each stage
-[replay -> collect] -> gate -> remove + recover -> verdict. A bracketed step sits in `dsl.If(previous gate ==
-'continue')` with a `dsl.Else` that records "skipped", and the gate after it reads the branch that ran through
+run id, whatever failed; inside it preflight -> baseline -> steady state -> gate -> for each stage
+[replay -> collect] -> gate -> remove + recover -> verdict. Faults run inside the stage tasks: the replay task
+of a fault's first stage creates it, every replay task watches the faults alive in its stage while it
+replays (verified windows), and the replay task of its last stage removes it (kfchaos.steps.stagefaults),
+so a fault runs when the experiment file says and each stage is judged on the time it was seen active.
+A bracketed step sits in `dsl.If(previous gate == 'continue')` with a `dsl.Else` that records "skipped", and
+the gate after it reads the branch that ran through
 `dsl.OneOf`: that is the only way KFP lets a task outside an If read its outputs, and it means the UI shows
 exactly how far the ramp got. Each gate appends its step's result to a JSON history it passes on, because the
 verdict cannot take a list built from several tasks' outputs.
@@ -22,7 +26,6 @@ from dataclasses import dataclass
 from components.baseline.component import baseline as baseline_op
 from components.cleanup.component import cleanup as cleanup_op
 from components.collect_metrics.component import collect_metrics as collect_op
-from components.inject_faults.component import inject_faults as inject_op
 from components.preflight.component import preflight as preflight_op
 from components.remove_faults.component import remove_faults as remove_op
 from components.replay_stage.component import replay_stage as replay_op
@@ -111,17 +114,7 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
             steady_gate = gate_op(stage=0, result=steady.output, history="[]")
             steady_gate.set_display_name("gate: steady state")
 
-            with dsl.If(steady_gate.outputs["decision"] == "continue", name="inject"):
-                inject = _no_cache(inject_op(experiment=experiment, run_id=run_id))
-            with dsl.Else(name="inject-skipped"):
-                inject_skip = skip_op(stage=0, reason="steady state not reached: nothing injected")
-            gate = gate_op(
-                stage=0,
-                result=dsl.OneOf(inject.output, inject_skip.output),
-                history=steady_gate.outputs["history"],
-            )
-            gate.set_display_name("gate: faults injected")
-
+            gate = steady_gate
             for stage in defaults.stages:
                 with dsl.If(gate.outputs["decision"] == "continue", name=f"stage-{stage}"):
                     replay = _no_cache(

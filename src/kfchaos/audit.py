@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kfchaos.errors import KfchaosError
+from kfchaos.faults.activity import run_fault_windows
 from kfchaos.jsonsource import load_json
 
 RECORD_KIND = "kfchaos.AuditRecord"
@@ -64,7 +65,7 @@ def build_record(
     chaos_objects = [
         chaos_object_entry(obj)
         for step in steps
-        if step.get("step") == "inject"
+        if step.get("step") in ("inject", "stage")  # "inject": records of runs before faults moved into stages
         for obj in step.get("detail", {}).get("chaos_objects", [])
     ]
     plans = [
@@ -84,6 +85,7 @@ def build_record(
         "baseline": {"sha256": sha256_text(baseline_text) if baseline_text.strip() else None},
         "replay_plans": plans,
         "chaos_objects": chaos_objects,
+        "fault_windows": run_fault_windows(steps),
         "steps": steps,
         "recovery": recovery,
         "verdict": verdict,

@@ -49,6 +49,21 @@ def test_network_delay_is_applied_verified_and_removed(stack: DemoStack) -> None
     assert [e["verb"] for e in backend.events][:2] == ["GET", "PUT"]
 
 
+def test_a_later_stage_finds_the_fault_and_sees_it_stop_when_it_expires(stack: DemoStack) -> None:
+    # The proxy drops a fault at created_at + duration_s, as Chaos Mesh stops one at creation + duration.
+    text = DEMO.read_text().replace("      type: network-delay\n", "      type: network-delay\n      duration: 1s\n", 1)
+    backend = _backend(stack, "run-exp", text)
+    (delay,) = [f for f in backend.experiment.spec.faults if f.type == "network-delay"]
+    backend.apply(delay)
+    later = _backend(stack, "run-exp", text).handle_of(delay)  # another task, same run: found by its name
+    assert backend.is_active(later)
+    deadline = time.monotonic() + 30
+    while backend.is_active(later):
+        assert time.monotonic() < deadline, "the proxy never expired the fault"
+        time.sleep(0.05)
+    assert not backend.is_active(later) and backend.sweep() == 0
+
+
 def test_sweep_removes_every_fault_of_the_run_and_only_those(stack: DemoStack) -> None:
     mine, other = _backend(stack, "run-b"), _backend(stack, "run-c")
     (delay,) = [f for f in mine.experiment.spec.faults if f.type == "network-delay"]

@@ -117,6 +117,8 @@ def healthy(server: KubeApiServer, gpu: bool = False) -> None:
     server.rbac = kustomize_build(MANIFESTS) + copy.deepcopy(UPSTREAM_KFP_RBAC)
     (namespace,) = [o for o in server.rbac if o["kind"] == "Namespace"]
     server.rbac.remove(namespace)
+    for account in [o for o in server.rbac if o["kind"] == "ServiceAccount"]:
+        server.add_object("serviceaccounts", account)
     namespace["metadata"].setdefault("labels", {})["app.kubernetes.io/instance"] = "kfchaos"  # Argo CD tracks it
     server.add_object("namespaces", namespace)
     for index, pod in enumerate(PODS):
@@ -208,10 +210,20 @@ def test_the_run_identity_without_kfps_runner_role_fails_every_task(live: Live) 
     assert "create workflowtaskresults.argoproj.io" in detail
 
 
+def test_a_missing_service_account_is_reported_though_rbac_would_allow_it(live: Live) -> None:
+    with KubeApiServer() as server, KfpApiServer() as kfp:
+        healthy(server)
+        server._store.pop(("serviceaccounts", "kubeflow", "kfchaos-runner"))
+        report = doctor(server, kfp, live.prometheus)
+    assert set(failing(report)) == {"run identity"}
+    assert "no ServiceAccount kubeflow/kfchaos-runner" in failing(report)["run identity"]
+
+
 def test_runs_as_kfps_default_identity_cannot_inject(live: Live) -> None:
     # What nightly runs did before schedules named the service account.
     with KubeApiServer() as server, KfpApiServer() as kfp:
         healthy(server)
+        server.add_object("serviceaccounts", {"metadata": {"name": "pipeline-runner", "namespace": "kubeflow"}})
         report = doctor(server, kfp, live.prometheus, service_account="pipeline-runner")
     assert set(failing(report)) == {"permissions llm-serving (faults)", "permissions cluster (cluster-wide)"}
     assert "create networkchaos.chaos-mesh.org" in failing(report)["permissions llm-serving (faults)"]

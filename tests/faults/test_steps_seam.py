@@ -1,19 +1,25 @@
-"""The pipeline's inject and exit-handler steps, on the Chaos Mesh backend, against the loopback API server.
+"""The stage task's fault lifecycle and the exit handler, on the Chaos Mesh backend, against the loopback API.
 
-This is the seam other parts call (kfchaos.steps.seams.fault_backend -> ChaosMeshBackend.from_environment);
-the steps themselves belong to the pipeline area and are used here unchanged.
+This is the seam other parts call (kfchaos.steps.seams.fault_backend -> ChaosMeshBackend.from_environment):
+a fault is created when its first stage starts, observed through the API while the stage replays, and removed
+after its last stage; what was observed (verified windows) is what the stage is judged on.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kfchaos.faults.activity import FaultActivity, coverage
 from kfchaos.faults.chaosmesh import HOST_ENV, INJECT_TIMEOUT_ENV
 from kfchaos.steps import faults as steps
+from kfchaos.steps.context import experiment_from_text
 from kfchaos.steps.seams import BACKEND_ENV
+from kfchaos.steps.stagefaults import under_faults
 from tests.conftest import EXPERIMENTS
 from tests.support.kubeapi import KubeApiServer
 
@@ -26,27 +32,79 @@ def cluster(server: KubeApiServer, monkeypatch: pytest.MonkeyPatch) -> KubeApiSe
     return server
 
 
-def test_inject_then_exit_handler_leaves_nothing(cluster: KubeApiServer, tmp_path: Path) -> None:
+def _text(fault_extra: str = "") -> str:
     text = (EXPERIMENTS / "vllm-network-delay.yaml").read_text()
-    result = json.loads(steps.inject(text, "run-step"))
-    assert result["status"] == "PASS", result
-    (applied,) = result["detail"]["chaos_objects"]
-    assert applied["kind"] == "NetworkChaos"
-    assert len(applied["injection"]["targets"]) == 3
-    assert any(e["verb"] == "create" and e["code"] == 201 for e in result["detail"]["events"])
-    assert len(cluster.chaos_objects()) == 1
-    record = json.loads(steps.cleanup(text, "run-step", str(tmp_path / "cleanup.json")))
-    assert record["swept"] == 1
-    assert cluster.chaos_objects() == []
+    return text.replace("      type: network-delay\n", "      type: network-delay\n" + fault_extra, 1)
 
 
-def test_unverified_injection_is_inconclusive(cluster: KubeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = (EXPERIMENTS / "vllm-network-delay.yaml").read_text()
+def _replay(probe: list[int], cluster: KubeApiServer) -> Any:
+    def run() -> dict[str, Any]:
+        probe.append(len(cluster.chaos_objects()))
+        return {"valid": True}
+
+    return run
+
+
+def test_a_fault_runs_only_in_its_stage_and_is_watched_while_it_replays(cluster: KubeApiServer) -> None:
+    experiment = experiment_from_text(_text("      stages: [30]\n"))
+    seen: list[int] = []
+    _, before = under_faults(experiment, "run-mid", 10, _replay(seen, cluster))
+    assert before == {"chaos_objects": [], "fault_windows": [], "reasons": []}
+    assert not [path for verb, path in cluster.requests if verb == "POST"]  # nothing created before stage 30
+    _, during = under_faults(experiment, "run-mid", 30, _replay(seen, cluster))
+    assert seen == [0, 1]  # the object existed while stage 30 replayed, not while stage 10 did
+    (created,) = during["chaos_objects"]
+    assert created["kind"] == "NetworkChaos" and len(created["injection"]["targets"]) == 3
+    assert any(e["verb"] == "create" and e["code"] == 201 for e in created["api_events"])
+    (window,) = during["fault_windows"]
+    assert window["fault"] == "serving-delay" and window["stages"] == [30]
+    assert window["applied_at"] <= window["verified"][0]["from"] <= window["verified"][-1]["to"]
+    assert window["removed_at"] >= window["verified"][-1]["to"]
+    assert cluster.chaos_objects() == []  # removed after its last stage, not at the end of the run
+
+
+def test_a_fault_that_expires_is_seen_inactive_from_then_on(
+    cluster: KubeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chaos Mesh stops an object at creation + duration; the fake does the same (tests/support/kubeapi.py).
+    experiment = experiment_from_text(_text("      duration: 3s\n"))
+    monkeypatch.setenv(INJECT_TIMEOUT_ENV, "20s")
+
+    def replay() -> dict[str, Any]:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # replay until the controller has stopped the fault
+            (obj,) = cluster.chaos_objects()
+            if obj["status"]["experiment"]["desiredPhase"] == "Stop":
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # and on, while the fault is no longer there
+        return {}
+
+    started = time.time()
+    _, detail = under_faults(experiment, "run-exp", 10, replay)
+    ended = time.time()
+    activity = FaultActivity.from_dict(detail["fault_windows"][0])
+    seen = coverage(activity, (started, ended))
+    assert not seen.ok and seen.uncovered >= 0.4
+    assert activity.verified and activity.verified[-1][1] < ended - 0.4
+
+
+def test_unverified_injection_is_named(cluster: KubeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    experiment = experiment_from_text(_text())
     for pod in cluster.objects("pods"):  # no target pod left: Chaos Mesh selects nothing
         cluster.remove_pod(pod["metadata"]["namespace"], pod["metadata"]["name"])
     cluster.add_pod("llm-serving", "other", {"app": "other"})
     monkeypatch.setenv(INJECT_TIMEOUT_ENV, "300ms")
-    result = json.loads(steps.inject(text, "run-none"))
-    assert result["status"] == "INCONCLUSIVE"
-    assert "not verified as injected" in result["reasons"][0]
-    assert "not injected after 0.3s" in result["detail"]["chaos_objects"][0]["injection"]["error"]
+    _, detail = under_faults(experiment, "run-none", 10, lambda: {})
+    assert "not verified as injected" in detail["reasons"][0]
+    assert "not injected after 0.3s" in detail["chaos_objects"][0]["injection"]["error"]
+    assert detail["fault_windows"][0]["verified"] == []
+
+
+def test_a_fault_left_by_a_stage_is_removed_by_the_exit_handler(cluster: KubeApiServer, tmp_path: Path) -> None:
+    text = _text()  # on every stage: stage 10 creates it and leaves it for the next
+    under_faults(experiment_from_text(text), "run-step", 10, lambda: {})
+    assert len(cluster.chaos_objects()) == 1
+    record = json.loads(steps.cleanup(text, "run-step", str(tmp_path / "cleanup.json")))
+    assert record["swept"] == 1
+    assert cluster.chaos_objects() == []

@@ -5,7 +5,8 @@ token method, percent-encoded path, RFC 9110 header fields) and counts everythin
 raising and without quoting a value; a flag is either accepted with finite, in-range settings or refused as
 an input error naming the flag; an answer either parses or ends that one request as a protocol error.
 
-CI runs a fixed, derandomized budget per test (tests/fuzz/conftest.py); `make fuzz` runs many more.
+CI runs a fixed, derandomized budget per test (tests/fuzz/conftest.py); `make fuzz` runs many more. The readers
+run in a forked child under the harness's time and memory bound (tests/fuzz/harness.py).
 """
 
 from __future__ import annotations
@@ -33,13 +34,7 @@ from kfchaos.traffic.source import SourceReport
 from kfchaos.traffic.sse import SseError, SseTimer
 from kfchaos.traffic.tagging import HeaderPolicy
 from kfchaos.traffic.wire import RequestBuilder
-
-try:  # the shared harness (tests/fuzz/harness.py, from the `inputs` work) scales the budget under `make fuzz`
-    from tests.fuzz.harness import budget
-except ImportError:  # pragma: no cover - until that lands on this branch
-
-    def budget(ci_examples: int) -> int:
-        return ci_examples
+from tests.fuzz.harness import bounded, budget
 
 
 def fuzz(ci_examples: int) -> settings:
@@ -130,12 +125,18 @@ def test_readers_yield_only_sendable_requests(tmp_path: Path, fmt: str, lines: l
         )
     else:
         path.write_bytes(b"\n".join(lines) + b"\n")
-    report = SourceReport(str(path), fmt)
-    requests = list(READERS[fmt](path, report))
+    outcome = bounded(lambda: _read(fmt, path))  # in a child, under the harness's time and memory bound
+    assert outcome.broke is None and outcome.error is None, (outcome.broke, outcome.error)
+    requests, report = outcome.value
     for request in requests:
         assert_sendable(request)
     assert report.records == len(requests)
     assert_silent(report)
+
+
+def _read(fmt: str, path: Path) -> tuple[list[Any], SourceReport]:
+    report = SourceReport(str(path), fmt)
+    return list(READERS[fmt](path, report)), report
 
 
 _gor_heads = st.lists(
@@ -189,8 +190,15 @@ def test_sharegpt_reader(tmp_path: Path, items: list[Any], array: bool, cut: int
     data = data[: max(1, len(data) - cut)] + junk if cut % 3 == 0 else data
     path = tmp_path / "p.json"
     path.write_bytes(data)
-    report = SourceReport(str(path), "sharegpt")
-    for request in read_sharegpt(path, report, rate=10.0):
+
+    def read() -> tuple[list[Any], SourceReport]:
+        report = SourceReport(str(path), "sharegpt")
+        return list(read_sharegpt(path, report, rate=10.0)), report
+
+    outcome = bounded(read)
+    assert outcome.broke is None and outcome.error is None, (outcome.broke, outcome.error)
+    requests, report = outcome.value
+    for request in requests:
         assert request.prompt and math.isfinite(request.timestamp)
         assert request.max_tokens is not None and request.max_tokens >= 1
     assert report.records <= len(items)

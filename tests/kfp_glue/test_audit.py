@@ -40,7 +40,11 @@ def _record(**changes: object) -> dict[str, object]:
     }
     values: dict[str, object] = {
         "run_id": "run-1",
-        "pipeline": {"name": "vllm-network-delay", "version": "1.0.0", "ir_hash": LOCK["vllm-network-delay"].ir_hash},
+        "pipeline": {
+            "name": "vllm-network-delay",
+            "version": LOCK["vllm-network-delay"].version,
+            "ir_hash": LOCK["vllm-network-delay"].ir_hash,
+        },
         "image": "img",
         "git_commit": "abc",
         "parameters": {"experiment": EXPERIMENT, "baseline": "", "target": ""},

@@ -151,17 +151,26 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     record_path = _run_dir(root) / "verdict-report" / "audit"
     record = json.loads(record_path.read_text())
     steps = [(s["step"], s["stage"], s["status"]) for s in record["steps"]]
-    assert steps[:2] == [("steady_state", 0, steps[0][2]), ("inject", 0, "PASS")]
-    assert [(step, stage) for step, stage, status in steps[2:] if status != "SKIPPED"] == [("stage", 10), ("stage", 30)]
+    assert steps[0] == ("steady_state", 0, steps[0][2])
+    assert [(step, stage) for step, stage, status in steps[1:] if status != "SKIPPED"] == [("stage", 10), ("stage", 30)]
+    # The fault is created by its first stage's task (not before the ramp) and watched in both stages.
     (chaos,) = record["chaos_objects"]
     assert chaos["kind"] == "NetworkChaos" and chaos["handle"]["uid"]
     assert chaos["manifest"]["metadata"]["labels"]["kfchaos.io/run-id"] == record["run"]["id"]
-    inject = next(s for s in record["steps"] if s["step"] == "inject")
-    assert any(e["verb"] == "create" and e["code"] == 201 for e in inject["detail"]["events"])
-    assert any(e["verb"] == "create" for e in chaos["api_events"]) and isinstance(chaos["events"], list)
+    first = next(s for s in record["steps"] if s["step"] == "stage" and s["stage"] == 10)
+    assert first["detail"]["chaos_objects"][0]["name"] == chaos["name"]
+    assert any(e["verb"] == "create" and e["code"] == 201 for e in chaos["api_events"])
+    assert isinstance(chaos["events"], list)
+    for step in (s for s in record["steps"] if s["step"] == "stage"):
+        (window,) = step["detail"]["fault_windows"]
+        assert window["fault"] == "delay" and window["verified"], step["detail"]["fault_windows"]
     assert [p["stage"] for p in record["replay_plans"]] == [10, 30]
     assert all(p["plan_hash"].startswith("sha256:") for p in record["replay_plans"])
-    assert record["recovery"]["removed"] == 1
+    # Removed by its last stage's task (stage 30), so the step after the ramp found nothing left, and recovery
+    # runs from that confirmed removal.
+    last = next(s for s in record["steps"] if s["step"] == "stage" and s["stage"] == 30)
+    removed_at = last["detail"]["fault_windows"][0]["removed_at"]
+    assert record["recovery"]["removed"] == 0 and record["recovery"]["removed_at"] == removed_at
     assert record["git_commit"] == commit
     # The run used the sealed IR, so its audit record verifies against the compiled file.
     verify = kfchaos("audit", "verify", str(record_path), "--root", str(root))
@@ -171,6 +180,14 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     report = (_run_dir(root) / "verdict-report" / "report_md").read_text()
     assert "local-delay 1.0.0" in report and "INCONCLUSIVE" in report
     assert "<html" in (_run_dir(root) / "verdict-report" / "report_html").read_text().lower()
+    # The run folder (kfchaos.rundir) is named after the kfp.local run and re-judges to the same verdict.
+    folder = root / "runs" / _run_dir(root).name
+    assert f"report: {folder / 'report.html'}" in done.stdout
+    manifest = json.loads((folder / "run.json").read_text())
+    assert manifest["status"] == "INCONCLUSIVE" and manifest["commit"] == commit
+    assert manifest["rejudged"]["status"] == "INCONCLUSIVE" and manifest["rejudged"]["matches"]
+    assert kfchaos("verdict", "--run", str(folder)).returncode == 2
+    assert json.loads((folder / "audit.json").read_text()) == record
 
 
 def test_when_a_stage_task_fails_the_exit_handler_still_removes_every_fault(tmp_path: Path, stack: DemoStack) -> None:

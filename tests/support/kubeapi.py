@@ -12,7 +12,8 @@ list the matching pods, a finalizer keeps a deleted object (with a deletionTimes
 seconds, and an object whose `spec.duration` ran out is recovered (AllRecovered, desiredPhase Stop).
 Created pods turn Running and ready after `inject_delay`.
 
-For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, deployments and daemonsets (get, list;
+For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, serviceaccounts, deployments and
+daemonsets (get, list;
 stored with `add_object`), and answers authorization.k8s.io/v1 SubjectAccessReview and SelfSubjectAccessReview
 as the real API does (see `_access_review`), deciding with the RBAC objects in `rbac` (tests/support/rbac.py).
 
@@ -155,12 +156,13 @@ class _Stored:
 
 
 _CLUSTER_SCOPED = {"namespaces", "nodes"}
-_READ_ONLY = {"secrets", "configmaps", "deployments", "daemonsets"}
+_READ_ONLY = {"secrets", "configmaps", "serviceaccounts", "deployments", "daemonsets"}
 _STORED_KINDS = {
     "namespaces": ("v1", "Namespace"),
     "nodes": ("v1", "Node"),
     "secrets": ("v1", "Secret"),
     "configmaps": ("v1", "ConfigMap"),
+    "serviceaccounts": ("v1", "ServiceAccount"),
     "deployments": ("apps/v1", "Deployment"),
     "daemonsets": ("apps/v1", "DaemonSet"),
 }
@@ -425,8 +427,7 @@ class KubeApiServer:
         ]
         pods = pods[: _selected_count(spec.get("mode"), spec.get("value"), len(pods), body, self.random_percent)]
         one_shot = body.get("kind") == "PodChaos" and spec.get("action") in ONE_SHOT_ACTIONS
-        duration = _go_seconds(spec.get("duration"))
-        expired = duration is not None and age >= duration and not one_shot
+        expired = duration_exceeded(spec, age, one_shot)
         reached = bool(pods) and age >= self.inject_delay
         # One-shot kinds stay injected (their end state); others stop being injected once stopped.
         injected = reached and (one_shot or not (expired or deleting))
@@ -512,7 +513,9 @@ class KubeApiServer:
             if plural not in self._crds or plural not in (self.installed or set()):
                 return None
             return plural, namespace, name
-        core = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/(pods|events|secrets|configmaps)(?:/([^/]+))?", path)
+        core = re.fullmatch(
+            r"/api/v1(?:/namespaces/([^/]+))?/(pods|events|secrets|configmaps|serviceaccounts)(?:/([^/]+))?", path
+        )
         if core:
             namespace, plural, name = core.groups()
             return plural, namespace, name
@@ -992,6 +995,18 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
 
 def _now(offset: float = 0.0) -> str:
     return datetime.fromtimestamp(time.time() + offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration_exceeded(spec: dict[str, Any], age: float, one_shot: bool) -> bool:
+    """Whether Chaos Mesh has stopped the object for its duration. Upstream (chaos-mesh/chaos-mesh): the
+    generated `DurationExceeded(now)` of every kind (cmd/chaos-builder template -> api/v1alpha1
+    zz_generated.chaosmesh.go) is true once creationTimestamp + spec.duration is before now, and the
+    desired-phase controller (controllers/common/desiredphase/controller.go, CalcDesiredPhase) then sets
+    status.experiment.desiredPhase to Stop, after which the records are recovered and AllInjected turns False
+    (controllers/common/condition/controller.go). A one-shot kind (pod-kill, container-kill) is checked
+    before the duration and always stays Run. `age` runs from the object's creation, as upstream's does."""
+    duration = _go_seconds(spec.get("duration"))
+    return duration is not None and age >= duration and not one_shot
 
 
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}

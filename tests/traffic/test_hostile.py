@@ -325,12 +325,12 @@ def sharegpt(path: Path) -> tuple[list[Any], SourceReport]:
 
 
 def test_sharegpt_invalid_utf8_deep_json_and_truncated_gzip(tmp_path: Path) -> None:
-    lines = tmp_path / "p.jsonl"
-    lines.write_bytes(json.dumps(conversation(0)).encode() + b"\n\xff\xfe{\n" + b"[" * 100_000 + b"\n")
-    requests, report = sharegpt(lines)
-    assert len(requests) == 1 and report.malformed_count == 2
-    array = tmp_path / "p.json"
     broken_utf8 = json.dumps(conversation(1, "caf")).encode().replace(b'"caf"', b'"caf\xff"')
+    lines = tmp_path / "p.jsonl"
+    lines.write_bytes(json.dumps(conversation(0)).encode() + b"\n\xff\xfe{\n" + b"[" * 100_000 + b"\n" + broken_utf8)
+    requests, report = sharegpt(lines)
+    assert [r.prompt for r in requests] == ["hi", "caf\ufffd"] and report.malformed_count == 2
+    array = tmp_path / "p.json"
     deep = b"[" * 100_000 + b"]" * 100_000
     array.write_bytes(b"[" + json.dumps(conversation(0)).encode() + b",\n" + deep + b",\n" + broken_utf8 + b"]")
     requests, report = sharegpt(array)

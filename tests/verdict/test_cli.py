@@ -105,3 +105,28 @@ def test_stale_baseline_is_reported_not_used_silently(
     assert verdict(inputs, "good", "--metrics", str(inputs["metrics"]), "--json") == 0
     data = json.loads(capsys.readouterr().out)
     assert any("stale" in w for w in data["warnings"])
+
+
+def test_run_state_fault_windows_judge_each_stage_on_verified_activity(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inputs["exp"].write_text(
+        experiment_text("p99_drift_max: 15%", stages=[10], faults="[{name: kill-one, type: pod-kill, mode: one}]")
+    )
+    state = tmp_path / "state.json"
+    metrics = ["--metrics", str(inputs["metrics"]), "--run-state", str(state)]
+    entry = {"fault": "kill-one", "watched_in": [10], "stages": [10], "applied_at": START - 2, "removed_at": None}
+    whole = [{"from": START - 1, "to": START + 100, "stage": 10}]
+    state.write_text(
+        json.dumps({"faults_verified": {"kill-one": True}, "fault_windows": [{**entry, "verified": whole}]})
+    )
+    assert verdict(inputs, "good", *metrics) == 0
+    half = [{"from": START - 1, "to": START + 10, "stage": 10}]
+    state.write_text(
+        json.dumps({"faults_verified": {"kill-one": True}, "fault_windows": [{**entry, "verified": half}]})
+    )
+    assert verdict(inputs, "good", *metrics) == 2
+    assert "kill-one not verified active for" in capsys.readouterr().out
+    bad = [{"from": START + 10, "to": START, "stage": 10}]
+    state.write_text(json.dumps({"fault_windows": [{**entry, "verified": bad}]}))
+    assert verdict(inputs, "good", *metrics) == 3

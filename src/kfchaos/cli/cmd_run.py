@@ -40,12 +40,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--poll", default="10s", help="--wait: how often to ask KFP")
     parser.add_argument("--root", default=".", type=Path, help="repository root, for baselines (default: .)")
     parser.add_argument("--output", default="runs/local", type=Path, help="pipeline root for --local")
+    parser.add_argument("--runs", type=Path, help="--local: where the run folder <run-id>/ goes (default: ROOT/runs)")
     # --host sits in the mode group above, so the shared connection options are spelled out here.
     group = parser.add_argument_group("KFP authentication")
     group.add_argument("--token", help="bearer token (default: env KFCHAOS_KFP_TOKEN); never stored")
     group.add_argument("--kube-context", help="use this kube context's credentials")
     group.add_argument("--namespace", default="kubeflow", help="KFP namespace (multi-user: your profile)")
     parser.set_defaults(func=run)
+
+
+def _run_folder(outcome: Any, runs_root: Path) -> None:
+    """The run folder (kfchaos.rundir layout) from the kfp.local outputs, when the run got to its verdict."""
+    from kfchaos import rundir
+
+    if outcome.audit is None:
+        return
+    folder = rundir.from_local_pipeline(outcome.run_dir, runs_root.resolve(), source="run --local")
+    print(f"run folder: {folder.path}")
+    print(f"report: {folder.file(rundir.REPORT_HTML)}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,12 +74,17 @@ def run(args: argparse.Namespace) -> int:
 
         if not os.environ.get(localrun.CHILD_ENV):  # progress and a verdict table; kfp.local's dumps to a log
             return localrun.main(
-                args.experiment, root=args.root.resolve(), target=args.target, pipeline_root=args.output.resolve()
+                args.experiment,
+                root=args.root.resolve(),
+                target=args.target,
+                pipeline_root=args.output.resolve(),
+                runs_root=(args.runs or args.root / "runs").resolve(),
             )
         outcome = runs.run_local(
             args.experiment, root=args.root.resolve(), target=args.target, pipeline_root=args.output.resolve()
         )
         print(outcome.summary())
+        _run_folder(outcome, args.runs or args.root / "runs")
         return outcome.exit_code
     from kfchaos.kfp import client as kfp_client
     from kfchaos.kfp.cliargs import connection_from

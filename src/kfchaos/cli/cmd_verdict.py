@@ -14,6 +14,7 @@ from typing import Any
 from kfchaos.baseline import Baseline, load_baseline
 from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
+from kfchaos.faults.activity import stage_activities
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.spec import Experiment, load_experiment
 from kfchaos.verdict import Status, Verdict, evaluate
@@ -26,8 +27,11 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "verdict", help="SLO verdict from replay records: exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 bad input"
     )
-    parser.add_argument("--experiment", required=True, metavar="FILE", help="the experiment YAML")
-    parser.add_argument("--records", required=True, metavar="R.parquet", help="per-request records (Parquet)")
+    parser.add_argument("--experiment", metavar="FILE", help="the experiment YAML")
+    parser.add_argument("--records", metavar="R.parquet", help="per-request records (Parquet)")
+    parser.add_argument(
+        "--run", metavar="DIR", help="re-judge a run folder (runs/<run-id>/): its experiment, records, baseline, ..."
+    )
     parser.add_argument(
         "--baseline", metavar="B.yaml", help="baseline file (default: the experiment's spec.baseline.file)"
     )
@@ -41,8 +45,10 @@ def register(subparsers: Any) -> None:
         "--faults-verified", action="store_true", help="assert every fault was verified injected (manual runs)"
     )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON (the contract)")
-    parser.add_argument("--out", metavar="DIR", help="write verdict.json, summary.md and report.html here")
-    parser.set_defaults(func=run)
+    parser.add_argument(
+        "--out", metavar="DIR", help="write a run folder here (verdict.json, report.html, report.md and the inputs)"
+    )
+    parser.set_defaults(func=run, verdict_parser=parser)
 
 
 def _baseline(
@@ -52,15 +58,62 @@ def _baseline(
         return load_baseline(args.baseline)
     if spec_file is None:
         return None, ["experiment names no baseline file; P99 drift is INCONCLUSIVE"]
+    found = _find_baseline(experiment_file, spec_file)
+    if found is not None:
+        return load_baseline(found)
+    return None, [f"baseline file {spec_file} not found; P99 drift is INCONCLUSIVE"]
+
+
+def _find_baseline(experiment_file: Path, spec_file: str) -> Path | None:
     # baselines/<name>.yaml is relative to the repository root: try the working directory, then the
     # experiment's parent folder (experiments/ sits next to baselines/).
     for candidate in (Path(spec_file), experiment_file.resolve().parent.parent / spec_file):
         if candidate.is_file():
-            return load_baseline(candidate)
-    return None, [f"baseline file {spec_file} not found; P99 drift is INCONCLUSIVE"]
+            return candidate
+    return None
+
+
+def _from_run_folder(args: argparse.Namespace) -> None:
+    """--run DIR: the folder's own files stand in for the input flags (explicit flags still win)."""
+    from kfchaos import rundir
+
+    run = rundir.open_run(args.run)
+    args.experiment = args.experiment or str(run.file(rundir.EXPERIMENT))
+    args.records = args.records or str(run.file(rundir.RECORDS))
+    for attr, name in (("baseline", rundir.BASELINE), ("metrics", rundir.METRICS), ("run_state", rundir.RUN_STATE)):
+        if getattr(args, attr) is None and run.has(name):
+            setattr(args, attr, str(run.file(name)))
+
+
+def build_from_files(
+    *,
+    experiment: Path,
+    records: Path,
+    baseline: Path | None = None,
+    metrics: Path | None = None,
+    run_state: Path | None = None,
+) -> Verdict:
+    """The verdict `kfchaos verdict` gives on these files (a run folder's re-judgment)."""
+    args = argparse.Namespace(
+        experiment=str(experiment),
+        records=str(records),
+        baseline=None if baseline is None else str(baseline),
+        metrics=None if metrics is None else str(metrics),
+        run_state=None if run_state is None else str(run_state),
+        faults_verified=False,
+    )
+    return build(args)[0]
 
 
 def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapshot | None]:
+    if getattr(args, "run", None):
+        _from_run_folder(args)
+    if not args.experiment or not args.records:
+        message = "the following arguments are required: --experiment and --records, or --run DIR (a run folder)"
+        parser = getattr(args, "verdict_parser", None)
+        if parser is not None:
+            parser.error(message)  # a usage error, as argparse's own `required` gives (exit 3)
+        raise KfchaosError(f"kfchaos verdict: {message}")
     experiment_path = Path(args.experiment)
     experiment = load_experiment(experiment_path)
     baseline, warnings = _baseline(args, experiment_path, experiment.spec.baseline.file)
@@ -75,6 +128,7 @@ def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapsho
         faults_verified=verified,
         stage_valid=state.stage_valid,
         faults_removed_at=state.faults_removed_at,
+        fault_coverage=stage_activities(state.fault_windows) if state.fault_windows else None,
         warnings=warnings,
     )
     return verdict, experiment, metrics
@@ -93,15 +147,38 @@ def _print_summary(verdict: Verdict) -> None:
         print(f"  warning: {warning}", file=sys.stderr)
 
 
-def run(args: argparse.Namespace) -> int:
-    verdict, experiment, metrics = build(args)
-    if args.out:
-        from kfchaos.report import write_reports
+def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: MetricsSnapshot | None) -> None:
+    """--out DIR: the run folder layout (kfchaos.rundir), with the inputs this verdict was judged on."""
+    from kfchaos import rundir
 
-        try:
-            write_reports(verdict, Path(args.out), records=args.records, metrics=metrics, experiment=experiment)
-        except OSError as exc:
-            raise KfchaosError(f"{args.out}: cannot write reports: {exc.strerror or exc}") from None
+    baseline_path = args.baseline
+    spec_file = load_experiment(Path(args.experiment)).spec.baseline.file
+    if baseline_path is None and verdict.baseline is not None and spec_file is not None:
+        baseline_path = _find_baseline(Path(args.experiment), spec_file)
+    run_state = json.loads(Path(args.run_state).read_text()) if args.run_state else {}
+    if args.faults_verified:
+        run_state["faults_verified"] = True  # so that re-judging the folder asserts what this command did
+    try:
+        folder = rundir.write(
+            args.out,
+            experiment_text=Path(args.experiment).read_text(),
+            records=args.records,
+            verdict=verdict.to_dict(),
+            baseline_text=Path(baseline_path).read_text() if baseline_path else None,
+            baseline_path=Path(baseline_path) if baseline_path else None,
+            metrics=metrics,
+            run_state=run_state or None,
+            info={"source": "verdict"},
+        )
+    except OSError as exc:
+        raise KfchaosError(f"{args.out}: cannot write the run folder: {exc.strerror or exc}") from None
+    print(f"run folder: {folder.path} (report: {folder.file(rundir.REPORT_HTML)})", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    verdict, _experiment, metrics = build(args)
+    if args.out:
+        _write_run_folder(args, verdict, metrics)
     if args.json:
         print(json.dumps(verdict.to_dict(), indent=2))
     else:

@@ -131,6 +131,20 @@ class LocalFaultBackend:
             raise KfchaosError(f"fault {handle.fault} is not injected (proxy answered {status})")
         return {"injected": True, "targets": ["fault-proxy"]}
 
+    def handle_of(self, fault: FaultBase) -> LocalHandle:
+        """The handle of a fault applied by an earlier stage's task (names are deterministic per run)."""
+        name = object_name(self.experiment.metadata.name, fault.name, self.run_id)
+        return LocalHandle(name, fault.name, fault.type, 0.0, one_shot=fault.type == "pod-kill")
+
+    def is_active(self, handle: LocalHandle) -> bool:
+        """The local equivalent of Chaos Mesh's AllInjected + desiredPhase Run: the proxy still holds the fault
+        and says it has not expired (kfchaos.demo.proxy drops a fault at created_at + duration_s, as Chaos
+        Mesh stops one at creation + duration). A pod-kill is done once it was sent: it stays "applied"."""
+        if handle.one_shot:
+            return True
+        status, payload = self._call("GET", f"/faults/{handle.name}")
+        return status == 200 and isinstance(payload, dict) and bool(payload.get("injected"))
+
     def remove(self, handle: LocalHandle) -> None:
         if handle.one_shot:
             return

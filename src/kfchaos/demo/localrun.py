@@ -43,12 +43,13 @@ def run_child(
     log_path: Path,
     env: dict[str, str] | None = None,
     on_task: Callable[[str, str], None] | None = None,
+    extra: list[str] | None = None,
 ) -> LocalOutcome:
     """Run the pipeline in a child process; its output goes to `log_path`, finished tasks to `on_task`."""
     from kfchaos.kfp.runs import read_local_outcome
 
     command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--target", target,
-               "--root", str(root), "--output", str(pipeline_root)]  # fmt: skip
+               "--root", str(root), "--output", str(pipeline_root), *(extra or [])]  # fmt: skip
     started = time.time()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log_file:
@@ -92,9 +93,7 @@ def verdict_table(document: dict[str, Any]) -> str:
     return "\n".join(f"  {row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}" for row in rows)
 
 
-def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path) -> int:
-    from kfchaos.demo.run import _collect
-
+def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path, runs_root: Path) -> int:
     def progress(task: str, status: str) -> None:
         print(f"  {datetime.now().strftime('%H:%M:%S')}  {task:<22} {status}", flush=True)
 
@@ -102,20 +101,27 @@ def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path) -> i
     log_path = pipeline_root / ".logs" / f"{experiment.stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.log"
     print(f"running {experiment} with kfp.local (task logs: {log_path})", flush=True)
     outcome = run_child(
-        experiment, root=root, target=target, pipeline_root=pipeline_root, log_path=log_path, on_task=progress
+        experiment,
+        root=root,
+        target=target,
+        pipeline_root=pipeline_root,
+        log_path=log_path,
+        on_task=progress,
+        extra=["--runs", str(runs_root)],
     )
-    run_folder = pipeline_root.parent / outcome.run_dir.name
-    _collect(outcome.run_dir, run_folder)
-    verdict_file = run_folder / "verdict.json"
-    if verdict_file.is_file():
+    # The child writes the run folder (kfchaos.rundir) and names it and its report on its last lines.
+    tail = [line.strip() for line in log_path.read_text(errors="replace").splitlines()[-20:]]
+    folder = next((line.removeprefix("run folder: ") for line in tail if line.startswith("run folder: ")), None)
+    report = next((line for line in tail if line.startswith("report: ")), None)
+    verdict_file = Path(folder) / "verdict.json" if folder else None
+    if verdict_file is not None and verdict_file.is_file():
         import json
 
         print()
         print(verdict_table(json.loads(verdict_file.read_text())))
     print()
     print(outcome.summary())
-    report = run_folder / "report.html"
-    if report.is_file():
-        print(f"report: {report}")
-    print(f"run folder: {run_folder}")
+    for line in (f"run folder: {folder}" if folder else None, report):
+        if line:
+            print(line)
     return outcome.exit_code

@@ -8,13 +8,13 @@ OOM-killed again and again in its first hours:
 For each: start the demo stack (server under its supervisor, fault proxy, local Prometheus), capture the
 scenario's baseline from Prometheus after a short fault-free replay, run the experiment's pipeline with
 kfp.local (faults applied by the local backend through the proxy), and collect the run's artifacts into
-runs/<run-id>/: verdict.json, report.html, report.md, requests.parquet, audit.json.
+runs/<run-id>/ (the kfchaos.rundir layout: verdict.json, report.html, report.md, records.parquet,
+metrics.json, baseline.yaml, experiment.yaml, audit.json, ...).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -50,11 +50,6 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
             connect_retry_s=10,
         ),
     ),
-}
-ARTIFACTS = {
-    "report.html": ("verdict-report", "report_html"),
-    "report.md": ("verdict-report", "report_md"),
-    "audit.json": ("verdict-report", "audit"),
 }
 
 
@@ -115,36 +110,11 @@ def _scenario_experiment(workdir: Path, baseline: Path) -> Path:
     return path
 
 
-def _collect(run_dir: Path, destination: Path) -> None:
-    destination.mkdir(parents=True, exist_ok=True)
-    for name, (task, artifact) in ARTIFACTS.items():
-        source = run_dir / task / artifact
-        if source.is_file():
-            shutil.copyfile(source, destination / name)
-    _merge_requests(sorted(run_dir.glob("replay-stage*/requests")), destination / "requests.parquet")
-    audit = destination / "audit.json"
-    if audit.is_file():
-        (destination / "verdict.json").write_text(json.dumps(verdict_document(json.loads(audit.read_text())), indent=2))
+def _collect(run_dir: Path, runs_root: Path) -> Path:
+    """The run folder (kfchaos.rundir layout) from the kfp.local run's artifacts."""
+    from kfchaos import rundir
 
-
-def _merge_requests(parts: list[Path], out: Path) -> None:
-    """One Parquet file with every stage's per-request records."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tables = [pq.read_table(p) for p in parts if p.is_file()]
-    if tables:
-        pq.write_table(pa.concat_tables(tables, promote_options="default"), out)
-
-
-def verdict_document(audit: dict[str, Any]) -> dict[str, Any]:
-    """The overall verdict and each stage's checks, from the run's audit record."""
-    stages = [
-        step["detail"]["stage"]
-        for step in audit.get("steps", [])
-        if step.get("step") == "stage" and isinstance(step.get("detail"), dict) and "stage" in step["detail"]
-    ]
-    return {**audit["verdict"], "stages": stages, "recovery": audit.get("recovery")}
+    return rundir.from_local_pipeline(run_dir, runs_root, source="demo").path
 
 
 def headline_reasons(document: dict[str, Any], limit: int = 6) -> list[str]:
@@ -175,6 +145,7 @@ def _run_pipeline(
         log_path=workdir / "pipeline.log",
         env=env,
         on_task=lambda task, status: log(f"    {task:<22} {status}"),
+        extra=["--runs", str(pipeline_root.parent)],  # the child's run folder lands where ours does
     )
 
 
@@ -197,9 +168,11 @@ def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: 
         }
         outcome = _run_pipeline(experiment, repo_root, stack.target_url, runs_root / ".kfp", env, workdir)
         oom_kills = int(json.loads(stack.state_file.read_text()).get("oom_kills", 0))
-    run_id = outcome.run_dir.name
-    destination = runs_root / run_id
-    _collect(outcome.run_dir, destination)
+    try:
+        destination = _collect(outcome.run_dir, runs_root)
+    except KfchaosError as exc:
+        log(f"  {name}: no run folder: {exc}")
+        return ScenarioResult(name, flags, outcome.status, outcome.run_dir, [outcome.message], oom_kills)
     verdict_file = destination / "verdict.json"
     reasons = headline_reasons(json.loads(verdict_file.read_text())) if verdict_file.is_file() else [outcome.message]
     log(f"  {name}: {outcome.status} -> {destination}")
@@ -213,7 +186,8 @@ def summary_table(results: list[ScenarioResult]) -> str:
         lines.append(f"          OOM kills during the run: {result.oom_kills}")
         for reason in result.reasons[:6]:
             lines.append(f"          - {reason}")
-        lines.append(f"          artifacts: {result.run_dir}/ (verdict.json, report.html, report.md, audit.json)")
+        lines.append(f"          report: {result.run_dir / 'report.html'}")
+        lines.append(f"          re-judge: kfchaos verdict --run {result.run_dir}")
         lines.append("")
     return "\n".join(lines)
 

@@ -48,6 +48,22 @@ def _scope_namespaces(experiment: Experiment, kfp_namespace: str) -> dict[str, l
     return {"kfp": [kfp_namespace], "target": targets, "cluster": [""]}
 
 
+def check_identity(report: Report, api_client: Any, kfp_namespace: str, service_account: str) -> None:
+    """The ServiceAccount exists where the run's pods are created: RBAC answers access reviews for any name,
+    existing or not, but the workflow's pods cannot be created for a missing one."""
+    name = "run identity"
+    try:
+        _apis(api_client).core.read_namespaced_service_account(service_account, kfp_namespace, _request_timeout=TIMEOUT)
+    except Exception as exc:
+        if _status_of(exc) == 404:
+            report.add(name, Status.FAIL, f"no ServiceAccount {kfp_namespace}/{service_account}",
+                       "kubectl apply -k manifests/ (manifests/base/serviceaccount.yaml)")  # fmt: skip
+        else:
+            report.add(name, Status.UNKNOWN, f"cannot read {kfp_namespace}/{service_account}: {_brief(exc)}", "")
+        return
+    report.add(name, Status.PASS, f"ServiceAccount {kfp_namespace}/{service_account}: the whole run executes as it")
+
+
 def check_permissions(
     report: Report, api_client: Any, experiment: Experiment, kfp_namespace: str, service_account: str
 ) -> None:
@@ -266,17 +282,13 @@ def check_secret(
 def check_chaos_mesh_placement(report: Report, api_client: Any, experiment: Experiment, pods: list[Any]) -> None:
     """chaos-daemon on the target pods' nodes and the namespace filter annotation: the rules live in
     kfchaos.faults.clustercheck (one place, shared with preflight)."""
+    from kfchaos.faults import clustercheck
+
     try:
-        from kfchaos.faults import clustercheck
-    except ImportError:
-        for check in ("chaos-daemon on target nodes", "namespace filter annotation"):
-            report.add(check, Status.UNKNOWN, "not checked: kfchaos.faults.clustercheck is not in this version",
-                       "check by hand: kubectl -n chaos-mesh get ds chaos-daemon -o wide; the namespace's "
-                       "chaos-mesh.org/inject annotation")  # fmt: skip
+        rows = list(clustercheck.doctor_checks(api_client, experiment, pods))
+    except Exception as exc:
+        fix = "run doctor with an identity that may list pods, daemonsets and deployments cluster-wide"
+        report.add("chaos mesh placement", Status.UNKNOWN, f"cannot read the placement: {_brief(exc)}", fix)
         return
-    run = getattr(clustercheck, "doctor_checks", None)
-    if run is None:
-        report.add("chaos mesh placement", Status.UNKNOWN, "kfchaos.faults.clustercheck has no doctor_checks", "")
-        return
-    for check_name, passed, detail, fix in run(api_client, experiment, pods):
+    for check_name, passed, detail, fix in rows:
         report.add(check_name, Status.PASS if passed else Status.FAIL, detail, fix)

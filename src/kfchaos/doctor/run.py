@@ -169,6 +169,7 @@ def diagnose(options: Options, api_client: Any | None = None) -> Report:
         except Exception as exc:
             report.add("kubernetes access", Status.UNKNOWN, str(exc)[:200], "give --kubeconfig / --kube-context")
             return report
+    cluster.check_identity(report, api_client, options.kfp_namespace, options.service_account)
     cluster.check_permissions(report, api_client, experiment, options.kfp_namespace, options.service_account)
     kinds = [m["kind"].lower() for m in render_experiment(experiment, "doctor")]
     chaos_kinds = [k for k in kinds if k in CHAOS_PLURALS]

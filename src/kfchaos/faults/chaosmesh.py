@@ -505,6 +505,28 @@ class ChaosMeshBackend:
                 )
             self._sleep(self.poll_interval)
 
+    def handle_of(self, item: Manifest | FaultBase) -> FaultHandle:
+        """The handle of an object applied earlier (by an earlier stage's task), found by its deterministic name."""
+        return _handle(self.manifest_of(item), "")
+
+    def is_active(self, handle: FaultHandle) -> bool:
+        """Whether the fault is verifiably active now. Chaos Mesh's condition controller sets `AllInjected` True
+        only while every record's phase is Injected (chaos-mesh/chaos-mesh controllers/common/condition/
+        controller.go, diffConditions); its desired-phase controller sets `status.experiment.desiredPhase` to Stop
+        once the object is deleted, paused or past creation + duration (controllers/common/desiredphase/
+        controller.go, CalcDesiredPhase; `DurationExceeded` is generated into api/v1alpha1 by
+        cmd/chaos-builder). Records are recovered only after that, so AllInjected alone can still read True for
+        a fault that has already been told to stop: both are required. A one-shot kind (pod-kill) stays Run
+        by design, so its AllInjected is its whole activity."""
+        obj = self._get(handle)
+        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return False
+        if handle.plural == "pods":
+            return _injected_targets(handle, obj) is not None
+        conditions = _conditions(obj)
+        phase = ((obj.get("status") or {}).get("experiment") or {}).get("desiredPhase")
+        return conditions.get("AllInjected") == "True" and phase == "Run" and conditions.get("Paused") != "True"
+
     def object_events(self, handle: FaultHandle) -> list[str]:
         """`reason: message` of the Kubernetes events about the object (why Chaos Mesh could not inject)."""
 

@@ -131,16 +131,36 @@ def check_pod_share(experiment: Experiment, fault: FaultBase, matching: int) -> 
         )
 
 
-def fault_duration(experiment: Experiment, fault: FaultBase) -> float:
-    """Seconds the fault object lives: its own duration, or the span of its active stages, capped by safety.
+# Between two stages of one fault the pipeline runs the stage's metrics task, its gate and the next replay task;
+# on a KFP cluster each is a driver and a launcher pod, tens of seconds each (issue 11). The fault is created at
+# its first stage's actual start (in that stage's task), so only these gaps, not the steps before the ramp,
+# are added to its lifetime. A gap longer than this shows up as uncovered stage time (INCONCLUSIVE), never
+# as a stage counted under a fault that had already stopped.
+STAGE_GAP_ALLOWANCE = 120.0
 
-    The span runs from the start of the first active stage to the end of the last (a fault is applied
-    once), so stages [60, 90] of 10→30→60→90→100 last two stage durations.
+
+def fault_stage_span(experiment: Experiment, fault: FaultBase) -> list[int]:
+    """The ramp's stages from the fault's first listed stage to its last: it is alive through all of them."""
+    stages = list(experiment.spec.traffic.stages)
+    listed = [stages.index(s) for s in experiment.fault_stages(fault) if s in stages]
+    if not listed:
+        return []
+    return stages[min(listed) : max(listed) + 1]
+
+
+def fault_duration(experiment: Experiment, fault: FaultBase) -> float:
+    """Seconds the fault object lives from its creation at its first stage's start: its own duration, or long
+    enough to cover its stages, capped by safety.
+
+    Covering a stage takes its replay (stage_duration) plus the drain of requests still in flight (up to
+    target.timeout); each later stage adds STAGE_GAP_ALLOWANCE for the tasks between. So stages [60, 90] of
+    10-minute stages with a 30 s timeout last 2 x 630 s + 120 s = 23 minutes. Chaos Mesh stops the object at
+    creation + duration (DurationExceeded); the pipeline removes it after its last stage anyway.
     """
     limit = experiment.spec.safety.max_fault_duration
     if fault.duration is not None:
         return min(fault.duration, limit)
-    stages = experiment.spec.traffic.stages
-    active = [stages.index(s) for s in experiment.fault_stages(fault) if s in stages] or [0, len(stages) - 1]
-    span = (max(active) - min(active) + 1) * experiment.spec.traffic.stage_duration
+    traffic = experiment.spec.traffic
+    count = len(fault_stage_span(experiment, fault)) or len(traffic.stages)
+    span = count * (traffic.stage_duration + experiment.spec.target.timeout) + (count - 1) * STAGE_GAP_ALLOWANCE
     return min(span, limit)

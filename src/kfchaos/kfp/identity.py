@@ -66,4 +66,25 @@ FAULT_CALLS: tuple[Call, ...] = (
 
 RUN_CALLS: tuple[Call, ...] = KFP_RUNTIME_CALLS + FAULT_CALLS
 
-__all__ = ["CHAOS_PLURALS", "FAULT_CALLS", "KFP_RUNTIME_CALLS", "RUN_CALLS", "RUN_SERVICE_ACCOUNT", "Call"]
+# Preflight's Chaos Mesh placement reads (kfchaos.faults.clustercheck): cluster-wide lists of the
+# controller-manager Deployment, chaos-daemon pods and DaemonSets, and the target nodes and namespaces. Best
+# effort: when the run identity may not make them, preflight notes the placement as unchecked instead of
+# failing. manifests/ does not grant them (they would let every run read every Deployment and Pod in the
+# cluster); `kfchaos doctor` checks the same rules with the operator's credentials before a run.
+PLACEMENT_CALLS: tuple[Call, ...] = (
+    Call("cluster", "apps", "deployments", "list", "Chaos Mesh's namespace filter setting (controller-manager env)"),
+    Call("cluster", "", "pods", "list", "chaos-daemon pods on the target pods' nodes"),
+    Call("cluster", "apps", "daemonsets", "list", "chaos-daemon's tolerations, when a node has no daemon"),
+    Call("cluster", "", "nodes", "get", "a daemon-less node's taints"),
+    Call("cluster", "", "namespaces", "get", "the namespace filter annotation"),
+)
+
+__all__ = [
+    "CHAOS_PLURALS",
+    "FAULT_CALLS",
+    "KFP_RUNTIME_CALLS",
+    "PLACEMENT_CALLS",
+    "RUN_CALLS",
+    "RUN_SERVICE_ACCOUNT",
+    "Call",
+]

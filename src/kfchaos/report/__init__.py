@@ -1,10 +1,15 @@
-"""Reports of a verdict: a Markdown summary and a self-contained HTML page with inline SVG plots
-(latency percentiles per stage against the baseline band, error rate, OOM events, KV-cache usage) and the
-matching known failure modes. Both accept a `kfchaos.Verdict` JSON or the pipeline's `kfchaos.RunVerdict`.
+"""Reports of a verdict: a Markdown summary and a self-contained HTML page (Plotly, its script inline: no
+network), for an SRE to read at a glance: the run header, the verdict and why, each stage's figures, one
+time axis over the whole run (latency against the baseline band, token latencies, request rate, errors,
+send lag, the cluster's series) with stage boundaries and fault windows shaded, each stage's latency CDF and
+checks, and the known failure modes that fit, ranked. Both accept a `kfchaos.Verdict` JSON or the pipeline's
+`kfchaos.RunVerdict`.
 
-`markdown(verdict, context)` and `html(verdict, context)` return text; `write_reports()` writes
-verdict.json, summary.md and report.html. Context keys, all optional: experiment (an Experiment),
-records (Parquet path, Table or Requests), metrics (a MetricsSnapshot or its JSON), fault_types.
+`markdown(verdict, context)` and `html(verdict, context)` return text. Context keys, all optional: run (the
+run folder's manifest), experiment (an Experiment), records (Parquet path, Table or Requests), metrics (a
+MetricsSnapshot or its JSON), baseline (the baseline file's mapping), control_records (the control
+baseline's Parquet), run_state, steps, audit, fault_types.
+`kfchaos.rundir` builds the context from a run folder.
 """
 
 from __future__ import annotations
@@ -12,21 +17,24 @@ from __future__ import annotations
 import json
 import math
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from kfchaos.knowledge import Match, match
-from kfchaos.report.figures import (
-    KV_SERIES,
-    OOM_SERIES,
+from kfchaos.report.data import (
     StageFigures,
-    load_records,
-    series_of,
+    baseline_band,
+    check_of,
+    control_stages,
+    fault_windows,
+    load_frame,
     stage_figures,
+    stage_spans,
     stages_of,
+    time_series,
 )
-from kfchaos.report.svg import Chart, render
 from kfchaos.verdict.model import Verdict
+
+DATA_ID = "kfchaos-data"  # <script type="application/json"> with the verdict and the metrics the page shows
 
 
 def _fault_types(context: dict[str, Any]) -> list[str]:
@@ -49,49 +57,78 @@ def _name(document: dict[str, Any]) -> str:
 
 
 def _ms(value: float) -> str:
-    return "n/a" if not math.isfinite(value) else f"{value * 1000:.0f} ms"
+    if math.isnan(value):
+        return "no data"
+    return "∞" if math.isinf(value) else f"{value * 1000:.0f} ms"
 
 
 def _pct(value: float) -> str:
-    return "n/a" if not math.isfinite(value) else f"{value * 100:.3g}%"
-
-
-def _baseline_band(document: dict[str, Any]) -> tuple[float, float, str] | None:
-    baseline = document.get("baseline") or {}
-    p99 = baseline.get("latency_p99")
-    drift = baseline.get("drift")  # given by the pipeline's verdict document, which has steps, not stages
-    for stage in document.get("stages", []):
-        for check in stage.get("checks", []):
-            if check["name"] == "p99_drift" and check.get("threshold") is not None:
-                drift = check["threshold"]
-    if not p99:
-        return None
-    high = p99 * (1 + (drift or 0.0))
-    return (p99, high, f"baseline P99 {p99 * 1000:.0f} ms .. +{(drift or 0) * 100:g}%")
+    return "no data" if not math.isfinite(value) else f"{value * 100:.3g}%"
 
 
 def _matches(document: dict[str, Any], context: dict[str, Any]) -> list[Match]:
+    """Known failure modes that fit, best first: the most failing checks pointing at a mode (its fault type
+    counting as one more), then the larger share of the mode's own checks."""
     normalized = {"checks": document.get("checks", []), "stages": stages_of(document)}
-    return match(normalized, _fault_types(context))
+    found = match(normalized, _fault_types(context))
+    return sorted(found, key=lambda m: (-(len(m.checks) + m.fault_match), -len(m.checks) / len(m.mode.checks)))
+
+
+def _slo(context: dict[str, Any]) -> Any:
+    experiment = context.get("experiment")
+    return experiment.spec.slo if experiment is not None else None
+
+
+def _p99_max(document: dict[str, Any], context: dict[str, Any]) -> float | None:
+    slo = _slo(context)
+    if slo is not None and slo.p99_max is not None:
+        return float(slo.p99_max)
+    found = next((check_of(s, "p99").get("threshold") for s in stages_of(document) if check_of(s, "p99")), None)
+    return float(found) if isinstance(found, int | float) else None
+
+
+def _drift(document: dict[str, Any], context: dict[str, Any]) -> float | None:
+    slo = _slo(context)
+    if slo is not None:
+        return float(slo.p99_drift_max)
+    drift = (document.get("baseline") or {}).get("drift")
+    return float(drift) if isinstance(drift, int | float) else None
+
+
+def _figures(document: dict[str, Any], context: dict[str, Any]) -> tuple[Any, list[StageFigures]]:
+    frame = load_frame(context.get("records"))
+    return frame, stage_figures(document, frame, _slo(context))
+
+
+def _p99_text(f: StageFigures) -> str:
+    text = _ms(f.p99)
+    if math.isinf(f.p99) and f.never_completed:
+        text += f" ({f.never_completed} never completed)"
+    return text
+
+
+# --- Markdown ------------------------------------------------------------------------------------------------
 
 
 def markdown(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = None) -> str:
     context = context or {}
     document = _document(verdict)
-    figures = stage_figures(document, load_records(context.get("records")))
+    _frame, figures = _figures(document, context)
+    run = context.get("run") or {}
     lines = [f"# kfchaos verdict: {_name(document)} — **{document['status']}**", ""]
-    if document.get("run_id"):
-        lines += [f"Run `{document['run_id']}`", ""]
+    run_id = run.get("run_id") or document.get("run_id")
+    if run_id:
+        lines += [f"Run `{run_id}`" + (f", target {run['target']}" if run.get("target") else ""), ""]
     if figures:
         lines += [
-            "| stage | status | requests | P50 | P90 | P99 | error rate | timeout rate | OOM kills |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| stage | status | requests | P50 | P90 | P99 | error rate | timeout rate | OOM kills | goodput |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for f in figures:
-            oom = "n/a" if not math.isfinite(f.oom_kills) else f"{f.oom_kills:g}"
+            oom = "no data" if not math.isfinite(f.oom_kills) else f"{f.oom_kills:g}"
             lines.append(
-                f"| {f.stage}% | {f.status} | {f.requests} | {_ms(f.p50)} | {_ms(f.p90)} | {_ms(f.p99)} | "
-                f"{_pct(f.error_rate)} | {_pct(f.timeout_rate)} | {oom} |"
+                f"| {f.stage}% | {f.status} | {f.requests} | {_ms(f.p50)} | {_ms(f.p90)} | {_p99_text(f)} | "
+                f"{_pct(f.error_rate)} | {_pct(f.timeout_rate)} | {oom} | {_pct(f.goodput)} |"
             )
         lines.append("")
     reasons = document.get("reasons", [])
@@ -101,7 +138,7 @@ def markdown(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None =
         lines.append(f"> warning: {warning}")
     matches = _matches(document, context)
     if matches:
-        lines += ["", "## Known failure modes that fit", ""]
+        lines += ["", "## Known failure modes that fit (best match first)", ""]
         for item in matches:
             lines += _markdown_match(item)
     return "\n".join(lines).rstrip() + "\n"
@@ -124,106 +161,265 @@ def _markdown_match(item: Match) -> list[str]:
     ]
 
 
-def _charts(document: dict[str, Any], figures: list[StageFigures], context: dict[str, Any]) -> list[str]:
-    labels = [f"{f.stage}%" for f in figures]
-    positions = [float(i) for i in range(len(figures))]
-    out = []
-    latency = Chart("Latency per stage", "seconds", x_labels=labels, band=_baseline_band(document))
-    p99_max = next(
-        (c.get("threshold") for st in stages_of(document) for c in st.get("checks", []) if c["name"] == "p99"), None
-    )
-    if p99_max is not None:
-        latency.limits.append((float(p99_max), f"p99_max {float(p99_max) * 1000:.0f} ms"))
-    for name, values in (
-        ("P50", [f.p50 for f in figures]),
-        ("P90", [f.p90 for f in figures]),
-        ("P99", [f.p99 for f in figures]),
-    ):
-        if any(math.isfinite(v) for v in values):
-            latency.lines.append((name, positions, values))
-    out.append(render(latency))
-    errors = Chart("Error and timeout rate per stage", "fraction of requests", x_labels=labels)
-    errors.bars = [("errors", [f.error_rate for f in figures]), ("timeouts", [f.timeout_rate for f in figures])]
-    out.append(render(errors))
-    oom = Chart("OOM kills per stage", "kills", x_labels=labels, bars=[("OOM kills", [f.oom_kills for f in figures])])
-    out.append(render(oom))
-    kv = series_of(context.get("metrics"), KV_SERIES)
-    if kv:
-        out.append(
-            render(
-                Chart("KV-cache usage", "fraction", lines=[("kv_cache_usage", kv[0], kv[1])], limits=[(1.0, "full")])
-            )
-        )
-    else:
-        out.append("<p><em>No KV-cache usage series (vllm:kv_cache_usage_perc) in the metrics.</em></p>")
-    oom_series = series_of(context.get("metrics"), OOM_SERIES)
-    if oom_series:
-        out.append(render(Chart("OOM events (counter)", "events", lines=[("oom_kills", *oom_series)])))
-    return out
-
+# --- HTML ----------------------------------------------------------------------------------------------------
 
 _STYLE = """
-body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}
-.PASS{color:#2a7}.FAIL{color:#c22}.INCONCLUSIVE{color:#b80}svg{display:block;margin:1em 0}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
+color:#222;line-height:1.4}
+h1{margin:.2em 0;font-size:1.6em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+table{border-collapse:collapse;width:100%;margin:.5em 0}
+td,th{border:1px solid #ddd;padding:4px 8px;font-size:13px;vertical-align:top;text-align:left}
+th{background:#f6f6f6}td.num{text-align:right;white-space:nowrap}
+td.reason{white-space:normal;overflow-wrap:anywhere;word-break:break-word}
+.PASS{color:#1a7f37}.FAIL{color:#c22}.INCONCLUSIVE{color:#9a6700}.SKIPPED{color:#777}
+.badge{display:inline-block;padding:.1em .6em;border-radius:.3em;color:#fff;font-weight:600}
+.badge.PASS{background:#1a7f37}.badge.FAIL{background:#c22}.badge.INCONCLUSIVE{background:#9a6700}
+.header{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:2px 14px;font-size:13px;
+background:#fafafa;border:1px solid #eee;padding:8px 12px;border-radius:6px}
+.header b{color:#555;font-weight:600}.warn{background:#fff8e1;border-left:4px solid #e0a800;padding:4px 10px}
+.stage{border:1px solid #eee;border-radius:6px;padding:6px 12px;margin:10px 0}
+.mode{border-left:4px solid #c22;padding:2px 12px;margin:12px 0;background:#fffafa}
+details{margin:1em 0}summary{cursor:pointer;color:#555}pre{font-size:11px;overflow:auto;max-height:30em}
+.legend span{display:inline-block;width:14px;height:10px;margin:0 4px 0 10px;vertical-align:middle}
 """
 
 
-def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = None) -> str:
-    context = context or {}
-    document = _document(verdict)
-    figures = stage_figures(document, load_records(context.get("records")))
-    status = escape(str(document["status"]))
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>kfchaos verdict {escape(_name(document))}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{escape(_name(document))}: <span class='{status}'>{status}</span></h1>",
+def _header(document: dict[str, Any], context: dict[str, Any]) -> str:
+    run = context.get("run") or {}
+    experiment = document.get("experiment")
+    name, version = (
+        (experiment.get("name"), experiment.get("version"))
+        if isinstance(experiment, dict)
+        else (experiment, document.get("version"))
+    )
+    baseline = document.get("baseline") or {}
+    window = baseline.get("window") or {}
+    baseline_text = "none: P99 drift cannot be judged"
+    if baseline:
+        p99 = baseline.get("latency_p99")
+        baseline_text = (f"P99 {p99 * 1000:.0f} ms" if isinstance(p99, int | float) else "P99 unknown") + (
+            f", {window.get('start')} → {window.get('end')}" if window else ""
+        )
+        if baseline.get("captured_at"):
+            baseline_text += f", captured {baseline['captured_at']}"
+    pipeline = run.get("pipeline") or document.get("pipeline") or {}
+    rows = [
+        ("experiment", f"{name} {version}"),
+        ("run id", run.get("run_id") or document.get("run_id") or "—"),
+        ("target", run.get("target") or "—"),
+        ("commit", run.get("commit") or "—"),
+        ("started", run.get("started") or "—"),
+        ("finished", run.get("finished") or "—"),
+        ("baseline", baseline_text),
+        ("source", run.get("source") or ("pipeline" if pipeline else "kfchaos verdict")),
     ]
+    if pipeline:
+        rows.append(("pipeline", f"{pipeline.get('name')} {pipeline.get('version')}"))
+    if run.get("pipeline_job_id"):
+        rows.append(("pipeline job", run["pipeline_job_id"]))
+    cells = "".join(f"<b>{escape(k)}</b><span>{escape(str(v))}</span>" for k, v in rows)
+    out = f"<div class='header'>{cells}</div>"
+    rejudged = run.get("rejudged") or {}
+    if rejudged and not rejudged.get("matches", True):
+        out += (
+            f"<p class='warn'>Re-judging this run folder with <code>kfchaos verdict</code> gives "
+            f"<b>{escape(str(rejudged.get('status')))}</b>, not {escape(str(document.get('status')))}"
+            f"{': ' + escape(str(rejudged['error'])) if rejudged.get('error') else ''}.</p>"
+        )
+    return out
+
+
+def _why(document: dict[str, Any]) -> str:
+    """The gating checks that did not pass, failures first, each with its stage; else the verdict's reasons."""
+    ranked: list[tuple[int, str, str]] = []
+    order = {"FAIL": 0, "INCONCLUSIVE": 1}
+    for where, checks in [("", document.get("checks", []))] + [
+        (f"stage {s.get('stage')}%: ", s.get("checks", [])) for s in stages_of(document)
+    ]:
+        for c in checks:
+            status = str(c.get("status"))
+            if status in order and c.get("gating", True):
+                ranked.append((order[status], status, f"{where}{c.get('name')}: {c.get('reason', '')}"))
+    if ranked:
+        items = "".join(
+            f"<li><b class='{s}'>{s}</b> {escape(text)}</li>" for _, s, text in sorted(ranked, key=lambda r: r[0])
+        )
+        return f"<h2>Why</h2><ul>{items}</ul>"
     reasons = document.get("reasons", [])
     if reasons:
-        parts.append("<h2>Why</h2><ul>" + "".join(f"<li>{escape(r)}</li>" for r in reasons) + "</ul>")
-    parts.append("<h2>Stages</h2><table><tr><th>stage</th><th>status</th><th>checks</th></tr>")
-    parts += stage_rows(document)
-    parts.append("</table>")
-    parts += ["<h2>Plots</h2>", *_charts(document, figures, context)]
-    matches = _matches(document, context)
-    if matches:
-        parts.append("<h2>Known failure modes that fit</h2>")
-        for item in matches:
-            mode = item.mode
-            parts.append(
-                f"<h3>{escape(mode.title)}</h3><p>{escape(mode.explanation)}</p>"
-                f"<p>Matched by: {escape(', '.join(item.checks))}</p><b>Evidence to collect</b><ul>"
-                + "".join(f"<li>{escape(e)}</li>" for e in mode.evidence)
-                + "</ul><b>Remediation</b><ul>"
-                + "".join(f"<li>{escape(r)}</li>" for r in mode.remediation)
-                + "</ul>"
-            )
-    parts.append(f"<h2>Verdict JSON</h2><pre>{escape(json.dumps(document, indent=1, default=str))}</pre>")
+        return "<h2>Why</h2><ul>" + "".join(f"<li>{escape(r)}</li>" for r in reasons) + "</ul>"
+    return "<h2>Why</h2><p>Every gating check passed.</p>"
+
+
+def _stage_table(figures: list[StageFigures]) -> str:
+    head = ("stage", "status", "requests", "P50", "P90", "P99", "error rate", "timeout rate", "OOM kills",
+            "goodput")  # fmt: skip
+    rows = []
+    for f in figures:
+        interval = ""
+        if f.p99_interval and all(math.isfinite(v) for v in f.p99_interval):
+            interval = f"<br><small>{f.p99_interval[0] * 1000:.0f}–{f.p99_interval[1] * 1000:.0f} ms</small>"
+        oom = "no data" if not math.isfinite(f.oom_kills) else f"{f.oom_kills:g}"
+        rate = f"<br><small>{f.goodput_rate:.2f} req/s</small>" if math.isfinite(f.goodput_rate) else ""
+        cells = [
+            f"{f.stage}%",
+            f"<span class='{escape(f.status)}'><b>{escape(f.status)}</b></span>",
+            str(f.requests),
+            _ms(f.p50),
+            _ms(f.p90),
+            escape(_p99_text(f)) + interval,
+            _pct(f.error_rate),
+            _pct(f.timeout_rate),
+            oom,
+            _pct(f.goodput) + rate,
+        ]
+        rows.append("<tr>" + "".join(f"<td class='num'>{c}</td>" for c in cells) + "</tr>")
+    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+
+
+def _value(check: dict[str, Any]) -> str:
+    value, threshold, unit = check.get("value"), check.get("threshold"), check.get("unit") or ""
+
+    def fmt(v: Any) -> str:
+        if not isinstance(v, int | float):
+            return "—"
+        if unit == "s":
+            return f"{v * 1000:.0f} ms"
+        if unit == "fraction":
+            return f"{v * 100:.3g}%"
+        if unit == "ratio":  # a relative change: +12% drift
+            return f"{v * 100:+.1f}%"
+        return f"{v:g} {unit}".strip()
+
+    return f"{fmt(value)} / {fmt(threshold)}" if threshold is not None else fmt(value)
+
+
+def checks_table(checks: list[dict[str, Any]]) -> str:
+    rows = []
+    order = {"FAIL": 0, "INCONCLUSIVE": 1, "PASS": 2}
+    for c in sorted(checks, key=lambda c: order.get(str(c.get("status")), 3)):
+        status = escape(str(c.get("status")))
+        gating = "" if c.get("gating", True) else " <small>(info)</small>"
+        rows.append(
+            f"<tr><td class='{status}'><b>{status}</b></td><td>{escape(str(c.get('name')))}{gating}</td>"
+            f"<td class='num'>{escape(_value(c))}</td><td class='num'>{c.get('samples') or ''}</td>"
+            f"<td class='reason'>{escape(str(c.get('reason', '')))}</td></tr>"
+        )
+    return (
+        "<table><colgroup><col style='width:8em'><col style='width:10em'><col style='width:11em'>"
+        "<col style='width:5em'><col></colgroup><tr><th>status</th><th>check</th><th>value / limit</th>"
+        "<th>samples</th><th>reason</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
+def _failure_modes(matches: list[Match]) -> str:
+    if not matches:
+        return "<p>No known failure mode matches the failing checks.</p>"
+    parts = []
+    shown = 2  # the best matches open; the rest one click away, so the page stays short
+    for rank, item in enumerate(matches, 1):
+        mode = item.mode
+        score = f"matches {len(item.checks)} of its {len(mode.checks)} check(s): {', '.join(item.checks)}"
+        if item.fault_match:
+            score += "; and the experiment's fault type"
+        body = (
+            f"<p><small>{escape(score)}</small></p><p>{escape(mode.explanation)}</p><b>Evidence to collect</b><ul>"
+            + "".join(f"<li>{escape(e)}</li>" for e in mode.evidence)
+            + "</ul><b>Remediation</b><ul>"
+            + "".join(f"<li>{escape(r)}</li>" for r in mode.remediation)
+            + "</ul>"
+        )
+        title = f"{rank}. {escape(mode.title)}"
+        if rank <= shown:
+            parts.append(f"<div class='mode'><h3>{title}</h3>{body}</div>")
+        else:
+            parts.append(f"<details class='mode'><summary><b>{title}</b></summary>{body}</details>")
+    return "".join(parts)
+
+
+def _json_block(data: Any) -> str:
+    # "</" would end the <script> element early; JSON allows "<\/" for it.
+    return json.dumps(data, default=str).replace("</", "<\\/")
+
+
+def _metrics_dict(metrics: Any) -> dict[str, Any] | None:
+    if metrics is None:
+        return None
+    return metrics if isinstance(metrics, dict) else dict(metrics.to_dict())
+
+
+def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = None) -> str:
+    from kfchaos.report import plots
+
+    context = context or {}
+    document = _document(verdict)
+    frame, figures = _figures(document, context)
+    status = escape(str(document["status"]))
+    band = baseline_band(context, document, _drift(document, context))
+    p99_max = _p99_max(document, context)
+    faults = fault_windows(context, document, frame)
+    spans = stage_spans(frame, figures)
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>kfchaos {escape(_name(document))}: {status}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{escape(_name(document))} <span class='badge {status}'>{status}</span></h1>",
+        _header(document, context),
+    ]
+    parts.append(_why(document))
+    parts += [f"<p class='warn'>warning: {escape(w)}</p>" for w in document.get("warnings", [])]
+    parts += ["<h2>Stages</h2>", _stage_table(figures) if figures else "<p>No stage ran.</p>"]
+    parts.append(
+        "<p><small>P50/P90/P99 over the requests sent, a request that never completed counted as ∞ (as the verdict "
+        "counts it); goodput: requests that succeeded within p99_max (and ttft_p99_max) per request sent.</small></p>"
+    )
+    first = True
+    figure = plots.timeline(time_series(frame) if frame is not None else None, spans, faults, band, p99_max,
+                            context.get("metrics"))  # fmt: skip
+    parts.append("<h2>Over the run</h2>")
+    legend = (
+        "<p class='legend'><small>Shaded: <span style='background:rgba(120,120,120,.15)'></span>stages "
+        "<span style='background:rgba(255,160,0,.35)'></span>fault applied (to its removal), effect not seen "
+        "<span style='background:rgba(220,40,40,.3)'></span>fault verified active"
+    )
+    source = {f.source for f in faults}
+    if source == {"records"}:
+        legend += " (from the records' fault_active flag: the pipeline recorded no fault windows)"
+    elif not faults:
+        legend += " (no fault window recorded)"
+    parts.append(legend + ". Drag to zoom, double-click to reset, hover for values.</small></p>")
+    if figure is not None:
+        parts.append(plots.to_html(figure, first, "timeline"))
+        first = False
+    else:
+        parts.append("<p>No records and no metric series: nothing to plot over time.</p>")
+    if context.get("metrics") is None:
+        parts.append(
+            "<p><em>No metric series for this run: KV-cache, GPU memory, restarts and OOM kills unknown.</em></p>"
+        )
+    parts.append("<h2>Per stage</h2>")
+    control_frame = load_frame(context.get("control_records"))
+    cdf = plots.stage_cdf(frame, figures, band, control_stages(context, document), control_frame, p99_max)
+    if cdf is not None:
+        parts.append("<h3>Latency CDF against the baseline</h3>" + plots.to_html(cdf, first, "cdf"))
+        first = False
+    for stage in stages_of(document):
+        stage_status = escape(str(stage.get("status")))
+        parts.append(
+            f"<div class='stage'><h3>Stage {stage.get('stage')}% — <span class='{stage_status}'>{stage_status}"
+            f"</span> <small>({stage.get('requests', 0)} requests)</small></h3>"
+            + checks_table(stage.get("checks", []))
+            + "</div>"
+        )
+    if document.get("checks"):
+        parts += ["<h2>Experiment-wide checks</h2>", checks_table(document["checks"])]
+    parts += ["<h2>Known failure modes that fit, best match first</h2>", _failure_modes(_matches(document, context))]
+    data = {"verdict": document, "metrics": _metrics_dict(context.get("metrics"))}
+    parts.append(
+        "<details><summary>Verdict JSON</summary><pre>"
+        + escape(json.dumps(document, indent=1, default=str))
+        + "</pre></details>"
+    )
+    parts.append(f'<script type="application/json" id="{DATA_ID}">{_json_block(data)}</script>')
     parts.append("</body></html>\n")
     return "\n".join(parts)
-
-
-def stage_rows(document: dict[str, Any]) -> list[str]:
-    rows = []
-    for stage in stages_of(document):
-        status = escape(str(stage.get("status")))
-        checks = "<br>".join(
-            f"<span class='{escape(c['status'])}'>{escape(c['status'])}</span> "
-            f"{escape(c['name'])}: {escape(c['reason'])}"
-            for c in stage.get("checks", [])
-        )
-        rows.append(f"<tr><td>{stage.get('stage')}%</td><td class='{status}'>{status}</td><td>{checks}</td></tr>")
-    return rows
-
-
-def write_reports(verdict: Verdict | dict[str, Any], out_dir: str | Path, **context: Any) -> dict[str, Path]:
-    """verdict.json, summary.md and report.html in `out_dir`."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    document = _document(verdict)
-    paths = {"json": out / "verdict.json", "markdown": out / "summary.md", "html": out / "report.html"}
-    paths["json"].write_text(json.dumps(document, indent=2) + "\n")
-    paths["markdown"].write_text(markdown(document, context))
-    paths["html"].write_text(html(document, context))
-    return paths

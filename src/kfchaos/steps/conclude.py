@@ -14,6 +14,7 @@ import yaml
 
 from kfchaos import audit
 from kfchaos.errors import KfchaosError
+from kfchaos.faults.activity import run_fault_windows
 from kfchaos.steps import seams
 from kfchaos.steps.results import StepResult, load_history
 
@@ -61,6 +62,14 @@ def _baseline_p99(baseline_text: str) -> float | None:
         return Baseline.model_validate(yaml.safe_load(baseline_text)).p99()
     except (yaml.YAMLError, ValidationError):
         return None
+
+
+def _baseline_mapping(baseline_text: str) -> dict[str, Any] | None:
+    try:
+        data = yaml.safe_load(baseline_text) if baseline_text.strip() else None
+    except yaml.YAMLError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _run_metrics(experiment: Any, started: float | None) -> Any | None:
@@ -152,13 +161,22 @@ def conclude(
         "status": status,
         "reasons": reasons,
         "steps": steps,
+        "fault_windows": run_fault_windows(steps),
         "recovery": recovery_data,
     }
     started = json.loads(preflight).get("started_at") if preflight else None
     baseline_p99 = _baseline_p99(baseline_text)
     if baseline_p99 is not None:
         document["baseline"] = {"latency_p99": baseline_p99, "drift": experiment.spec.slo.p99_drift_max}
-    context: dict[str, Any] = {"experiment": experiment, "metrics": _run_metrics(experiment, started)}
+    # The report embeds the run's metric series (kfchaos.report.DATA_ID): a run folder collected from the
+    # pipeline's artifacts takes its metrics.json from there (kfchaos.rundir.embedded_metrics).
+    context: dict[str, Any] = {
+        "experiment": experiment,
+        "metrics": _run_metrics(experiment, started),
+        "steps": steps,
+        "baseline": _baseline_mapping(baseline_text),
+        "run": {"run_id": run_id, "target": target, "commit": os.environ.get(GIT_COMMIT_ENV), "pipeline": pipeline},
+    }
     rendered = seams.render_report(document, context)
     markdown, page = rendered if rendered else (_markdown(document), _html(_markdown(document)))
     for path, text in ((markdown_path, markdown), (html_path, page)):

@@ -1,4 +1,5 @@
-"""Inject, remove + recover, cleanup: the steps that create and delete chaos objects.
+"""Remove + recover, cleanup: the steps after the ramp that delete chaos objects (they are created, watched
+and removed per stage by kfchaos.steps.stagefaults).
 
 Every object carries the run id as a label (kfchaos.faults.naming), so removal and the exit handler's cleanup
 work by label and cannot miss an object whose creation response was lost.
@@ -12,64 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text
-from kfchaos.steps.results import Status, StepResult, describe, load_history
+from kfchaos.steps.results import describe, load_history
 from kfchaos.steps.setup import load_optional_baseline
-
-
-def inject(experiment_text: str, run_id: str) -> str:
-    """Apply every cluster-side fault and wait until each is verifiably injected. Unverified -> stop."""
-    experiment = experiment_from_text(experiment_text)
-    faults = seams.cluster_faults(experiment)
-    if not faults:
-        detail = {"chaos_objects": [], "note": "no cluster-side faults (traffic-side faults run in the replay)"}
-        return StepResult("inject", 0, "PASS", True, [], detail).to_json()
-    manifests = seams.render_faults(experiment, run_id)
-    backend = seams.fault_backend(experiment, run_id)
-    applied: list[dict[str, Any]] = []
-    reasons: list[str] = []
-    for fault in faults:
-        manifest = manifests[fault.name]
-        applied_at = time.time()
-        handle = backend.apply(fault)
-        try:
-            injected = backend.wait_injected(handle)
-        except KfchaosError as exc:  # not verified: the run is INCONCLUSIVE, and removal still happens
-            injected, ok = {"injected": False, "error": str(exc)}, False
-        else:
-            ok = bool(injected.get("injected", True)) if isinstance(injected, dict) else bool(injected)
-        applied.append(
-            {
-                "fault": fault.name,
-                "kind": manifest["kind"],
-                "namespace": manifest["metadata"].get("namespace"),
-                "name": manifest["metadata"]["name"],
-                "manifest": manifest,
-                "handle": describe(handle),
-                "handle_object": handle,
-                "applied_at": applied_at,
-                "injected_at": time.time(),
-                "injection": describe(injected),
-            }
-        )
-        if not ok:
-            reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
-    events = describe(getattr(backend, "events", []))
-    for entry in applied:
-        # Each object's own API calls, and the cluster's Events about it where the backend can read them.
-        entry["api_events"] = [e for e in events if isinstance(e, dict) and e.get("name") == entry["name"]]
-        object_events = getattr(backend, "object_events", None)
-        if object_events is not None and entry["handle_object"] is not None:
-            try:
-                entry["events"] = describe(object_events(entry["handle_object"]))
-            except KfchaosError as exc:
-                entry["events"] = [f"events unavailable: {exc}"]
-        del entry["handle_object"]
-    status: Status = "PASS" if not reasons else "INCONCLUSIVE"
-    outcome: dict[str, Any] = {"chaos_objects": applied, "events": events}
-    return StepResult("inject", 0, status, not reasons, reasons, outcome).to_json()
 
 
 def remove_and_recover(
@@ -81,12 +28,18 @@ def remove_and_recover(
 
     experiment = experiment_from_text(experiment_text)
     results = load_history(history)
-    injected = any(r.step == "inject" and r.detail.get("chaos_objects") for r in results)
+    injected = any(r.detail.get("chaos_objects") for r in results)
     if not injected:
         return json.dumps({"removed": [], "recovery": None, "note": "nothing was injected"}, sort_keys=True)
     backend = seams.fault_backend(experiment, run_id)
     removed = describe(backend.sweep(run_id))
+    # Faults are removed after their last stage; recovery runs from the last confirmed removal, or from now
+    # when the sweep still found one (or a removal was not confirmed).
+    last_seen = {w.get("fault"): w for r in results for w in r.detail.get("fault_windows") or [] if isinstance(w, dict)}
+    confirmed = [w["removed_at"] for w in last_seen.values() if isinstance(w.get("removed_at"), int | float)]
     removed_at = time.time()
+    if not removed and confirmed and len(confirmed) == len(last_seen):
+        removed_at = float(max(confirmed))
     slo = experiment.spec.slo
     probe = min(slo.recovery_max or 60.0, experiment.spec.traffic.stage_duration)
     stage = experiment.spec.traffic.stages[0]

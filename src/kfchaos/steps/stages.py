@@ -12,31 +12,36 @@ from kfchaos.steps.results import StepResult
 from kfchaos.steps.setup import load_optional_baseline
 
 
-def _judge(experiment_text: str, stage: int, records_path: str, baseline_path: str, valid: Any) -> tuple[Any, Any]:
-    """(StageResult, GateResult) of one stage's records."""
-    from kfchaos.verdict import evaluate, gate, load_requests
+def _judge(
+    experiment_text: str,
+    stage: int,
+    records_path: str,
+    baseline_path: str,
+    valid: Any,
+    fault_windows: list[dict[str, Any]] | None = None,
+) -> tuple[Any, Any]:
+    """(StageResult, GateResult) of one stage's records: one evaluation, whose stage gate is the gate."""
+    from kfchaos.faults.activity import FaultActivity
+    from kfchaos.verdict import evaluate, load_requests
 
     experiment = experiment_from_text(experiment_text)
     requests = load_requests(records_path)
     baseline = load_optional_baseline(baseline_path)
     window = (float(requests.intended.min()), float(requests.intended.max())) if len(requests) else (0.0, 0.0)
     metrics = seams.metrics_snapshot(experiment, window)
+    coverage = None
+    if fault_windows is not None:
+        coverage = {stage: [FaultActivity.from_dict(item) for item in fault_windows]}
     verdict = evaluate(
         requests,
         experiment,
         baseline=baseline,
         metrics=metrics,
-        stage_valid={stage: valid},
+        stage_valid={stage: valid} if valid is not None else None,
+        fault_coverage=coverage,
     )
-    stage_gate = gate(
-        requests,
-        experiment.spec.abort,
-        metrics=metrics,
-        max_send_lag_p99=experiment.spec.traffic.max_send_lag_p99,
-        replay_valid=valid,
-        stage=stage,
-    )
-    return verdict.stage(stage), stage_gate
+    result = verdict.stage(stage)
+    return result, result.gate
 
 
 def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id: str, baseline_path: str) -> str:
@@ -55,7 +60,7 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
         summary = seams.replay_stage(
             experiment, first, experiment_dir, target, records, duration=probe, fault_active=False
         )
-        stage_result, gate_result = _judge(experiment_text, first, records, baseline_path, summary.get("valid"))
+        stage_result, gate_result = _judge(experiment_text, first, records, baseline_path, None)
     # Proceed unless the probe clearly failed: a short probe often lacks samples or metrics, which the final
     # verdict reports as INCONCLUSIVE anyway; a FAIL (not at baseline, abort rule hit) means do not inject.
     failed = [c for c in stage_result.checks if c.gating and c.status.value == "FAIL"]
@@ -68,16 +73,24 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
 
 
 def replay(experiment_text: str, experiment_dir: str, target: str, run_id: str, stage: int, records_path: str) -> str:
-    """Replay one stage. A stage not in this experiment's ramp (the generic pipeline has five) replays nothing."""
+    """Replay one stage under the faults the file puts on it: applied at their first stage's start, watched
+    while the replay runs, removed after their last stage (kfchaos.steps.stagefaults). A stage not in this
+    experiment's ramp (the generic pipeline has five) replays nothing."""
+    from kfchaos.steps.stagefaults import mark_fault_active, under_faults
+
     experiment = experiment_from_text(experiment_text)
     if stage not in experiment.spec.traffic.stages:
         return json.dumps({"stage": stage, "not_in_ramp": True})
-    # Faults were injected before the ramp and stay until removal (their duration covers their stages).
-    active = any(stage in experiment.fault_stages(f) for f in seams.cluster_faults(experiment))
-    summary = seams.replay_stage(
-        experiment, stage, experiment_dir, target, records_path, duration=None, fault_active=active
-    )
-    return json.dumps({**summary, "stage": stage, "run_id": run_id}, sort_keys=True, default=str)
+
+    def run() -> dict[str, Any]:
+        # fault_active is written afterwards from what was verified, not from what was meant.
+        return seams.replay_stage(
+            experiment, stage, experiment_dir, target, records_path, duration=None, fault_active=False
+        )
+
+    summary, faults = under_faults(experiment, run_id, stage, run)
+    faults["marked_requests"] = mark_fault_active(records_path, faults["fault_windows"])
+    return json.dumps({**summary, "stage": stage, "run_id": run_id, "faults": faults}, sort_keys=True, default=str)
 
 
 def collect(
@@ -88,20 +101,28 @@ def collect(
     if summary.get("not_in_ramp"):
         result = StepResult("stage", stage, "SKIPPED", True, [f"stage {stage} is not in this experiment's ramp"])
         return result.to_json(), {}
-    stage_result, stage_gate = _judge(experiment_text, stage, records_path, baseline_path, summary.get("valid"))
+    faults = summary.pop("faults", None) or {}
+    # The replayer's own `valid` judges send lag against the absolute limit, burst requests included; the
+    # verdict's replay check judges it from the records (bursts left out, tolerance relative to the latency):
+    # one rule, applied there.
+    windows = faults.get("fault_windows") if faults.get("fault_windows") else None
+    stage_result, stage_gate = _judge(experiment_text, stage, records_path, baseline_path, None, windows)
     figures: dict[str, float] = {"requests": float(stage_result.requests)}
     for check in stage_result.checks:
         # KFP Metrics are protobuf numbers: an infinite value (e.g. a P99 made of timeouts) cannot be logged.
         if check.value is not None and math.isfinite(float(check.value)):
             figures[check.name] = float(check.value)
-    reasons = list(stage_result.to_dict()["reasons"])
-    if not stage_gate.proceed:
-        reasons += [f"gate: {r}" for r in stage_gate.reasons]
+    reasons = list(stage_result.to_dict()["reasons"]) + list(faults.get("reasons") or [])
     detail = {
         "replay": summary,
         "stage": stage_result.to_dict(),
         "gate": stage_gate.to_dict(),
         "plan_hash": summary.get("plan_hash"),
+        "chaos_objects": faults.get("chaos_objects") or [],
+        "fault_windows": faults.get("fault_windows") or [],
     }
     status = stage_result.status.value
-    return StepResult("stage", stage, status, stage_gate.proceed, reasons, detail).to_json(), figures
+    if faults.get("reasons") and status == "PASS":  # a fault not shown injected or removed: nothing is earned
+        status = "INCONCLUSIVE"
+    proceed = stage_gate.proceed and not faults.get("reasons")
+    return StepResult("stage", stage, status, proceed, reasons, detail).to_json(), figures

@@ -14,17 +14,20 @@ import numpy as np
 import pyarrow as pa
 
 from kfchaos.baseline import Baseline
+from kfchaos.faults.activity import MAX_UNCOVERED_SHARE, FaultActivity, coverage
 from kfchaos.metrics import oom
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.spec import Experiment, Slo
 from kfchaos.verdict import drift
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
 from kfchaos.verdict.gate import gate
-from kfchaos.verdict.model import Check, StageResult, Status, Verdict, status_of, worst
+from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
 from kfchaos.verdict.recovery import RECOVERY_WINDOW, recovery_check
 from kfchaos.verdict.requests import Requests, load_requests
 
 FaultsVerified = bool | Mapping[str, bool] | None
+# Besides the abort rules (abort.*), the checks that decide whether the ramp may go on after a stage.
+GATE_CHECKS = ("replay", "fault_active")
 
 
 def _tail_sample(requests: Requests, column: np.ndarray) -> tuple[np.ndarray, int]:
@@ -53,7 +56,10 @@ def stage_checks(
     metrics: MetricsSnapshot | None,
     replay_valid: bool | str | None,
     stage: int,
+    fault_activity: Sequence[FaultActivity] | None = None,
 ) -> tuple[list[Check], tuple[float, float]]:
+    """The stage's checks (the gate's first, see `gate_of`) and its window: first intended send to last
+    response."""
     slo = experiment.spec.slo
     samples, confidence = slo.min_samples, slo.confidence
     sent = requests.was_sent()
@@ -70,6 +76,7 @@ def stage_checks(
         stage=stage,
     )
     checks = list(stage_gate.checks)
+    checks += coverage_checks(fault_activity, window)
     latency, beyond = _tail_sample(requests, requests.latency)
     checks.append(
         drift_check(
@@ -124,6 +131,55 @@ def stage_checks(
     return checks, window
 
 
+def coverage_checks(activities: Sequence[FaultActivity] | None, window: tuple[float, float]) -> list[Check]:
+    """A stage meant to be under fault counts only if each of its faults was verified active over nearly all
+    of the stage's window (kfchaos.faults.activity: MAX_UNCOVERED_SHARE); otherwise it is INCONCLUSIVE,
+    naming the fault and the seconds it was not seen active. None: no fault activity was recorded for the
+    stage (records judged offline): nothing is claimed here, the experiment-wide faults check speaks."""
+    if not activities:
+        return []
+    checks = []
+    length = max(0.0, window[1] - window[0])
+    for activity in activities:
+        seen = coverage(activity, window)
+        details = {
+            "fault": activity.fault,
+            "window": list(window),
+            "verified": [list(w) for w in activity.verified],
+            "uncovered_s": seen.uncovered,
+        }
+        if seen.ok:
+            reason = f"{activity.fault} verified active for {seen.covered:.1f}s of the {length:.1f}s replay"
+            status = Status.PASS
+        else:
+            reason = (
+                f"{activity.fault} not verified active for {seen.uncovered:.1f}s of the {length:.1f}s replay "
+                f"({100 * seen.share_uncovered:.0f}% uncovered; at most {100 * MAX_UNCOVERED_SHARE:g}% allowed)"
+            )
+            if activity.errors:
+                reason += f"; last error: {activity.errors[-1]}"
+            status = Status.INCONCLUSIVE
+        checks.append(
+            Check(
+                "fault_active",
+                status,
+                reason,
+                1.0 - seen.share_uncovered,
+                1.0 - MAX_UNCOVERED_SHARE,
+                samples=len(activity.observations),
+                unit="fraction",
+                details=details,
+            )
+        )
+    return checks
+
+
+def gate_of(stage: int, checks: Sequence[Check]) -> GateResult:
+    """The stage gate from a stage's checks: the abort rules, replay fidelity and fault coverage."""
+    picked = [c for c in checks if c.name.startswith("abort.") or c.name in GATE_CHECKS]
+    return GateResult(stage, status_of(picked), picked)
+
+
 def faults_check(experiment: Experiment, verified: FaultsVerified) -> Check | None:
     cluster = [f.name for f in experiment.spec.faults if f.cluster_side]
     if not cluster:
@@ -150,6 +206,7 @@ def evaluate(
     metrics: MetricsSnapshot | None = None,
     faults_verified: FaultsVerified = None,
     stage_valid: Mapping[int, bool | str] | None = None,
+    fault_coverage: Mapping[int, Sequence[FaultActivity]] | None = None,
     faults_removed_at: float | None = None,
     recovery_window: float = RECOVERY_WINDOW,
     warnings: Sequence[str] = (),
@@ -177,11 +234,16 @@ def evaluate(
             continue
         subset = requests.where(mask)
         valid = (stage_valid or {}).get(percent)
-        checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent)
+        activity = (fault_coverage or {}).get(percent)
+        checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity)
         if burst:
-            reason = f"{burst} long-context burst request(s) left out of the SLO checks: they are the fault"
+            reason = (
+                f"{burst} long-context burst request(s) left out of the SLO and replay-fidelity checks: "
+                "they are the fault"
+            )
             checks.append(Check("fault_requests", Status.PASS, reason, float(burst), samples=burst, gating=False))
-        stages.append(StageResult(percent, status_of(checks), len(subset), window, checks))
+        stage_gate = gate_of(percent, checks)
+        stages.append(StageResult(percent, status_of(checks), len(subset), window, checks, stage_gate))
 
     overall: list[Check] = []
     if not len(requests):

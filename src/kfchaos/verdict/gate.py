@@ -128,8 +128,12 @@ def gate(
 ) -> GateResult:
     """Decide whether the ramp may go on after this stage's records (one stage: filter before calling)."""
     requests = stage_records if isinstance(stage_records, Requests) else from_table(stage_records)
+    # Burst requests are the fault (kfchaos.verdict.evaluate leaves them out of the SLOs too).
+    requests = requests.where(~requests.long_context)
     checks = [rule_check(rule, requests, metrics) for rule in rules]
     sent = requests.was_sent()
+    ok = requests.succeeded() & np.isfinite(requests.latency)
+    latency_p50 = float(np.median(requests.latency[ok])) if ok.any() else None
     checks.append(
         replay_check(
             np.where(sent, requests.sent - requests.intended, np.nan),
@@ -137,6 +141,7 @@ def gate(
             len(requests),
             max_send_lag_p99,
             replay_valid,
+            latency_p50=latency_p50,
         )
     )
     return GateResult(stage, status_of(checks), checks)

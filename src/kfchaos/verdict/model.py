@@ -96,6 +96,8 @@ class StageResult:
     requests: int
     window: tuple[float, float] | None
     checks: list[Check]
+    # The stage gate (whether the ramp may go on), from the same checks: the one place it is computed.
+    gate: GateResult | None = None
 
     def check(self, name: str) -> Check:
         for item in self.checks:

@@ -2,7 +2,10 @@
 replayer marked invalid, when the faults were removed. The pipeline writes them as JSON:
 
     {"faults_verified": {"pod-kill": true}, "stage_valid": {"10": true, "30": "send lag 80ms"},
-     "faults_removed_at": 1764000000.0}
+     "faults_removed_at": 1764000000.0, "fault_windows": [...]}
+
+`fault_windows` is the run-level list of the pipeline's verdict document and audit record (docs/verdict.md,
+"Fault windows"): with it, each stage is judged on the time its faults were verified active.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kfchaos.errors import KfchaosError
 from kfchaos.jsonsource import load_json
@@ -24,6 +28,7 @@ class RunState:
     faults_verified: bool | dict[str, bool] | None = None
     stage_valid: dict[int, bool | str] = field(default_factory=dict)
     faults_removed_at: float | None = None
+    fault_windows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def load_run_state(path: str | Path) -> RunState:
@@ -33,7 +38,7 @@ def load_run_state(path: str | Path) -> RunState:
         raise RunStateError(str(exc)) from None
     if not isinstance(data, dict):
         raise RunStateError(f"{path}: expected a JSON object")
-    unknown = sorted(set(data) - {"faults_verified", "stage_valid", "faults_removed_at"})
+    unknown = sorted(set(data) - {"faults_verified", "stage_valid", "faults_removed_at", "fault_windows"})
     if unknown:
         raise RunStateError(f"{path}: unknown field(s) {', '.join(unknown)}")
     verified = data.get("faults_verified")
@@ -52,7 +57,8 @@ def load_run_state(path: str | Path) -> RunState:
     removed = data.get("faults_removed_at")
     if removed is not None and _epoch(removed) is None:
         raise RunStateError(f"{path}: faults_removed_at must be epoch seconds")
-    return RunState(verified, stage_valid, None if removed is None else _epoch(removed))
+    windows = _fault_windows(path, data.get("fault_windows") or [])
+    return RunState(verified, stage_valid, None if removed is None else _epoch(removed), windows)
 
 
 def _epoch(value: object) -> float | None:
@@ -64,3 +70,24 @@ def _epoch(value: object) -> float | None:
     except OverflowError:
         return None
     return seconds if math.isfinite(seconds) else None
+
+
+def _fault_windows(path: str | Path, items: Any) -> list[dict[str, Any]]:
+    if not isinstance(items, list):
+        raise RunStateError(f"{path}: fault_windows must be a list")
+    for index, item in enumerate(items):
+        where = f"{path}: fault_windows[{index}]"
+        if not isinstance(item, dict) or not isinstance(item.get("fault"), str):
+            raise RunStateError(f"{where}: expected an object with a fault name")
+        watched = item.get("watched_in") or []
+        if not isinstance(watched, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in watched):
+            raise RunStateError(f"{where}.watched_in: expected a list of stage percents")
+        verified = item.get("verified") or []
+        if not isinstance(verified, list):
+            raise RunStateError(f"{where}.verified: expected a list of {{from, to, stage}}")
+        for w, window in enumerate(verified):
+            ok = isinstance(window, dict) and _epoch(window.get("from")) is not None
+            ok = ok and _epoch(window.get("to")) is not None
+            if not ok or window["from"] > window["to"]:
+                raise RunStateError(f"{where}.verified[{w}]: expected {{from, to}} epoch seconds with from <= to")
+    return items

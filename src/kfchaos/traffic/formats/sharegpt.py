@@ -115,8 +115,8 @@ def _line_elements(stream: IO[bytes], report: SourceReport) -> Iterator[tuple[in
             report.skip(line, f"conversation longer than {MAX_ELEMENT_BYTES} bytes")
             continue
         if raw.strip():
-            try:
-                yield line, _decode(raw)
+            try:  # invalid UTF-8 becomes U+FFFD, as in the array form
+                yield line, _decode(raw.decode("utf-8", "replace"))
             except ValueError as exc:
                 report.skip(line, str(exc))
 

@@ -1,1 +1,0 @@
-"""Inject-faults component."""

@@ -1,0 +1,464 @@
+"""One run folder layout, written and read here only: `kfchaos demo`, `kfchaos run --local`,
+`kfchaos verdict --out` and the pipeline's artifacts (collected from a kfp.local run) all land as
+
+    runs/<run-id>/
+      run.json           manifest: layout version, run id (= the folder's name), experiment, target, commit,
+                         start/end, where it came from, the files present, and the re-judged status
+      experiment.yaml    the experiment as run
+      baseline.yaml      the baseline it was judged against (absent: the run had none)
+      records.parquet    every request's record (kfchaos.records.REQUEST_SCHEMA), all stages
+      metrics.json       the metric series of the run (kfchaos.metrics.snapshot format)
+      run-state.json     facts the records cannot tell: faults verified, stage validity, faults removed at
+      stages.json        the pipeline's step results (gates, faults, stages), pipeline runs only
+      verdict.json       the verdict, in the documented kfchaos.Verdict format (docs/verdict.md)
+      report.html        the report (offline: its plotting script is inline)
+      report.md          the Markdown summary
+      audit.json         the sealed audit record, pipeline runs only (`kfchaos audit verify`)
+
+The folder is self-sufficient to re-judge: `kfchaos verdict --run runs/<run-id>` reads its inputs and gives
+the verdict again. `write()` re-judges on the spot and records the result in run.json (`rejudged`), so a
+pipeline verdict that the offline verdict would not reproduce is visible instead of silent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kfchaos.errors import KfchaosError
+
+LAYOUT_VERSION = 1
+MANIFEST = "run.json"
+EXPERIMENT = "experiment.yaml"
+BASELINE = "baseline.yaml"
+CONTROL_RECORDS = "baseline.control.parquet"  # the control baseline's own records (`kfchaos baseline control`)
+RECORDS = "records.parquet"
+METRICS = "metrics.json"
+RUN_STATE = "run-state.json"
+STAGES = "stages.json"
+VERDICT = "verdict.json"
+REPORT_HTML = "report.html"
+REPORT_MD = "report.md"
+AUDIT = "audit.json"
+FILES = (
+    EXPERIMENT,
+    BASELINE,
+    CONTROL_RECORDS,
+    RECORDS,
+    METRICS,
+    RUN_STATE,
+    STAGES,
+    VERDICT,
+    REPORT_HTML,
+    REPORT_MD,
+    AUDIT,
+)
+
+# Where kfp.local leaves the pipeline's artifacts: <run>/<task>/<output name> (KFP output names cannot hold dots).
+PIPELINE_ARTIFACTS = {REPORT_HTML: ("verdict-report", "report_html"), AUDIT: ("verdict-report", "audit")}
+_SAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class RunDirError(KfchaosError):
+    pass
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run folder on disk."""
+
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def has(self, name: str) -> bool:
+        return (self.path / name).is_file()
+
+    def manifest(self) -> dict[str, Any]:
+        return _json(self.file(MANIFEST))
+
+    def verdict(self) -> dict[str, Any]:
+        return _json(self.file(VERDICT))
+
+    def verdict_argv(self) -> list[str]:
+        """`kfchaos verdict` arguments that re-judge this folder from its own inputs."""
+        argv = ["verdict", "--experiment", str(self.file(EXPERIMENT)), "--records", str(self.file(RECORDS))]
+        for flag, name in (("--baseline", BASELINE), ("--metrics", METRICS), ("--run-state", RUN_STATE)):
+            if self.has(name):
+                argv += [flag, str(self.file(name))]
+        return argv
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: expected a JSON object")
+    return data
+
+
+def open_run(path: str | Path) -> RunDir:
+    """A run folder to read; refuses a folder without the manifest or the inputs a re-judgment needs."""
+    run = RunDir(Path(path))
+    if not run.path.is_dir():
+        raise RunDirError(f"{path}: not a run folder (no such directory)")
+    missing = [name for name in (MANIFEST, EXPERIMENT, RECORDS) if not run.has(name)]
+    if missing:
+        raise RunDirError(f"{path}: not a kfchaos run folder: missing {', '.join(missing)}")
+    layout = run.manifest().get("layout")
+    if layout != LAYOUT_VERSION:
+        raise RunDirError(f"{run.file(MANIFEST)}: layout {layout!r}; this kfchaos reads layout {LAYOUT_VERSION}")
+    return run
+
+
+def safe_id(text: str) -> str:
+    """A run id usable as a folder name (no separators, no leading dot)."""
+    cleaned = _SAFE_ID.sub("-", text).strip(".-")[:120]
+    if not cleaned:
+        raise RunDirError(f"run id {text!r} has no usable characters")
+    return cleaned
+
+
+def _iso(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write(
+    path: str | Path,
+    *,
+    experiment_text: str,
+    records: Any,
+    verdict: dict[str, Any],
+    baseline_text: str | None = None,
+    baseline_path: Path | None = None,
+    metrics: Any | None = None,
+    run_state: dict[str, Any] | None = None,
+    stages: list[dict[str, Any]] | None = None,
+    audit: dict[str, Any] | None = None,
+    info: dict[str, Any] | None = None,
+) -> RunDir:
+    """Write a whole run folder. `records`: a Parquet path (file or folder), a pyarrow Table, or a list of
+    Parquet paths (merged); `metrics`: a MetricsSnapshot, its dict, or None. The reports are drawn from the
+    folder's own files, so what they show is what a re-judgment reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run = RunDir(Path(path))
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.file(EXPERIMENT).write_text(experiment_text)
+    if baseline_text and baseline_text.strip():
+        run.file(BASELINE).write_text(baseline_text)
+        control = _control_records(baseline_text, baseline_path)
+        if control is not None:
+            shutil.copyfile(control, run.file(CONTROL_RECORDS))
+    if isinstance(records, pa.Table):
+        table = records
+    elif isinstance(records, list):
+        tables = [pq.read_table(p) for p in records]
+        table = pa.concat_tables(tables, promote_options="default") if tables else None
+    else:
+        table = pq.read_table(records)
+    if table is None:
+        raise RunDirError(f"{run.path}: the run has no request records")
+    pq.write_table(table, run.file(RECORDS))
+    info = dict(info or {})
+    if info.get("started_at") is None and "intended" in table.column_names and table.num_rows:
+        # No pipeline to say when the run began and ended: the first request's send and the last response.
+        import pyarrow.compute as pc
+
+        info["started_at"] = pc.min(table["intended"]).as_py()
+        ends = pc.add(table["sent"], table["latency"]) if "latency" in table.column_names else table["intended"]
+        info["finished_at"] = pc.max(ends).as_py() or pc.max(table["intended"]).as_py()
+    if metrics is not None:
+        data = metrics if isinstance(metrics, dict) else metrics.to_dict()
+        run.file(METRICS).write_text(json.dumps(data, indent=1) + "\n")
+    if run_state:
+        run.file(RUN_STATE).write_text(json.dumps(run_state, indent=2) + "\n")
+    if stages is not None:
+        run.file(STAGES).write_text(json.dumps(stages, indent=2) + "\n")
+    if audit is not None:
+        run.file(AUDIT).write_text(json.dumps(audit, indent=2) + "\n")
+    verdict = {**verdict, "run_id": run.run_id}
+    run.file(VERDICT).write_text(json.dumps(verdict, indent=2) + "\n")
+    manifest = _manifest(run, experiment_text, verdict, info)
+    run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    rejudged = _rejudge(run)
+    manifest["rejudged"] = rejudged
+    run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    render_reports(run)
+    manifest["files"] = sorted(name for name in FILES if run.has(name))
+    run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return run
+
+
+def _control_records(baseline_text: str, baseline_path: Path | None) -> Path | None:
+    """The control baseline's records file named in the baseline (it lies beside the baseline file)."""
+    if baseline_path is None:
+        return None
+    try:
+        control = (yaml.safe_load(baseline_text) or {}).get("control")
+    except yaml.YAMLError:
+        return None
+    name = control.get("records") if isinstance(control, dict) else None
+    if not isinstance(name, str) or not name or Path(name).name != name:
+        return None  # a bare file name only: never a path out of the baseline's folder
+    found = Path(baseline_path).parent / name
+    return found if found.is_file() else None
+
+
+def _manifest(run: RunDir, experiment_text: str, verdict: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    metadata = (yaml.safe_load(experiment_text) or {}).get("metadata", {}) if experiment_text.strip() else {}
+    spec = (yaml.safe_load(experiment_text) or {}).get("spec", {}) if experiment_text.strip() else {}
+    target = info.get("target") or ((spec.get("target") or {}).get("endpoint") if isinstance(spec, dict) else None)
+    started, finished = info.get("started_at"), info.get("finished_at")
+    return {
+        "kind": "kfchaos.Run",
+        "layout": LAYOUT_VERSION,
+        "run_id": run.run_id,
+        "source": info.get("source", "verdict"),
+        "experiment": {"name": metadata.get("name"), "version": metadata.get("version")},
+        "target": target,
+        "commit": info.get("commit"),
+        "pipeline": info.get("pipeline"),
+        "pipeline_job_id": info.get("pipeline_job_id"),
+        "started_at": started,
+        "finished_at": finished,
+        "started": _iso(started),
+        "finished": _iso(finished),
+        "written_at": _iso(time.time()),
+        "status": verdict.get("status"),
+    }
+
+
+def _rejudge(run: RunDir) -> dict[str, Any]:
+    """The verdict `kfchaos verdict` gives on this folder's inputs, and whether it matches verdict.json."""
+    from kfchaos.cli.cmd_verdict import build_from_files
+
+    try:
+        again = build_from_files(
+            experiment=run.file(EXPERIMENT),
+            records=run.file(RECORDS),
+            baseline=run.file(BASELINE) if run.has(BASELINE) else None,
+            metrics=run.file(METRICS) if run.has(METRICS) else None,
+            run_state=run.file(RUN_STATE) if run.has(RUN_STATE) else None,
+        )
+    except (KfchaosError, OSError, ValueError) as exc:
+        return {"status": None, "matches": False, "error": str(exc)}
+    status = again.status.value
+    return {"status": status, "matches": status == run.verdict().get("status")}
+
+
+def render_reports(run: RunDir) -> None:
+    """report.html and report.md from the folder's own files."""
+    from kfchaos.report import html, markdown
+
+    context = report_context(run)
+    document = run.verdict()
+    run.file(REPORT_MD).write_text(markdown(document, context))
+    run.file(REPORT_HTML).write_text(html(document, context))
+
+
+def report_context(run: RunDir) -> dict[str, Any]:
+    """What the report draws besides the verdict, read from the folder (each part optional)."""
+    from kfchaos.metrics.snapshot import MetricsSnapshot
+
+    context: dict[str, Any] = {"run": run.manifest() if run.has(MANIFEST) else {"run_id": run.run_id}}
+    if run.has(RECORDS):
+        context["records"] = run.file(RECORDS)
+    if run.has(METRICS):
+        context["metrics"] = MetricsSnapshot.load(run.file(METRICS))
+    if run.has(EXPERIMENT):
+        from kfchaos.spec import load_experiment
+
+        # Unloadable: the report still shows the verdict; the header says which experiment from the manifest.
+        with contextlib.suppress(KfchaosError):
+            context["experiment"] = load_experiment(run.file(EXPERIMENT))
+    if run.has(BASELINE):
+        context["baseline"] = yaml.safe_load(run.file(BASELINE).read_text())
+    if run.has(CONTROL_RECORDS):
+        context["control_records"] = run.file(CONTROL_RECORDS)
+    for key, name in (("run_state", RUN_STATE), ("audit", AUDIT)):
+        if run.has(name):
+            context[key] = _json(run.file(name))
+    if run.has(STAGES):
+        context["steps"] = json.loads(run.file(STAGES).read_text())
+    return context
+
+
+# --- pipeline runs -------------------------------------------------------------------------------------------
+
+
+def verdict_from_pipeline(audit: dict[str, Any], baseline: dict[str, Any] | None) -> dict[str, Any]:
+    """The pipeline's overall verdict in the documented kfchaos.Verdict format: its stages are the stage
+    steps' results; the other steps (steady state, injection, removal) and recovery are experiment-wide checks."""
+    steps = audit.get("steps", [])
+    experiment = yaml.safe_load(audit.get("parameters", {}).get("experiment", "") or "{}") or {}
+    metadata = experiment.get("metadata", {})
+    stages = [
+        s["detail"]["stage"]
+        for s in steps
+        if s.get("step") == "stage" and isinstance(s.get("detail"), dict) and isinstance(s["detail"].get("stage"), dict)
+    ]
+    checks = []
+    for step in steps:
+        if step.get("step") == "stage":
+            continue
+        status = step.get("status", "INCONCLUSIVE")
+        checks.append(
+            {
+                "name": step.get("step"),
+                "status": status if status in ("PASS", "FAIL", "INCONCLUSIVE") else "INCONCLUSIVE",
+                "gating": step.get("step") != "steady_state" or not step.get("proceed", True),
+                "value": None,
+                "threshold": None,
+                "interval": None,
+                "samples": 0,
+                "unit": "",
+                "reason": "; ".join(step.get("reasons", [])) or "ok",
+                "details": {},
+            }
+        )
+    recovery = (audit.get("recovery") or {}).get("recovery")
+    if isinstance(recovery, dict):
+        checks.append(recovery)
+    verdict = audit.get("verdict", {})
+    return {
+        "kind": "kfchaos.Verdict",
+        "version": 1,
+        "experiment": {"name": metadata.get("name"), "version": metadata.get("version")},
+        "status": verdict.get("status", "INCONCLUSIVE"),
+        "confidence": None,
+        "reasons": list(verdict.get("reasons", [])),
+        "warnings": [],
+        "baseline": baseline,
+        "checks": checks,
+        "stages": stages,
+        "source": "pipeline",
+        **({"fault_windows": audit["fault_windows"]} if audit.get("fault_windows") else {}),
+    }
+
+
+def run_state_from_pipeline(audit: dict[str, Any]) -> dict[str, Any]:
+    """run-state.json from the pipeline's step results, so that a re-judgment sees what the pipeline saw."""
+    steps = audit.get("steps", [])
+    state: dict[str, Any] = {}
+    injected = [s for s in steps if s.get("step") == "inject"]
+    if injected:
+        state["faults_verified"] = all(s.get("status") == "PASS" for s in injected)
+    valid: dict[str, Any] = {}
+    for step in steps:
+        if step.get("step") == "stage" and step.get("status") != "SKIPPED":
+            replay = (step.get("detail") or {}).get("replay") or {}
+            if "valid" in replay and isinstance(replay["valid"], bool | str):
+                valid[str(step.get("stage"))] = replay["valid"]
+    if valid:
+        state["stage_valid"] = valid
+    removed = (audit.get("recovery") or {}).get("removed_at")
+    if isinstance(removed, int | float):
+        state["faults_removed_at"] = float(removed)
+    # The verified fault windows, where this kfchaos's run state reads them (docs/verdict.md, "Fault windows").
+    from kfchaos.verdict.runstate import RunState
+
+    if audit.get("fault_windows") and "fault_windows" in RunState.__dataclass_fields__:
+        state["fault_windows"] = audit["fault_windows"]
+    return state
+
+
+def _baseline_file(parameters: dict[str, Any]) -> Path | None:
+    """Where the run's baseline file lies on this machine (for the control records beside it): the experiment's
+    spec.baseline.file, absolute or relative to the experiments folder's parent (the repository root)."""
+    try:
+        experiment = yaml.safe_load(parameters.get("experiment", "") or "{}") or {}
+    except yaml.YAMLError:
+        return None
+    name = ((experiment.get("spec") or {}).get("baseline") or {}).get("file") if isinstance(experiment, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    folder = Path(str(parameters.get("experiment_dir") or "."))
+    candidate = Path(name) if Path(name).is_absolute() else folder.parent / name
+    return candidate if candidate.is_file() else None
+
+
+def _baseline_summary(text: str) -> dict[str, Any] | None:
+    """The verdict's `baseline` entry (as `evaluate` gives it) from the baseline text the pipeline ran with."""
+    from pydantic import ValidationError
+
+    from kfchaos.baseline import Baseline
+
+    try:
+        return Baseline.model_validate(yaml.safe_load(text)).summary()
+    except (yaml.YAMLError, ValidationError):
+        return None
+
+
+def embedded_metrics(report_html: str) -> dict[str, Any] | None:
+    """The metrics snapshot the pipeline's report embedded (the verdict step fetched it over the whole run)."""
+    from kfchaos.report import DATA_ID
+
+    found = re.search(rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', report_html, re.S)
+    if not found:
+        return None
+    try:
+        data = json.loads(found.group(1))
+    except json.JSONDecodeError:
+        return None
+    metrics = data.get("metrics") if isinstance(data, dict) else None
+    return metrics if isinstance(metrics, dict) else None
+
+
+def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> RunDir:
+    """runs/<run-id>/ from a kfp.local run's outputs (<run>/<task>/<output>): the folder's name is the kfp.local
+    run's (the job-id placeholder is a fresh random id per task there, so no task sees one run id)."""
+    audit_path = kfp_run_dir.joinpath(*PIPELINE_ARTIFACTS[AUDIT])
+    if not audit_path.is_file():
+        raise RunDirError(f"{kfp_run_dir}: the run wrote no audit record (it failed before its verdict)")
+    audit = _json(audit_path)
+    parameters = audit.get("parameters", {})
+    baseline_text = parameters.get("baseline", "") or ""
+    baseline = None
+    if baseline_text.strip():
+        baseline = _baseline_summary(baseline_text)
+    baseline_path = _baseline_file(parameters)
+    html_path = kfp_run_dir.joinpath(*PIPELINE_ARTIFACTS[REPORT_HTML])
+    metrics = embedded_metrics(html_path.read_text()) if html_path.is_file() else None
+    run = audit.get("run", {})
+    parts = sorted(kfp_run_dir.glob("replay-stage*/requests"))
+    return write(
+        runs_root / safe_id(kfp_run_dir.name),
+        experiment_text=parameters.get("experiment", ""),
+        records=[p for p in parts if p.is_file()],
+        verdict=verdict_from_pipeline(audit, baseline),
+        baseline_text=baseline_text,
+        baseline_path=baseline_path,
+        metrics=metrics,
+        run_state=run_state_from_pipeline(audit),
+        stages=audit.get("steps", []),
+        audit=audit,
+        info={
+            "source": source,
+            "target": parameters.get("target"),
+            "commit": audit.get("git_commit"),
+            "pipeline": audit.get("pipeline"),
+            "pipeline_job_id": run.get("id"),
+            "started_at": run.get("started_at"),
+            "finished_at": run.get("finished_at"),
+        },
+    )

@@ -1,0 +1,154 @@
+"""A stage's faults: created when their first stage starts, watched while it replays, removed after their last.
+
+The replay step of every stage runs `under_faults`: faults whose first stage this is are applied and waited
+for (Selected + AllInjected); faults applied by an earlier stage are found again by their deterministic
+names; every fault alive in this stage is polled through the backend for the whole replay
+(kfchaos.faults.activity), and faults whose last stage this is are removed and waited for afterwards. What
+was seen goes into the step's output (`fault_windows`), the per-request `fault_active` column is rewritten
+from it, and the verdict judges the stage's coverage from it (kfchaos.verdict.evaluate, `fault_coverage`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kfchaos.errors import KfchaosError
+from kfchaos.faults.activity import FaultActivity, Poller, active_at
+from kfchaos.faults.safety import fault_stage_span
+from kfchaos.spec import Experiment, FaultBase
+from kfchaos.steps import seams
+from kfchaos.steps.results import describe
+
+# Poll often enough to resolve a stage to ~2 % (MAX_UNCOVERED_SHARE), never more than 5 reads a second
+# per fault, never less than one every 2 s.
+MIN_POLL, MAX_POLL = 0.2, 2.0
+
+
+def poll_interval(stage_duration: float) -> float:
+    return min(MAX_POLL, max(MIN_POLL, stage_duration / 50))
+
+
+def faults_in_stage(experiment: Experiment, stage: int) -> list[FaultBase]:
+    """Cluster-side faults alive in `stage`: from their first listed stage through their last."""
+    return [f for f in seams.cluster_faults(experiment) if stage in fault_stage_span(experiment, f)]
+
+
+def under_faults(
+    experiment: Experiment, run_id: str, stage: int, replay: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run `replay` (returns its summary) with this stage's faults applied, watched and removed as the file
+    says. Returns (summary, faults detail: chaos_objects created here, fault_windows, reasons)."""
+    faults = faults_in_stage(experiment, stage)
+    if not faults:
+        return replay(), {"chaos_objects": [], "fault_windows": [], "reasons": []}
+    backend: Any = seams.fault_backend(experiment, run_id)
+    manifests = seams.render_faults(experiment, run_id)
+    handles: dict[str, Any] = {}
+    activities: list[FaultActivity] = []
+    created: list[dict[str, Any]] = []
+    reasons: list[str] = []
+    for fault in faults:
+        span = fault_stage_span(experiment, fault)
+        manifest = manifests[fault.name]
+        applied_at: float | None = None
+        if span[0] == stage:
+            applied_at = time.time()
+            handle = backend.apply(fault)
+            entry, ok = _wait_injected(backend, fault, manifest, handle, applied_at)
+            created.append(entry)
+            if not ok:
+                reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
+        else:
+            handle = backend.handle_of(fault)
+        handles[fault.name] = handle
+        activities.append(FaultActivity(fault.name, manifest["metadata"]["name"], manifest["kind"], span, applied_at))
+    _attach_events(backend, created)
+
+    def observe(activity: FaultActivity) -> bool:
+        return bool(backend.is_active(handles[activity.fault]))
+
+    with Poller(activities, observe, poll_interval(experiment.spec.traffic.stage_duration)):
+        summary = replay()
+    for fault, activity in zip(faults, activities, strict=True):
+        if fault_stage_span(experiment, fault)[-1] != stage:
+            continue
+        try:
+            backend.remove(handles[fault.name])
+            backend.wait_recovered(handles[fault.name])
+        except KfchaosError as exc:  # the exit handler sweeps it anyway; the next stage's records will show it
+            activity.errors.append(f"removal: {exc}")
+            reasons.append(f"{fault.name} not confirmed removed after stage {stage}: {exc}")
+        else:
+            activity.removed_at = time.time()
+    detail = {
+        "chaos_objects": created,
+        "fault_windows": [a.to_dict() for a in activities],
+        "reasons": reasons,
+    }
+    return summary, detail
+
+
+def _wait_injected(
+    backend: Any, fault: FaultBase, manifest: dict[str, Any], handle: Any, applied_at: float
+) -> tuple[dict[str, Any], bool]:
+    try:
+        injected = backend.wait_injected(handle)
+    except KfchaosError as exc:  # not verified: the stage's coverage shows it, and removal still happens
+        injected, ok = {"injected": False, "error": str(exc)}, False
+    else:
+        ok = bool(injected.get("injected", True)) if isinstance(injected, dict) else bool(injected)
+    entry = {
+        "fault": fault.name,
+        "kind": manifest["kind"],
+        "namespace": manifest["metadata"].get("namespace"),
+        "name": manifest["metadata"]["name"],
+        "manifest": manifest,
+        "handle": describe(handle),
+        "handle_object": handle,
+        "applied_at": applied_at,
+        "injected_at": time.time(),
+        "injection": describe(injected),
+    }
+    return entry, ok
+
+
+def _attach_events(backend: Any, created: list[dict[str, Any]]) -> None:
+    """Each object's own API calls (before polling began), and the cluster's Events about it where readable."""
+    events = describe(list(getattr(backend, "events", [])))
+    object_events = getattr(backend, "object_events", None)
+    for entry in created:
+        entry["api_events"] = [e for e in events if isinstance(e, dict) and e.get("name") == entry["name"]]
+        if object_events is not None and entry["handle_object"] is not None:
+            try:
+                entry["events"] = describe(object_events(entry["handle_object"]))
+            except KfchaosError as exc:
+                entry["events"] = [f"events unavailable: {exc}"]
+        del entry["handle_object"]
+
+
+def mark_fault_active(records_path: str | Path, windows: Sequence[dict[str, Any]]) -> int:
+    """Rewrite the records' `fault_active`: a request was under fault when its send time (its intended time
+    when it was never sent) lies in a verified window of any of the stage's faults; burst requests are the
+    fault itself and stay marked. Returns how many records are marked."""
+    path = Path(records_path)
+    table = pq.read_table(path)
+    if not table.num_rows:
+        return 0
+    sent = table.column("sent").to_numpy(zero_copy_only=False).astype(np.float64)
+    intended = table.column("intended").to_numpy(zero_copy_only=False).astype(np.float64)
+    at = np.where(np.isfinite(sent), sent, intended)
+    spans = [(float(w["from"]), float(w["to"])) for item in windows for w in item.get("verified") or []]
+    active = active_at(spans, at)
+    if "long_context" in table.column_names:
+        active |= table.column("long_context").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    index = table.column_names.index("fault_active")
+    table = table.set_column(index, table.schema.field(index), pa.array(active, pa.bool_()))
+    pq.write_table(table, path)
+    return int(active.sum())

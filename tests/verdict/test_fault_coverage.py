@@ -1,0 +1,82 @@
+"""A stage counts as under fault only while the fault was verified active, and there is one stage gate:
+burst requests are out of replay fidelity everywhere, and the send-lag tolerance follows the latency."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kfchaos.faults.activity import FaultActivity
+from kfchaos.verdict import Status, evaluate, gate
+from kfchaos.verdict.checks import SEND_LAG_SHARE, send_lag_tolerance
+from tests.verdict.builders import POD_KILL, concat, experiment, records
+from tests.verdict.fixtures import baseline, exponential
+
+START = 1_000_000.0
+N = 3000  # 30 s at 100 requests/s
+
+
+def _activity(*seen: tuple[float, bool]) -> FaultActivity:
+    return FaultActivity("kill-one", "kill-one-abc", "PodChaos", [10], START - 5, list(seen))
+
+
+def _verdict(activity: FaultActivity | None, table=None):
+    table = table if table is not None else records(10, np.full(N, 0.05), start=START)
+    coverage = {10: [activity]} if activity is not None else None
+    return evaluate(table, experiment(stages=[10], faults=POD_KILL), baseline=baseline(0.25), fault_coverage=coverage)
+
+
+def test_a_stage_whose_fault_stopped_mid_replay_is_inconclusive_naming_fault_and_seconds() -> None:
+    # Verified from before the stage until 12 s into its 30 s, then seen stopped.
+    stopped = _activity((START - 1, True), (START + 12, True), (START + 12.5, False), (START + 31, False))
+    stage = _verdict(stopped).stage(10)
+    check = stage.check("fault_active")
+    assert check.status is Status.INCONCLUSIVE and check.gating
+    assert "kill-one not verified active for 18.0s of the 30.0s replay" in check.reason
+    assert check.details["uncovered_s"] > 17.9
+    assert stage.status is Status.INCONCLUSIVE
+    assert stage.gate is not None and not stage.gate.proceed  # the ramp stops: the rest would be blind too
+    assert any("fault_active: kill-one not verified active" in r for r in stage.to_dict()["reasons"])
+
+
+def test_a_stage_under_its_fault_throughout_passes_the_coverage_check() -> None:
+    stage = _verdict(_activity((START - 1, True), (START + 15, True), (START + 31, True))).stage(10)
+    assert stage.check("fault_active").status is Status.PASS
+    assert stage.gate is not None and stage.gate.proceed, stage.gate.reasons
+
+
+def test_without_fault_activity_no_coverage_is_claimed() -> None:
+    stage = _verdict(None).stage(10)
+    assert all(c.name != "fault_active" for c in stage.checks)
+
+
+def test_the_stage_gate_is_the_one_evaluate_computes() -> None:
+    stage = _verdict(_activity((START - 1, True), (START + 31, True))).stage(10)
+    assert stage.gate is not None
+    names = {c.name for c in stage.gate.checks}
+    assert names == {"replay", "fault_active"}  # no abort rules in this experiment
+    assert [c for c in stage.checks if c.name in names] == stage.gate.checks
+
+
+def test_burst_requests_are_left_out_of_replay_fidelity_in_the_gate_too() -> None:
+    # The traffic is on time; the long-context burst (the fault) is sent 2 s late.
+    table = concat(
+        records(10, exponential(0.05, N), start=START, send_lag=0.001),
+        records(10, np.full(50, 5.0), start=START + 1, send_lag=2.0, long_context=True),
+    )
+    rules = experiment(stages=[10]).spec.abort
+    assert gate(table, rules).proceed
+    replay = _verdict(None, table).stage(10).check("replay")
+    assert replay.status is Status.PASS and replay.samples == N
+
+
+def test_send_lag_tolerance_is_relative_to_the_latency_measured() -> None:
+    rules = experiment(stages=[10]).spec.abort
+    # 60 ms late against multi-second requests: harmless.
+    slow = records(10, np.full(N, 3.0), start=START, send_lag=0.060)
+    assert gate(slow, rules, max_send_lag_p99=0.050).proceed
+    # 60 ms late against 200 ms requests: the load was not the one planned.
+    fast = records(10, np.full(N, 0.2), start=START, send_lag=0.060)
+    result = gate(fast, rules, max_send_lag_p99=0.050)
+    assert not result.proceed and "send lag P99 60.0ms > 50ms" in result.reasons[0]
+    assert send_lag_tolerance(0.050, 3.0) == SEND_LAG_SHARE * 3.0
+    assert send_lag_tolerance(0.050, None) == 0.050
