@@ -79,7 +79,7 @@ def write_sample(root: Path, *, with_timeouts: bool = True, with_control: bool =
         _stage(60, 2, 0.16, {"timeout": 40, "reset": 5} if with_timeouts else {}, fault_from),
     )
     experiment = root / "exp.yaml"
-    faults = "[{name: delay, type: network-delay, mode: all, duration: 2m, params: {latency: 50ms}}]"
+    faults = "[{name: delay, type: network-delay, mode: one, duration: 2m, params: {latency: 50ms}}]"
     experiment.write_text(experiment_text("p99_drift_max: 30%\np99_max: 2s\nmin_samples: 100", stages=[10, 30, 60],
                                           faults=faults))  # fmt: skip
     pq.write_table(table, root / "records.parquet")
