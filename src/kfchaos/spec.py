@@ -465,7 +465,19 @@ class ExperimentSpec(StrictModel):
     abort: list[AbortRule] = Field(default_factory=list)
     baseline: BaselineSource
     safety: Safety = Safety()
-    schedule: Schedule | None = None
+    # Schedules have one place: manifests/schedules.yaml (`kfchaos schedule sync`). The key is still
+    # recognised so that an old experiment gets this message instead of a bare "unknown field".
+    schedule: None = Field(None, description="not here: recurring runs live in manifests/schedules.yaml")
+
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _schedule_lives_elsewhere(cls, value: object) -> None:
+        if value is not None:
+            raise ValueError(
+                "schedules live in one place, manifests/schedules.yaml (applied by `kfchaos schedule sync`); "
+                "move this cron there and remove spec.schedule"
+            )
+        return None
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ExperimentSpec:

@@ -81,7 +81,12 @@ def test_four_mistakes_give_four_lines_with_the_right_line_numbers(tmp_path: Pat
     ("replace", "by", "field", "text"),
     [
         ("type: network-delay", "type: network-dealy", "spec.faults[0]", "unknown fault type"),
-        ('cron: "0 0 2 * * *"', 'cron: "0 2 * * *"', "spec.schedule.cron", "5 fields"),
+        (
+            "max_fault_duration: 2h",
+            'max_fault_duration: 2h\n  schedule:\n    cron: "0 0 2 * * *"',
+            "spec.schedule",
+            "manifests/schedules.yaml",
+        ),
         ("stages: [10, 30, 60, 90, 100]", "stages: [10, 60, 30]", "spec.traffic.stages", "increasing"),
         ("max_pod_percent: 100%", "max_pod_percent: 50%", "spec.faults[0]", "max_pod_percent"),
         ("max_fault_duration: 2h", "max_fault_duration: 10m\n    x: 1", "spec.safety.x", "unknown field"),
