@@ -23,6 +23,8 @@ from kfchaos.metrics.source import RangeSeries, Sample
 from kfchaos.units import parse_duration
 
 MAX_POINTS = 11_000  # Prometheus refuses range queries of more than 11,000 points per series
+# The most of one answer held in memory (a 7-day range of a few hundred series at a 5-minute step is ~10 MiB).
+MAX_ANSWER_BYTES = 256 << 20
 
 
 class PrometheusError(KfchaosError):
@@ -88,21 +90,29 @@ class PrometheusClient:
         try:
             # POST form: long PromQL (many pods in a regex) would overflow a GET URL. Status endpoints are GET.
             if fields:
-                response = self._pool.request("POST", url, fields=fields, encode_multipart=False)
+                response = self._pool.request("POST", url, fields=fields, encode_multipart=False, preload_content=False)
             else:
-                response = self._pool.request("GET", url)
+                response = self._pool.request("GET", url, preload_content=False)
+            # Bounded in memory whatever the server sends: read one byte past the cap to know it was exceeded.
+            data = response.read(MAX_ANSWER_BYTES + 1)
+            response.release_conn()
         except Urllib3Error as exc:
             reason = getattr(exc, "reason", None) or exc
             raise PrometheusUnreachable(f"Prometheus at {self.url} unreachable: {reason}") from None
+        query = fields.get("query", "")
+        if len(data) > MAX_ANSWER_BYTES:
+            raise PrometheusError(
+                f"Prometheus at {self.url}: answer to {query!r} is larger than {MAX_ANSWER_BYTES >> 20} MiB; "
+                "narrow the window or raise the step"
+            )
         try:
-            body = json.loads(response.data or b"{}")
+            body = json.loads(data or b"{}")
         except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep, an integer too long
             body = {}
         if not isinstance(body, dict):
             body = {}
-        query = fields.get("query", "")
         if response.status in (400, 422) or body.get("errorType") == "bad_data":
-            message = body.get("error") or response.data[:200].decode(errors="replace")
+            message = body.get("error") or data[:200].decode(errors="replace")
             raise PromQLError(f"Prometheus at {self.url} rejected query {query!r}: {message}")
         if response.status != 200 or body.get("status") != "success":
             message = body.get("error") or f"HTTP {response.status}"
