@@ -32,7 +32,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where run folders go (default: runs/)")
     parser.add_argument("--root", type=Path, default=Path("."), help="the kfchaos checkout (default: .)")
-    parser.add_argument("--baseline-seconds", type=float, default=15.0, help="fault-free traffic for the baseline")
+    parser.add_argument(
+        "--baseline-seconds",
+        type=float,
+        default=15.0,
+        help="least fault-free replay per stage rate for the control baseline",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="with `up`: skip recording the control baseline")
     parser.set_defaults(func=run)
 

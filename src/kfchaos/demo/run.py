@@ -156,7 +156,10 @@ def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: 
     workdir = runs_root / ".work" / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     with DemoStack(settings, workdir=workdir) as stack:
         log(f"  stack up: target {stack.target_url} (fault proxy), Prometheus {stack.prometheus_url}")
-        log(f"  capturing the baseline: {baseline_seconds:g}s of fault-free traffic")
+        from kfchaos.spec import load_experiment
+
+        stages = ", ".join(f"{p}%" for p in load_experiment(DEMO_EXPERIMENT).spec.traffic.stages)
+        log(f"  recording the control baseline: fault-free replay at each stage rate ({stages}), then Prometheus")
         baseline = _capture_baseline(stack, DEMO_EXPERIMENT, workdir / "baseline.yaml", baseline_seconds)
         experiment = _scenario_experiment(workdir, baseline)
         log("  running the compiled pipeline with kfp.local (each task is a subprocess)")
