@@ -306,6 +306,14 @@ def report_context(run: RunDir) -> dict[str, Any]:
 # --- pipeline runs -------------------------------------------------------------------------------------------
 
 
+def _quiet_reason(step: dict[str, Any]) -> str:
+    """The reason shown for a step that gave none: a steady-state probe that proceeded is short by design, so
+    its own status is usually INCONCLUSIVE (too few samples) and it is not counted in the verdict."""
+    if step.get("step") == "steady_state" and step.get("proceed", True):
+        return "proceeded: no gating check failed; the short probe is not counted in the verdict"
+    return "ok"
+
+
 def verdict_from_pipeline(audit: dict[str, Any], baseline: dict[str, Any] | None) -> dict[str, Any]:
     """The pipeline's overall verdict in the documented kfchaos.Verdict format: its stages are the stage
     steps' results; the other steps (steady state, injection, removal) and recovery are experiment-wide checks."""
@@ -332,7 +340,7 @@ def verdict_from_pipeline(audit: dict[str, Any], baseline: dict[str, Any] | None
                 "interval": None,
                 "samples": 0,
                 "unit": "",
-                "reason": "; ".join(step.get("reasons", [])) or "ok",
+                "reason": "; ".join(step.get("reasons", [])) or _quiet_reason(step),
                 "details": {},
             }
         )
