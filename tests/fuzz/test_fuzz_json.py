@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from kfchaos import audit
 from tests.conftest import ROOT
 from tests.fuzz.harness import assert_contract, budget, run_cli
+from tests.support.documents import document_paths
 from tests.verdict.builders import experiment_text, records
 from tests.verdict.fixtures import baseline, exponential, oom_snapshot
 
@@ -46,22 +47,11 @@ RAW = st.one_of(
 )
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(node, dict):
-        for key, child in node.items():
-            out += _paths(child, (*prefix, key))
-    elif isinstance(node, list):
-        for index, child in enumerate(node):
-            out += _paths(child, (*prefix, index))
-    return out
-
-
 @st.composite
 def mutated(draw: st.DrawFn, seed: Any) -> bytes:
     document = copy.deepcopy(seed)
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_paths(document)))
+        path = draw(st.sampled_from(document_paths(document)))
         if not path:
             document = draw(hostile_values)
             continue

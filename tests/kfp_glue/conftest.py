@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kfchaos.demo.stack import DemoStack, ServerSettings
 from tests.conftest import ROOT
 from tests.support.kfpapi import KfpApiServer
 
@@ -43,3 +44,13 @@ def _no_kfp_context(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     # kfp.Client reads ~/.config/kfp/context.json; keep a developer's real context out of the tests.
     monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
     monkeypatch.delenv("KFCHAOS_IMAGE", raising=False)
+
+
+@pytest.fixture
+def stack() -> Iterator[DemoStack]:
+    """The demo LLM server (no Prometheus), for the pipeline runs under kfp.local."""
+    demo = DemoStack(ServerSettings(restart_delay_s=0.5), with_prometheus=False).start()
+    try:
+        yield demo
+    finally:
+        demo.stop()

@@ -20,11 +20,10 @@ import pytest
 
 from kfchaos.demo.stack import DemoStack
 from tests.kfp_glue.conftest import kfchaos
-from tests.kfp_glue.test_local_pipeline import _env, _kube_env, _repo, _run_command, _run_dir, stack
+from tests.kfp_glue.test_local_pipeline import _env, _kube_env, _repo, _run_command, _run_dir
 from tests.support.kubeapi import KubeApiServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-__all__ = ["stack"]  # the fixture, imported for use here
 
 SYNTHETIC = (
     "synthetic: {rate: 100, prompt_tokens: {distribution: fixed, mean: 32},"

@@ -12,13 +12,12 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kfchaos.demo.stack import DemoStack, ServerSettings
+from kfchaos.demo.stack import DemoStack
 from tests.kfp_glue.conftest import copy_sources, kfchaos
 from tests.support.kubeapi import KubeApiServer
 
@@ -65,15 +64,6 @@ SYNTHETIC = (
     "synthetic: {rate: 200, prompt_tokens: {distribution: fixed, mean: 32},"
     " output_tokens: {distribution: fixed, mean: 4}}"
 )
-
-
-@pytest.fixture
-def stack() -> Iterator[DemoStack]:
-    demo = DemoStack(ServerSettings(restart_delay_s=0.5), with_prometheus=False).start()
-    try:
-        yield demo
-    finally:
-        demo.stop()
 
 
 def _repo(tmp_path: Path, traffic: str, duration: str = "") -> Path:

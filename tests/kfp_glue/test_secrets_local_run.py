@@ -11,12 +11,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kfchaos.demo.stack import DemoStack, ServerSettings
+from kfchaos.demo.stack import DemoStack
 from tests.kfp_glue.conftest import copy_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -113,15 +112,6 @@ def _traffic_lines() -> list[str]:
     lines = [json.dumps(line) for line in good[:150] + bad + good[150:]]
     lines.insert(10, '{"id": "broken", "path": "/x?token=' + s["bad_json"] + '", ')  # not JSON
     return lines
-
-
-@pytest.fixture
-def stack() -> Iterator[DemoStack]:
-    demo = DemoStack(ServerSettings(restart_delay_s=0.5), with_prometheus=False).start()
-    try:
-        yield demo
-    finally:
-        demo.stop()
 
 
 def _leaks(folder: Path) -> list[str]:

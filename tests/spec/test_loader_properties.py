@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kfchaos.errors import SpecError
 from kfchaos.spec import Experiment, parse_experiment
 from tests.conftest import EXPERIMENTS
+from tests.support.documents import document_paths
 
 SEEDS = [yaml.safe_load(p.read_text()) for p in sorted(EXPERIMENTS.glob("*.yaml"))]
 
@@ -31,24 +32,13 @@ values = st.recursive(
 )
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(node, dict):
-        for key, child in node.items():
-            out += _paths(child, (*prefix, key))
-    elif isinstance(node, list):
-        for index, child in enumerate(node):
-            out += _paths(child, (*prefix, index))
-    return out
-
-
 @st.composite
 def mutated_documents(draw: st.DrawFn) -> Any:
     import copy
 
     document = copy.deepcopy(draw(st.sampled_from(SEEDS)))
     for _ in range(draw(st.integers(min_value=1, max_value=4))):
-        paths = _paths(document)
+        paths = document_paths(document)
         path = draw(st.sampled_from(paths))
         if not path:
             document = draw(values) if draw(st.integers(0, 9)) == 0 else document
