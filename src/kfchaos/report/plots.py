@@ -49,17 +49,7 @@ def _shade(fig: go.Figure, spans: list[tuple[int, float, float]], faults: list[F
             col=1,
         )
         fig.add_vline(x=_dt(start)[0], line={"color": "#888", "width": 1, "dash": "dot"}, row="all", col=1)
-        fig.add_annotation(
-            x=_dt(start)[0],
-            y=1.0,
-            yref="paper",
-            yshift=22,
-            text=f"<b>stage {stage}%</b>",
-            showarrow=False,
-            xanchor="left",
-            yanchor="bottom",
-            font={"size": 12, "color": "#333"},
-        )
+        _label_above(fig, start, f"<b>stage {stage}%</b>", yshift=22, font={"size": 12, "color": "#333"})
     for fault in faults:
         # Orange from applied to removed (in place, effect not seen), red over each verified window on top.
         first = fault.first
@@ -73,17 +63,22 @@ def _shade(fig: go.Figure, spans: list[tuple[int, float, float]], faults: list[F
     for fault in faults:  # the names on top, once
         at = fault.first
         if at is not None:
-            fig.add_annotation(
-                x=_dt(at)[0],
-                y=1.0,
-                yref="paper",
-                yshift=42,
-                text=f"⚡ {fault.name}",
-                showarrow=False,
-                xanchor="left",
-                yanchor="bottom",
-                font={"size": 11, "color": "#b22"},
-            )
+            _label_above(fig, at, f"⚡ {fault.name}", yshift=42, font={"size": 11, "color": "#b22"})
+
+
+def _label_above(fig: go.Figure, at: float, text: str, yshift: int, font: dict[str, Any]) -> None:
+    """A label above the plot area at time `at` (stage names, then fault names one row higher)."""
+    fig.add_annotation(
+        x=_dt(at)[0],
+        y=1.0,
+        yref="paper",
+        yshift=yshift,
+        text=text,
+        showarrow=False,
+        xanchor="left",
+        yanchor="bottom",
+        font=font,
+    )
 
 
 def timeline(
