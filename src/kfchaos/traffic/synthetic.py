@@ -68,6 +68,7 @@ def arrival_times(
 
 def synthetic_requests(spec: Synthetic, seed: int) -> Iterator[TrafficRequest]:
     """Endless requests; the replay plan stops at the stage duration."""
+    assert spec.rate is not None  # set, or filled from fit_from (then the workload generator makes the requests)
     rng = np.random.Generator(np.random.PCG64(seed))
     times = arrival_times(rng, spec.arrival, spec.rate, spec.burstiness, spec.daily_shape)
     index = 0
