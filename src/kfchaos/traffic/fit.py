@@ -124,12 +124,13 @@ class LengthFit:
         if kind == "lognormal" and self.sigma > 0:
             mean = math.exp(self.mu + self.sigma**2 / 2)
             stddev = mean * math.sqrt(math.expm1(self.sigma**2))
-            return TokenLengths(distribution="lognormal", mean=mean, stddev=stddev, min=low, max=high)
+            return TokenLengths(
+                distribution="lognormal", mean=round(mean, 3), stddev=round(stddev, 3), min=low, max=high
+            )
+        mean = round(max(1.0, self.mean), 3)
         if self.max == self.min:
-            return TokenLengths(distribution="fixed", mean=max(1.0, self.mean), min=low, max=high)
-        return TokenLengths(
-            distribution="empirical", mean=max(1.0, self.mean), min=low, max=high, quantiles=list(self.quantiles)
-        )
+            return TokenLengths(distribution="fixed", mean=mean, min=low, max=high)
+        return TokenLengths(distribution="empirical", mean=mean, min=low, max=high, quantiles=list(self.quantiles))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -535,7 +536,18 @@ def fitted_yaml(spec: Synthetic) -> str:
     """The `synthetic:` block to paste into an experiment (what `kfchaos traffic fit --out` writes)."""
     import yaml
 
+    from kfchaos.units import format_duration, format_percent
+
     data = spec.model_dump(mode="json", exclude_defaults=True, exclude={"fit_from", "fit_format", "fit_lengths"})
     if "rate" in data:
         data["rate"] = round(data["rate"], 6)
-    return yaml.safe_dump({"synthetic": data}, sort_keys=False)
+    # Durations and shares as an experiment writes them (`30s`, `75%`), so the block validates as it is.
+    if "long_context_share" in data:
+        data["long_context_share"] = format_percent(spec.long_context_share)
+    if spec.conversations is not None and "conversations" in data:
+        data["conversations"]["think_time"] = format_duration(spec.conversations.think_time)
+    for owner, model in [(data, spec), *zip(data.get("tenants", []), spec.tenants, strict=True)]:
+        prompts = getattr(model, "system_prompts", None)
+        if prompts is not None and "system_prompts" in owner:
+            owner["system_prompts"]["share"] = format_percent(round(prompts.share, 4))
+    return yaml.safe_dump({"synthetic": data}, sort_keys=False, default_flow_style=None, width=110)
