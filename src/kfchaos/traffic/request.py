@@ -33,5 +33,6 @@ class TrafficRequest:
     prompt: str | None = None
     prompt_tokens: int | None = None
     max_tokens: int | None = None
-    long_context: bool = False
-    turn: Turn | None = None
+    long_context: bool = False  # a long-context burst's prompt: one shared document, then a question
+    fault: str | None = None  # the traffic-side fault that sent it (kfchaos.traffic.faultload); None: traffic
+    turn: Turn | None = None  # a synthetic conversation's turn (kfchaos.traffic.conversation)
