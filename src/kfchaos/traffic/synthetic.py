@@ -4,8 +4,8 @@ Arrivals: Poisson (exponential gaps), gamma (shape = burstiness, mean gap 1/rate
 `--burstiness`: below 1 is burstier than Poisson) or constant. With `daily_shape` the rate follows a
 daily curve (peak at 15:00, 10 % of peak at 03:00; the clock starts at 12:00) by thinning. Prompt and
 output lengths come from the configured distributions (or fitted quantiles), clipped to [min, max]; a
-`long_context_share` of requests get `long_context_tokens`-token prompts. Everything is drawn from one seeded generator in
-chunks, so the same seed gives the same requests and memory stays flat however long the stream.
+`long_context_share` of requests get `long_context_tokens`-token prompts. Everything is drawn from one
+seeded generator in chunks, so the same seed gives the same requests and memory stays flat however long the stream.
 """
 
 from __future__ import annotations
