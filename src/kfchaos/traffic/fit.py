@@ -58,8 +58,8 @@ def estimate_tokens(text: str) -> int:
 class _Reservoir:
     """At most `size` values, a uniform sample of all those added (Vitter's algorithm R), seeded."""
 
-    def __init__(self, size: int = MAX_SAMPLES, seed: int = 0) -> None:
-        self.size = size
+    def __init__(self, size: int | None = None, seed: int = 0) -> None:
+        self.size = MAX_SAMPLES if size is None else size
         self.seen = 0
         self.values: list[float] = []
         self._rng = np.random.Generator(np.random.PCG64(seed))
@@ -509,9 +509,8 @@ def apply_fit(spec: Synthetic, fit: Fit) -> Synthetic:
     if "output_tokens" not in given and fit.outputs is not None:
         update["output_tokens"] = fit.outputs.lengths(kind)
     if "system_prompts" not in given and fit.system is not None and fit.system_share > 0:
-        update["system_prompts"] = SystemPrompts(
-            count=max(1, min(fit.system_count, 10_000)), tokens=fit.system.lengths(kind), share=fit.system_share
-        )
+        prompts = SystemPrompts(count=max(1, min(fit.system_count, 10_000)), tokens=fit.system.lengths(kind))
+        update["system_prompts"] = prompts.model_copy(update={"share": min(1.0, fit.system_share)})
     if fit.turns is not None and fit.turns.max > 1:
         conversations = spec.conversations or Conversations()
         if spec.conversations is None or "turns" not in conversations.model_fields_set:
@@ -541,6 +540,9 @@ def fitted_yaml(spec: Synthetic) -> str:
     data = spec.model_dump(mode="json", exclude_defaults=True, exclude={"fit_from", "fit_format", "fit_lengths"})
     if "rate" in data:
         data["rate"] = round(data["rate"], 6)
+    for name in ("prompt_tokens", "output_tokens"):  # say which distribution, even the default one
+        if name in data:
+            data[name] = {"distribution": getattr(spec, name).distribution, **data[name]}
     # Durations and shares as an experiment writes them (`30s`, `75%`), so the block validates as it is.
     if "long_context_share" in data:
         data["long_context_share"] = format_percent(spec.long_context_share)
