@@ -108,6 +108,10 @@ class Engine:
         # prefix id -> (blocks, reference count): shared full blocks of a common prompt prefix
         self._prefix_cache: dict[str, list[int]] = {}
         self.steps = 0
+        # Prompt tokens looked up in the prefix cache and found there, as vLLM's prefix_cache_queries / _hits
+        # counters (tokens; vllm/v1/metrics/loggers.py). Counted only with prefix caching on, as vLLM does.
+        self.prefix_queries = 0
+        self.prefix_hits = 0
 
     # ------------------------------------------------------------------ state
 
@@ -184,7 +188,11 @@ class Engine:
                 entry = self._prefix_cache.setdefault(seq.prefix_id or "", [shared, 0])
                 entry[1] += 1
                 seq.shared_prefix_blocks = shared
-            prefill_tokens += seq.prompt_tokens - (shared * config.block_size if not new_shared else 0)
+            hit = shared * config.block_size if shared and not new_shared else 0
+            prefill_tokens += seq.prompt_tokens - hit
+            if config.enable_prefix_caching:
+                self.prefix_queries += seq.prompt_tokens
+                self.prefix_hits += hit
             self.running.append(seq)
         if self.host_bytes > config.memory_limit_bytes:
             result.oom = True

@@ -66,11 +66,14 @@ class Metrics:
         self.success = Counter("vllm:request_success", "Finished requests", labels, registry=r)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", labels, registry=r)
         self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", labels, registry=r)
+        self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries (tokens)", labels, registry=r)
+        self.prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits (tokens)", labels, registry=r)
         self.host_memory = Gauge("process_host_memory_model_bytes", "Modelled host memory in use", registry=r)
         self.memory_limit = Gauge("process_memory_limit_bytes", "Container memory limit", registry=r)
         # Export every labelled series from the start, so "no data yet" never looks like a missing series.
         for series in (self.e2e, self.ttft, self.itl, self.running, self.waiting, self.kv_usage, self.preemptions,
-                       self.success, self.prompt_tokens, self.generation_tokens):  # fmt: skip
+                       self.success, self.prompt_tokens, self.generation_tokens, self.prefix_queries,
+                       self.prefix_hits):  # fmt: skip
             series.labels(model)
         self._export_container_status(status)
 
@@ -134,6 +137,7 @@ class DemoServer:
         self.requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._prefix_exported = (0, 0)  # the engine's prefix-cache counts already added to the counters
 
     # ------------------------------------------------------------------ engine loop
 
@@ -177,6 +181,10 @@ class DemoServer:
         self.metrics.waiting.labels(labels).set(len(self.engine.waiting))
         self.metrics.kv_usage.labels(labels).set(self.engine.kv_cache_usage)
         self.metrics.host_memory.set(self.engine.host_bytes)
+        queries, hits = self.engine.prefix_queries, self.engine.prefix_hits
+        self.metrics.prefix_queries.labels(labels).inc(queries - self._prefix_exported[0])
+        self.metrics.prefix_hits.labels(labels).inc(hits - self._prefix_exported[1])
+        self._prefix_exported = (queries, hits)
 
     def _die_of_oom(self) -> None:
         print(
