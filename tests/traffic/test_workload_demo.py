@@ -56,26 +56,31 @@ def replay(base: str, synthetic: Synthetic) -> int:
     return result.summary.completed
 
 
-def test_shared_system_prompts_hit_the_prefix_cache_only_with_prefix_caching(demo: tuple[str, bool]) -> None:
+def test_system_prompts_and_conversation_history_hit_the_prefix_cache_only_with_it(demo: tuple[str, bool]) -> None:
     base, caching = demo
-    # Two long system prompts shared by every conversation; answers long enough that many requests run at once.
-    shared = Synthetic.model_validate(
-        {
-            "rate": 12,
-            "system_prompts": {"count": 2, "tokens": {"distribution": "fixed", "mean": 800}},
-            "conversations": {"turns": {"distribution": "fixed", "mean": 2, "max": 2}, "think_time": "1s"},
-            "prompt_tokens": {"distribution": "fixed", "mean": 40},
-            "output_tokens": {"distribution": "fixed", "mean": 40},
-        }
-    )
-    replay(base, shared)
-    queried, hit = prefix_counts(base)
+    lengths = {
+        "prompt_tokens": {"distribution": "fixed", "mean": 200},
+        "output_tokens": {"distribution": "fixed", "mean": 30},
+    }
+    # Two long system prompts shared by single-turn requests.
+    shared = {"rate": 12, "system_prompts": {"count": 2, "tokens": {"distribution": "fixed", "mean": 800}}, **lengths}
+    # Conversations without a system prompt: turn k+1 resends turn k's prompt, a second or so after it finished.
+    chats = {"rate": 12, "conversations": {"turns": {"distribution": "fixed", "mean": 4, "max": 4}, "think_time": "1s"}}
+    hits = []
+    for workload in (shared, {**chats, **lengths}):
+        before = prefix_counts(base)
+        replay(base, Synthetic.model_validate(workload))
+        queried, hit = (after - b for after, b in zip(prefix_counts(base), before, strict=True))
+        if not caching:
+            assert queried == 0 and hit == 0  # vLLM counts no prefix-cache queries with the cache off
+            continue
+        assert queried > 0 and hit / queried > 0.3, workload
+        hits.append(hit)
+        print(f"prefix-cache hits {hit:.0f} of {queried:.0f} prompt tokens ({hit / queried:.0%})")
     if not caching:
-        assert queried == 0 and hit == 0  # vLLM counts no prefix-cache queries with the cache off
         return
-    assert queried > 0 and hit > 0
     # Plain synthetic prompts (each starts with its request id, one paragraph) share nothing.
-    replay(base, Synthetic.model_validate({"rate": 12, "prompt_tokens": {"distribution": "fixed", "mean": 800},
-                                           "output_tokens": {"distribution": "fixed", "mean": 40}}))  # fmt: skip
-    queried_after, hit_after = prefix_counts(base)
-    assert queried_after > queried and hit_after == hit
+    before = prefix_counts(base)
+    replay(base, Synthetic.model_validate({"rate": 12, **lengths}))
+    queried, hit = (after - b for after, b in zip(prefix_counts(base), before, strict=True))
+    assert queried > 0 and hit == 0

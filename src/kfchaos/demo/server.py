@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
+from kfchaos.demo.prefixcache import paragraph_prefixes
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
 
 # Who this container is, as kube-state-metrics and cAdvisor would label it (the stack scopes the standard
@@ -264,6 +265,7 @@ class DemoServer:
         prefix_id = hashlib.sha1(prefix.encode()).hexdigest() if prefix else None
         request_id = f"cmpl-{uuid.uuid4().hex}"
         seq = Sequence(request_id, prompt_tokens, max_tokens, prefix_id, len(prefix) // CHARS_PER_TOKEN)
+        seq.prefixes = paragraph_prefixes(prompt, CHARS_PER_TOKEN) if self.config.enable_prefix_caching else ()
         state = _Request(seq)
         self.requests[request_id] = state
         self.metrics.prompt_tokens.labels(self.model).inc(prompt_tokens)
