@@ -92,9 +92,8 @@ def test_apply_fit_fills_only_what_the_experiment_leaves_unset(tmp_path: Path) -
     assert lognormal.prompt_tokens.mean == pytest.approx(math.exp(MU + SIGMA**2 / 2), rel=0.03)
 
 
-def test_an_experiment_fitted_to_its_recording_runs_at_the_recorded_rate(tmp_path: Path) -> None:
-    recording(tmp_path / "rec.jsonl.gz")
-    experiment = tmp_path / "exp.yaml"
+def fitted_experiment(folder: Path) -> Path:
+    experiment = folder / "exp.yaml"
     experiment.write_text(
         yaml.safe_dump(
             {
@@ -119,6 +118,12 @@ def test_an_experiment_fitted_to_its_recording_runs_at_the_recorded_rate(tmp_pat
             }
         )
     )
+    return experiment
+
+
+def test_an_experiment_fitted_to_its_recording_runs_at_the_recorded_rate(tmp_path: Path) -> None:
+    recording(tmp_path / "rec.jsonl.gz")
+    experiment = fitted_experiment(tmp_path)
     load_experiment(experiment)
     plan = plan_stage(experiment, 100)
     requests = [p.request for p in plan.schedule()]
@@ -128,6 +133,22 @@ def test_an_experiment_fitted_to_its_recording_runs_at_the_recorded_rate(tmp_pat
     before = plan.hash
     recording(tmp_path / "rec.jsonl.gz", seed=2)
     assert plan_stage(experiment, 100).hash != before
+
+
+def test_audit_verify_replans_a_fitted_workload_only_with_its_recording(tmp_path: Path) -> None:
+    from kfchaos import audit
+
+    recording(tmp_path / "rec.jsonl.gz")
+    experiment = fitted_experiment(tmp_path)
+    record = {
+        "replay_plans": [{"stage": 30, "plan_hash": plan_stage(experiment, 30).hash}],
+        "parameters": {"experiment": experiment.read_text(), "experiment_dir": str(tmp_path)},
+    }
+    [finding] = audit._verify_plans(record)
+    assert finding.ok and finding.what == "replay_plans[stage 30]" and "not checked" not in finding.detail
+    (tmp_path / "rec.jsonl.gz").unlink()
+    [finding] = audit._verify_plans(record)
+    assert "not checked" in finding.detail and "rec.jsonl.gz" in finding.detail  # never reported as ok
 
 
 def test_sharegpt_conversations_fit_turns_directly(tmp_path: Path) -> None:
