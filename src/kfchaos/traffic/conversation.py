@@ -40,24 +40,20 @@ class Turn(NamedTuple):
     first: int  # the oldest earlier turn still in the history (older ones trimmed)
 
 
-def history_start(conversation: Conversation, index: int, max_context_tokens: int) -> int:
-    """The first earlier turn kept in turn `index`'s history: the most recent turns whose questions and answers
-    fit in `max_context_tokens` with the system prompt and the new question."""
-    budget = max_context_tokens - conversation.system_tokens - conversation.questions[index]
+def history(conversation: Conversation, index: int, max_context_tokens: int) -> tuple[int, int]:
+    """(the first earlier turn kept in turn `index`'s history, the turn's prompt tokens): the most recent turns
+    whose questions and answers fit in `max_context_tokens` with the system prompt and the new question."""
+    tokens = conversation.system_tokens + conversation.questions[index]
+    budget = max_context_tokens - tokens
     first = index
     while first > 0:
         cost = conversation.questions[first - 1] + conversation.answers[first - 1]
         if cost > budget:
             break
         budget -= cost
+        tokens += cost
         first -= 1
-    return first
-
-
-def prompt_tokens(turn: Turn) -> int:
-    c = turn.conversation
-    history = sum(c.questions[turn.first : turn.k]) + sum(c.answers[turn.first : turn.k])
-    return c.system_tokens + history + c.questions[turn.k]
+    return first, tokens
 
 
 def _text(tag: str, tokens: int, filler: Callable[[int], str]) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kfchaos.spec import Synthetic, SystemPrompts, TokenLengths
-from kfchaos.traffic.conversation import Conversation, Turn, history_start, prompt_tokens
+from kfchaos.traffic.conversation import Conversation, Turn, history
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.synthetic import CHUNK, arrival_gaps, daily_factor, draw_lengths
 
@@ -202,7 +202,7 @@ def workload_requests(spec: Synthetic, seed: int, gaps: np.ndarray | None = None
     start_gaps = _start_gaps(rng, spec, start_rate, gaps)
     think_gaps = iter(()) if conv is None else _exponential(rng, think)
     now = -warmup_seconds(turns_spec, think) if conv else 0.0
-    heap: list[tuple[float, int, int, Conversation, int, int]] = []
+    heap: list[tuple[float, int, int, Conversation, int, int, int]] = []
     order = 0
     number = 0
     while True:
@@ -238,8 +238,8 @@ def workload_requests(spec: Synthetic, seed: int, gaps: np.ndarray | None = None
                 at += next(think_gaps)
             if at < 0:
                 continue
-            first = history_start(conversation, index, max_context)
-            heapq.heappush(heap, (at, order, which, conversation, index, first))
+            first, tokens = history(conversation, index, max_context)
+            heapq.heappush(heap, (at, order, which, conversation, index, first, tokens))
             order += 1
 
 
@@ -249,9 +249,9 @@ def _exponential(rng: np.random.Generator, mean: float) -> Iterator[float]:
 
 
 def _request(
-    path: str, profiles: list[_Profile], item: tuple[float, int, int, Conversation, int, int]
+    path: str, profiles: list[_Profile], item: tuple[float, int, int, Conversation, int, int, int]
 ) -> TrafficRequest:
-    at, _, which, conversation, index, first = item
+    at, _, which, conversation, index, first, tokens = item
     turn = Turn(conversation, index, first)
     tenant = profiles[which].name
     return TrafficRequest(
@@ -261,7 +261,7 @@ def _request(
         method="POST",
         path=path,
         headers=profiles[which].headers,
-        prompt_tokens=prompt_tokens(turn),
+        prompt_tokens=tokens,
         max_tokens=conversation.answers[index],
         turn=turn,
     )
