@@ -238,3 +238,17 @@ def test_generator_memory_is_the_conversations_in_progress() -> None:
     stream = workload_requests(spec, seed=1)
     times = [r.timestamp for r in itertools.islice(stream, 30_000)]
     assert times == sorted(times) and times[0] >= 0
+
+
+def test_the_warmup_is_bounded_whatever_the_rate_and_think_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1e6 requests/s with a day of think time: the warm-up is cut at MAX_WARMUP_CONVERSATIONS conversations, not
+    # a day of them generated before the first request.
+    import kfchaos.traffic.workload as workload
+
+    monkeypatch.setattr(workload, "MAX_WARMUP_CONVERSATIONS", 2000)
+    spec = synthetic(
+        rate=1_000_000,
+        conversations={"turns": {"distribution": "fixed", "mean": 3, "max": 3}, "think_time": "24h"},
+    )
+    first = next(workload_requests(spec, seed=1))
+    assert first.turn is not None and int(first.turn.conversation.key[1:]) <= 2100

@@ -40,6 +40,10 @@ from kfchaos.traffic.synthetic import CHUNK, arrival_gaps, daily_factor, draw_le
 
 MISSING_RATE = 1e-3  # share of the rate the warm-up may miss at time 0
 MAX_WARMUP = 86400.0
+# Conversations started before 0 at most: the warm-up is generated and thrown away, so a huge rate with long
+# think times (1e6 req/s, 24 h) would otherwise spend hours before the first request. Past it the first
+# minutes run below the rate, as they would with no warm-up.
+MAX_WARMUP_CONVERSATIONS = 200_000  # about 2 s of generation
 
 
 def expected_length(spec: TokenLengths) -> float:
@@ -201,7 +205,7 @@ def workload_requests(spec: Synthetic, seed: int, gaps: np.ndarray | None = None
     uniform = _Uniforms(rng)
     start_gaps = _start_gaps(rng, spec, start_rate, gaps)
     think_gaps = iter(()) if conv is None else _exponential(rng, think)
-    now = -warmup_seconds(turns_spec, think) if conv else 0.0
+    now = -min(warmup_seconds(turns_spec, think), MAX_WARMUP_CONVERSATIONS / start_rate) if conv else 0.0
     heap: list[tuple[float, int, int, Conversation, int, int, int]] = []
     order = 0
     number = 0
