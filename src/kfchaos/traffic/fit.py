@@ -470,7 +470,11 @@ def fit_file(path: str | Path, format: str = "jsonl", seed: int = 0) -> Fit:
         problems = "; ".join(f"line {m.line}: {m.reason}" for m in report.malformed[:3])
         raise KfchaosError(
             f"{path}: nothing to fit: no usable request in {report.lines} lines"
-            + (f" ({report.malformed_count} skipped; {problems})" if report.malformed_count else " (empty file)")
+            + (
+                f" ({report.malformed_count} skipped; {problems})"
+                if report.malformed_count
+                else " (no records: empty file)"
+            )
         )
     fit = Fit(path=path, format=format, report=report, requests=collector.requests)
     fit.questions = LengthFit.of(collector.questions)
