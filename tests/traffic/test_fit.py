@@ -181,7 +181,7 @@ GOOD = {"timestamp": 1.5, "body": {"messages": [{"role": "user", "content": "hel
 
 def test_an_empty_file_is_an_input_error_naming_it(tmp_path: Path) -> None:
     path = lines(tmp_path / "empty.jsonl", [])
-    with pytest.raises(KfchaosError, match=r"empty\.jsonl: nothing to fit.*\(empty file\)"):
+    with pytest.raises(KfchaosError, match=r"empty\.jsonl: nothing to fit.*\(no records: empty file\)"):
         fit_file(path)
     with pytest.raises(KfchaosError, match="not found"):
         fit_file(tmp_path / "missing.jsonl")
