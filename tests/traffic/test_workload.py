@@ -252,3 +252,15 @@ def test_the_warmup_is_bounded_whatever_the_rate_and_think_time(monkeypatch: pyt
     )
     first = next(workload_requests(spec, seed=1))
     assert first.turn is not None and int(first.turn.conversation.key[1:]) <= 2100
+
+
+def test_shards_split_by_conversation_and_together_are_the_stage() -> None:
+    spec = synthetic()
+    whole = [r.id for r in schedule(spec, 60, 300.0)]
+    parts = []
+    for shard in range(3):
+        plan = plan_stage(ReplaySettings(stage=60, synthetic=spec, duration=300.0, seed=3, shard=shard, shards=3))
+        parts.append([p.request for p in plan.schedule()])
+    keys = [set(by_conversation(part)) for part in parts]
+    assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])  # a conversation on one shard
+    assert sorted(r.id for part in parts for r in part) == sorted(whole)
