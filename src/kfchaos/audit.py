@@ -212,9 +212,11 @@ def _verify_plans(record: dict[str, Any]) -> list[Finding]:
     except (KfchaosError, ImportError) as exc:
         return [Finding("replay_plans", False, f"cannot re-plan: {exc}")]
     base_dir = parameters.get("experiment_dir") or "."
-    traffic_file = experiment.spec.traffic.file
-    if traffic_file and not (Path(base_dir) / traffic_file).is_file():
-        return [Finding("replay_plans", True, f"not checked: traffic {Path(base_dir) / traffic_file} not here")]
+    synthetic = experiment.spec.traffic.synthetic
+    # A synthetic workload fitted to a recording (`fit_from`) needs that recording as a replay needs its file.
+    for traffic_file in (experiment.spec.traffic.file, synthetic.fit_from if synthetic else None):
+        if traffic_file and not (Path(base_dir) / traffic_file).is_file():
+            return [Finding("replay_plans", True, f"not checked: traffic {Path(base_dir) / traffic_file} not here")]
     auth = experiment.spec.target.auth
     for plan in plans:
         what = f"replay_plans[stage {plan.get('stage')}]"

@@ -154,22 +154,81 @@ class Target(StrictModel):
 
 
 class TokenLengths(StrictModel):
-    distribution: Literal["fixed", "uniform", "normal", "lognormal"] = "lognormal"
+    distribution: Literal["fixed", "uniform", "normal", "lognormal", "empirical"] = "lognormal"
     mean: float = Field(gt=0)
     stddev: float = Field(0.0, ge=0)
     min: int = Field(1, ge=1)
     max: int = Field(32768, ge=1)
+    quantiles: list[Annotated[float, Field(ge=0, le=2**31 - 1)]] = Field(
+        default_factory=list,
+        max_length=1001,
+        description="empirical: lengths at evenly spaced quantiles from 0 to 1 (as `kfchaos traffic fit` writes)",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> TokenLengths:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        if self.distribution == "empirical":
+            if len(self.quantiles) < 2:
+                raise ValueError("distribution empirical needs at least 2 quantiles (lengths at 0 % ... 100 %)")
+            if any(b < a for a, b in itertools.pairwise(self.quantiles)):
+                raise ValueError("quantiles must not decrease")
         return self
 
 
+class SystemPrompts(StrictModel):
+    """A small set of long system prompts shared by many conversations (inference-perf's shared_prefix
+    `num_groups` x `system_prompt_len`, guidellm's `prefix_buckets`)."""
+
+    count: int = Field(4, ge=1, le=10_000, description="distinct system prompts")
+    tokens: TokenLengths = TokenLengths(distribution="fixed", mean=1024)
+    share: Percent = Field(1.0, description="share of conversations that start with one")
+
+
+class Conversations(StrictModel):
+    """Multi-turn chats: turn k's prompt is the system prompt, turns 1..k-1 (question and answer) and a new question."""
+
+    turns: TokenLengths = TokenLengths(distribution="fixed", mean=1, max=1000)
+    think_time: Duration = Field(30.0, description="mean gap between a conversation's turns (exponential)")
+    max_context_tokens: int = Field(
+        32768, ge=1, description="older turns drop out of the history beyond this (as chat front-ends trim)"
+    )
+
+    @field_validator("turns")
+    @classmethod
+    def _turns_bounded(cls, turns: TokenLengths) -> TokenLengths:
+        if turns.max > 1000:
+            raise ValueError("turns.max must be at most 1000 (a conversation's history is built per request)")
+        return turns
+
+    @field_validator("think_time")
+    @classmethod
+    def _think(cls, value: float) -> float:
+        if not 0 < value <= 86400:
+            raise ValueError("think_time must be above zero and at most 24h")
+        return value
+
+
+class Tenant(StrictModel):
+    """One tenant of the mix: its share of conversations, the model name (a LoRA adapter in vLLM) it sends,
+    and optionally its own system prompts and lengths (inference-perf's `load.lora_traffic_split`)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    weight: float = Field(gt=0, le=1_000_000)
+    model: str | None = Field(
+        None, description="model name sent in its requests (a LoRA adapter name); default target.model"
+    )
+    system_prompts: SystemPrompts | None = None
+    prompt_tokens: TokenLengths | None = None
+    output_tokens: TokenLengths | None = None
+
+
 class Synthetic(StrictModel):
-    rate: float = Field(gt=0, le=1_000_000, description="requests per second at 100 %")
-    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    rate: float | None = Field(
+        None, gt=0, le=1_000_000, description="requests per second at 100 % (default with fit_from: the recorded rate)"
+    )
+    arrival: Literal["poisson", "gamma", "constant", "recorded"] = "poisson"
     burstiness: float = Field(1.0, gt=0, description="gamma shape; below 1 is burstier than Poisson")
     daily_shape: bool = Field(False, description="modulate the rate by a daily curve (peak in the afternoon)")
     prompt_tokens: TokenLengths = TokenLengths(mean=512, stddev=256)
@@ -177,6 +236,35 @@ class Synthetic(StrictModel):
     long_context_share: Percent = 0.0
     long_context_tokens: int = Field(32768, ge=1)
     path: str = "/"
+    fit_from: str | None = Field(
+        None, description="a recording (relative to the experiment file) to fit lengths, rate and arrivals from"
+    )
+    fit_format: Literal["jsonl", "sharegpt"] = "jsonl"
+    fit_lengths: Literal["empirical", "lognormal"] = Field("empirical", description="which fit of the lengths to use")
+    conversations: Conversations | None = None
+    system_prompts: SystemPrompts | None = None
+    tenants: list[Tenant] = Field(default_factory=list, max_length=1000)
+    tenant_header: str = Field("X-Tenant", pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+    @model_validator(mode="after")
+    def _sources(self) -> Synthetic:
+        if self.rate is None and self.fit_from is None:
+            raise ValueError("give rate (requests per second at 100 %), or fit_from to take the recorded rate")
+        if self.arrival == "recorded" and (self.fit_from is None or self.fit_format != "jsonl"):
+            raise ValueError("arrival recorded resamples the gaps of fit_from, a jsonl recording (with timestamps)")
+        if self.rate is None and self.fit_format != "jsonl":
+            raise ValueError("a sharegpt prompt set has no times: give rate")
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("tenant names must be unique")
+        return self
+
+    @property
+    def realistic(self) -> bool:
+        """Whether the workload generator (kfchaos.traffic.workload) makes these requests, not the plain one."""
+        return bool(
+            self.conversations or self.system_prompts or self.tenants or self.fit_from or self.arrival == "recorded"
+        )
 
 
 class Headers(StrictModel):

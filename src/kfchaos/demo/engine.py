@@ -8,7 +8,8 @@ Not vLLM: a scheduler loop with the parts that decide whether a server survives 
 - When a running request needs a block and none is free, the newest running request is preempted
   (recompute: its blocks are freed and it goes back to the front of the queue), counted like
   `vllm:num_preemptions_total`.
-- `--enable-prefix-caching`: requests whose prompts share a prefix (same `prefix_id`) share its full blocks.
+- `--enable-prefix-caching`: requests whose prompts share a prefix share its full blocks, and a finished
+  request's prefixes stay cached (counted free) until their blocks are needed (prefixcache.py, after vLLM).
 - Host memory: the process mirrors KV blocks in host memory (think CPU offload / pinned staging buffers)
   on top of a fixed base. With a high `--gpu-memory-utilization` the KV pool, and so its mirror, can outgrow
   the container memory limit: when that happens the engine reports OOM and the server process dies the way
@@ -21,7 +22,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+
+from kfchaos.demo.prefixcache import Chain, PrefixCache
 
 GIB = 1024**3
 
@@ -75,6 +80,9 @@ class Sequence:
     max_tokens: int
     prefix_id: str | None = None
     prefix_tokens: int = 0
+    # Every prefix of the prompt at a paragraph end, shortest first: (name, tokens up to it). Without it the
+    # one prefix (prefix_id, prefix_tokens) is the chain.
+    prefixes: tuple[tuple[str, int], ...] = ()
     generated: int = 0
     blocks: int = 0  # blocks held privately
     shared_prefix_blocks: int = 0  # blocks held in the shared prefix cache
@@ -105,9 +113,12 @@ class Engine:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
-        # prefix id -> (blocks, reference count): shared full blocks of a common prompt prefix
-        self._prefix_cache: dict[str, list[int]] = {}
+        self.prefix_cache = PrefixCache()
         self.steps = 0
+        # Prompt tokens looked up in the prefix cache and found there, as vLLM's prefix_cache_queries / _hits
+        # counters (tokens; vllm/v1/metrics/loggers.py). Counted only with prefix caching on, as vLLM does.
+        self.prefix_queries = 0
+        self.prefix_hits = 0
 
     # ------------------------------------------------------------------ state
 
@@ -140,27 +151,47 @@ class Engine:
     def _blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.config.block_size)
 
-    def _prefix_blocks(self, seq: Sequence) -> int:
-        if not (self.config.enable_prefix_caching and seq.prefix_id and seq.prefix_tokens):
-            return 0
-        return min(seq.prefix_tokens, seq.prompt_tokens) // self.config.block_size
+    def _chain(self, seq: Sequence) -> Chain:
+        """The prompt's prefixes as (name, full blocks up to it), each covering more full blocks than the one
+        before (so every cached prefix holds blocks: at most as many prefixes as blocks); empty without prefix
+        caching."""
+        if not self.config.enable_prefix_caching:
+            return ()
+        prefixes = seq.prefixes
+        if not prefixes and seq.prefix_id:
+            prefixes = ((seq.prefix_id, seq.prefix_tokens),)
+        chain: list[tuple[str, int]] = []
+        for name, tokens in prefixes:
+            blocks = min(tokens, seq.prompt_tokens) // self.config.block_size
+            if blocks > (chain[-1][1] if chain else 0):
+                chain.append((name, blocks))
+        return tuple(chain)
 
-    def _admit_cost(self, seq: Sequence) -> tuple[int, int]:
-        """(new private blocks, new shared blocks) to admit `seq` now."""
-        shared = self._prefix_blocks(seq)
-        cached = shared if seq.prefix_id in self._prefix_cache else 0
-        private = self._blocks_for(seq.prompt_tokens + 1) - shared
-        return private, shared - cached
+    def _admit_cost(self, seq: Sequence) -> tuple[int, int, int]:
+        """(new private blocks, blocks taken for the prefixes, prefix blocks found cached) to admit `seq` now."""
+        chain = self._chain(seq)
+        hit, take = self.prefix_cache.cost(chain)
+        shared = chain[-1][1] if chain else 0
+        return self._blocks_for(seq.prompt_tokens + 1) - shared, take, hit
+
+    def _cached(self, change: Callable[[], object]) -> None:
+        """Run a change of the prefix cache, keeping `free_blocks` = blocks neither private nor held there."""
+        used = self.prefix_cache.used_blocks
+        change()
+        self.free_blocks += used - self.prefix_cache.used_blocks
+
+    def _reclaim(self) -> None:
+        """Evict cached-but-free prefixes, least recently freed first, until the free count covers them."""
+        while self.prefix_cache.evictable_blocks > self.free_blocks and self.prefix_cache.evictable_blocks:
+            short = self.prefix_cache.evictable_blocks - self.free_blocks
+            self._cached(partial(self.prefix_cache.evict, short))
 
     def _release(self, seq: Sequence) -> None:
         self.free_blocks += seq.blocks
         seq.blocks = 0
-        if seq.shared_prefix_blocks and seq.prefix_id in self._prefix_cache:
-            entry = self._prefix_cache[seq.prefix_id]
-            entry[1] -= 1
-            if entry[1] == 0:
-                self.free_blocks += entry[0]
-                del self._prefix_cache[seq.prefix_id]
+        if seq.shared_prefix_blocks:
+            chain = self._chain(seq)
+            self._cached(partial(self.prefix_cache.release, chain))
         seq.shared_prefix_blocks = 0
 
     # ------------------------------------------------------------------ scheduling
@@ -173,18 +204,21 @@ class Engine:
         prefill_tokens = 0
         while self.waiting and len(self.running) < config.max_num_seqs:
             seq = self.waiting[0]
-            private, new_shared = self._admit_cost(seq)
-            if private + new_shared > self.free_blocks:
+            private, take, hit = self._admit_cost(seq)
+            if private + take > self.free_blocks:
                 break
             self.waiting.popleft()
-            self.free_blocks -= private + new_shared
+            chain = self._chain(seq)
+            if chain:
+                self._cached(partial(self.prefix_cache.acquire, chain))
+                seq.shared_prefix_blocks = chain[-1][1]
+            self.free_blocks -= private
             seq.blocks = private
-            shared = self._prefix_blocks(seq)
-            if shared:
-                entry = self._prefix_cache.setdefault(seq.prefix_id or "", [shared, 0])
-                entry[1] += 1
-                seq.shared_prefix_blocks = shared
-            prefill_tokens += seq.prompt_tokens - (shared * config.block_size if not new_shared else 0)
+            self._reclaim()
+            prefill_tokens += seq.prompt_tokens - hit * config.block_size
+            if config.enable_prefix_caching:
+                self.prefix_queries += seq.prompt_tokens
+                self.prefix_hits += hit * config.block_size
             self.running.append(seq)
         if self.host_bytes > config.memory_limit_bytes:
             result.oom = True
@@ -204,6 +238,7 @@ class Engine:
             if needed > 0:
                 self.free_blocks -= needed
                 seq.blocks += needed
+                self._reclaim()
             if not seq.started:
                 seq.started = True
                 result.first_tokens.append(seq.request_id)

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
+from kfchaos.demo.prefixcache import paragraph_prefixes
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
 
 # Who this container is, as kube-state-metrics and cAdvisor would label it (the stack scopes the standard
@@ -66,11 +67,14 @@ class Metrics:
         self.success = Counter("vllm:request_success", "Finished requests", labels, registry=r)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", labels, registry=r)
         self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", labels, registry=r)
+        self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries (tokens)", labels, registry=r)
+        self.prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits (tokens)", labels, registry=r)
         self.host_memory = Gauge("process_host_memory_model_bytes", "Modelled host memory in use", registry=r)
         self.memory_limit = Gauge("process_memory_limit_bytes", "Container memory limit", registry=r)
         # Export every labelled series from the start, so "no data yet" never looks like a missing series.
         for series in (self.e2e, self.ttft, self.itl, self.running, self.waiting, self.kv_usage, self.preemptions,
-                       self.success, self.prompt_tokens, self.generation_tokens):  # fmt: skip
+                       self.success, self.prompt_tokens, self.generation_tokens, self.prefix_queries,
+                       self.prefix_hits):  # fmt: skip
             series.labels(model)
         self._export_container_status(status)
 
@@ -134,6 +138,7 @@ class DemoServer:
         self.requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._prefix_exported = (0, 0)  # the engine's prefix-cache counts already added to the counters
 
     # ------------------------------------------------------------------ engine loop
 
@@ -177,6 +182,10 @@ class DemoServer:
         self.metrics.waiting.labels(labels).set(len(self.engine.waiting))
         self.metrics.kv_usage.labels(labels).set(self.engine.kv_cache_usage)
         self.metrics.host_memory.set(self.engine.host_bytes)
+        queries, hits = self.engine.prefix_queries, self.engine.prefix_hits
+        self.metrics.prefix_queries.labels(labels).inc(queries - self._prefix_exported[0])
+        self.metrics.prefix_hits.labels(labels).inc(hits - self._prefix_exported[1])
+        self._prefix_exported = (queries, hits)
 
     def _die_of_oom(self) -> None:
         print(
@@ -256,6 +265,7 @@ class DemoServer:
         prefix_id = hashlib.sha1(prefix.encode()).hexdigest() if prefix else None
         request_id = f"cmpl-{uuid.uuid4().hex}"
         seq = Sequence(request_id, prompt_tokens, max_tokens, prefix_id, len(prefix) // CHARS_PER_TOKEN)
+        seq.prefixes = paragraph_prefixes(prompt, CHARS_PER_TOKEN) if self.config.enable_prefix_caching else ()
         state = _Request(seq)
         self.requests[request_id] = state
         self.metrics.prompt_tokens.labels(self.model).inc(prompt_tokens)

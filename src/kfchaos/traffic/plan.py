@@ -33,6 +33,7 @@ from kfchaos.traffic.sampling import select
 from kfchaos.traffic.source import SourceReport
 from kfchaos.traffic.synthetic import synthetic_requests
 from kfchaos.traffic.tagging import HeaderPolicy, credential_from_env
+from kfchaos.traffic.workload import workload_for
 
 REORDER_DEPTH = 1000
 APIS = ("http", "openai-completions", "openai-chat")
@@ -134,11 +135,29 @@ class ReplaySettings:
             "allow_credentials": self.headers.allow_credentials,
             "credential_header": self.headers.credential[0] if self.headers.credential else None,
         }
-        data["synthetic"] = self.synthetic.model_dump() if self.synthetic else None
+        data["synthetic"] = _synthetic_description(self.synthetic) if self.synthetic else None
         data["traffic_faults"] = [
             {"name": f.name, "type": f.type, **f.params.model_dump()} for f in self.traffic_faults
         ]
         return data
+
+
+# Synthetic settings added with the workload generator: left out of the plan hash while unused, so the plans of
+# experiments written before them keep their hash (an audit record's rerun compares it).
+_ADDED_FIELDS = ("fit_from", "fit_format", "fit_lengths", "conversations", "system_prompts", "tenants", "tenant_header")
+
+
+def _synthetic_description(synthetic: Synthetic) -> dict[str, Any]:
+    data = synthetic.model_dump()
+    for name in _ADDED_FIELDS:
+        if getattr(synthetic, name) == Synthetic.model_fields[name].get_default(call_default_factory=True):
+            del data[name]
+    for name in ("prompt_tokens", "output_tokens"):
+        if not data[name]["quantiles"]:
+            del data[name]["quantiles"]
+    if synthetic.fit_from:  # the file's bytes are hashed (ReplayPlan.hash), not where it lies
+        data["fit_from"] = Path(synthetic.fit_from).name
+    return data
 
 
 def file_digest(path: str | Path) -> str:
@@ -166,13 +185,19 @@ class ReplayPlan:
         """sha256 of the settings and the source bytes; the audit record keeps it."""
         if self._hash is None:
             content = file_digest(self.settings.source) if self.settings.source else None
-            text = json.dumps({"settings": self.settings.describe(), "source": content}, sort_keys=True)
+            described: dict[str, Any] = {"settings": self.settings.describe(), "source": content}
+            fit_from = self.settings.synthetic.fit_from if self.settings.synthetic else None
+            if fit_from:  # the recording a synthetic workload is fitted to: its bytes, as for a traffic file
+                described["fit_source"] = file_digest(fit_from)
+            text = json.dumps(described, sort_keys=True)
             self._hash = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
         return self._hash
 
     def _open(self, report: SourceReport) -> Iterator[TrafficRequest]:
         s = self.settings
         if s.synthetic is not None:
+            if s.synthetic.realistic:
+                return workload_for(s.synthetic, s.seed)
             return synthetic_requests(s.synthetic, s.seed)
         assert s.source is not None
         if s.format == "sharegpt":
@@ -219,7 +244,9 @@ class ReplayPlan:
                 # `not offset < end`: a NaN offset (which the readers refuse) would end the stage, not loop it.
                 if not offset < end:
                     return
-                if everything or select(request.id, s.seed, fraction, s.shard, s.shards):
+                # A conversation's turns share one sampling key: a stage keeps whole conversations.
+                key = request.id if request.turn is None else request.turn.conversation.key
+                if everything or select(key, s.seed, fraction, s.shard, s.shards):
                     yield Planned(offset, request, request.id if lap == 0 else f"{request.id}~{lap}")
             if lap == 0:
                 if count == 0 or s.synthetic is not None:
@@ -278,11 +305,14 @@ def settings_from_experiment(
         allow_credentials=traffic.headers.allow_credentials,
         credential=credential,
     )
+    synthetic = traffic.synthetic
+    if synthetic is not None and synthetic.fit_from:  # resolved against the experiment's folder, as traffic.file
+        synthetic = synthetic.model_copy(update={"fit_from": str(Path(base_dir) / synthetic.fit_from)})
     values: dict[str, Any] = {
         "stage": stage,
         "source": str(Path(base_dir) / traffic.file) if traffic.file else None,
         "format": traffic.format,
-        "synthetic": traffic.synthetic,
+        "synthetic": synthetic,
         "seed": traffic.seed,
         "speed": traffic.speed,
         "rate_scale": traffic.rate_scale,

@@ -7,6 +7,10 @@ in flight are alive at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kfchaos.traffic.conversation import Turn
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ is ~3x slower, and this is the hot path
@@ -15,7 +19,9 @@ class TrafficRequest:
 
     A recorded request has its raw `body`. A prompt-set or synthetic request has no body but a `prompt`
     (text) or `prompt_tokens` (a length to synthesize), and the body is built at send time for the
-    target's API, so the same source drives /v1/completions and /v1/chat/completions.
+    target's API, so the same source drives /v1/completions and /v1/chat/completions. A synthetic conversation's
+    request has its `turn` (kfchaos.traffic.conversation): its messages are built at send time, and a stage
+    keeps or drops the conversation whole.
     """
 
     id: str
@@ -29,3 +35,4 @@ class TrafficRequest:
     max_tokens: int | None = None
     long_context: bool = False  # a long-context burst's prompt: one shared document, then a question
     fault: str | None = None  # the traffic-side fault that sent it (kfchaos.traffic.faultload); None: traffic
+    turn: Turn | None = None  # a synthetic conversation's turn (kfchaos.traffic.conversation)

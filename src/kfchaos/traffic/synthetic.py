@@ -3,9 +3,9 @@
 Arrivals: Poisson (exponential gaps), gamma (shape = burstiness, mean gap 1/rate, as vLLM's
 `--burstiness`: below 1 is burstier than Poisson) or constant. With `daily_shape` the rate follows a
 daily curve (peak at 15:00, 10 % of peak at 03:00; the clock starts at 12:00) by thinning. Prompt and
-output lengths come from the configured distributions, clipped to [min, max]; a `long_context_share` of
-requests get `long_context_tokens`-token prompts. Everything is drawn from one seeded generator in
-chunks, so the same seed gives the same requests and memory stays flat however long the stream.
+output lengths come from the configured distributions (or fitted quantiles), clipped to [min, max]; a
+`long_context_share` of requests get `long_context_tokens`-token prompts. Everything is drawn from one
+seeded generator in chunks, so the same seed gives the same requests and memory stays flat however long the stream.
 """
 
 from __future__ import annotations
@@ -30,7 +30,11 @@ def daily_factor(seconds: float) -> float:
 
 
 def draw_lengths(rng: np.random.Generator, spec: TokenLengths, n: int) -> np.ndarray:
-    if spec.distribution == "fixed" or spec.stddev == 0:
+    if spec.distribution == "empirical":
+        # Inverse CDF: linear interpolation between the quantiles (as fitted by kfchaos.traffic.fit).
+        q = np.asarray(spec.quantiles, dtype=np.float64)
+        values = np.interp(rng.random(n) * (len(q) - 1), np.arange(len(q)), q)
+    elif spec.distribution == "fixed" or spec.stddev == 0:
         values = np.full(n, spec.mean)
     elif spec.distribution == "uniform":
         half = spec.stddev * math.sqrt(3.0)  # a uniform with this standard deviation
@@ -68,6 +72,7 @@ def arrival_times(
 
 def synthetic_requests(spec: Synthetic, seed: int) -> Iterator[TrafficRequest]:
     """Endless requests; the replay plan stops at the stage duration."""
+    assert spec.rate is not None  # set, or filled from fit_from (then the workload generator makes the requests)
     rng = np.random.Generator(np.random.PCG64(seed))
     times = arrival_times(rng, spec.arrival, spec.rate, spec.burstiness, spec.daily_shape)
     index = 0

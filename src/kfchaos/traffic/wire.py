@@ -5,7 +5,9 @@ For OpenAI-compatible APIs the body always asks for a stream with usage (`stream
 Prompt-set and synthetic requests get a body built here: a prompt of `prompt_tokens` words, each a
 common English word (about one token each in Llama/GPT tokenizers), prefixed by the request id so no two
 prompts share a prefix-cache block -- except long-context bursts, which share one document and differ only in
-the question after it, as many users asking about the same long document do.
+the question after it, as many users asking about the same long document do -- and synthetic conversations
+(kfchaos.traffic.conversation), whose turns share their system prompt and history: chat APIs get them as
+messages, completion APIs as paragraphs, and a tenant's model name replaces the target's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kfchaos.traffic.conversation import messages, prompt_text
 from kfchaos.traffic.httpsyntax import encode_path
 from kfchaos.traffic.plan import API_PATHS
 from kfchaos.traffic.request import TrafficRequest
@@ -85,25 +88,29 @@ class RequestBuilder:
                 if request.path.startswith("/v1/"):
                     path = request.path
                 return path, self._stream(recorded), True
-        prompt = self._prompt(request)
+        turn = request.turn
         payload = {"max_tokens": request.max_tokens or 128}
-        if self.api == "openai-chat":
-            payload["messages"] = [{"role": "user", "content": prompt}]
+        if turn is not None and self.api == "openai-chat":
+            payload["messages"] = [{"role": r, "content": t} for r, t in messages(turn, filler_text)]
+        elif self.api == "openai-chat":
+            payload["messages"] = [{"role": "user", "content": self._prompt(request)}]
         else:
-            payload["prompt"] = prompt
-        return path, self._stream(payload), True
+            payload["prompt"] = self._prompt(request)
+        return path, self._stream(payload, turn.conversation.model if turn is not None else None), True
 
     def _prompt(self, request: TrafficRequest) -> str:
         if request.prompt is not None:
             return request.prompt
+        if request.turn is not None:
+            return prompt_text(request.turn, filler_text)
         if request.long_context:
             # A burst is many users asking about one long document: the document comes first and is the same
             # for every request (a prefix cache can share it), the question after it differs.
             return filler_text(max(0, (request.prompt_tokens or 1) - 8)) + f"\n\n[{request.id}] Summarize the above."
         return f"[{request.id}] " + filler_text(max(0, (request.prompt_tokens or 1) - 3))
 
-    def _stream(self, payload: dict[str, Any]) -> bytes:
-        payload["model"] = self.model
+    def _stream(self, payload: dict[str, Any], model: str | None = None) -> bytes:
+        payload["model"] = model or self.model  # a tenant's model (its LoRA adapter) when it names one
         payload["stream"] = True
         options = payload.get("stream_options")
         payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
