@@ -3,8 +3,10 @@
 It stores objects and serves the REST paths kfchaos calls: CRDs (apiextensions.k8s.io/v1, the real Chaos
 Mesh CRDs vendored in src/kfchaos/data/chaos-mesh/crds/), namespaced and cluster-wide custom objects of
 chaos-mesh.org/v1alpha1 (create with dryRun=All, get, list with labelSelector, merge-patch, delete), pods
-(create, get, list, delete) and events. Created chaos objects are validated against their CRD's schema with
-unknown fields as errors, as the API server does under fieldValidation=Strict.
+(create, get, list, delete), events (list, with fieldSelector and limit), the pods/log subresource
+(previous, tailLines, limitBytes) and containers that restart (`restart_container`: restartCount and
+lastState.terminated, the current log becoming the previous one). Created chaos objects are validated
+against their CRD's schema with unknown fields as errors, as the API server does under fieldValidation=Strict.
 
 It also plays the Chaos Mesh controller, computed lazily from clocks so no background thread is needed:
 `Selected`/`AllInjected` turn True `inject_delay` seconds after creation, `status.experiment.containerRecords`
@@ -218,6 +220,7 @@ class KubeApiServer:
         self.installed = set(self._crds if self.installed is None else self.installed)
         self._store: dict[tuple[str, str, str], _Stored] = {}
         self._events: list[dict[str, Any]] = []
+        self._logs: dict[tuple[str, str, str], dict[str, str | None]] = {}
         self._rules: list[FailureRule] = []
         self._forbidden: set[tuple[str, str]] = set()
         self._denials: list[list[Any]] = []
@@ -359,7 +362,16 @@ class KubeApiServer:
         with self._lock:
             return [self._view(key, stored) for key, stored in self._live() if key[0] in self._crds]
 
-    def add_event(self, namespace: str, reason: str, message: str, involved: dict[str, Any]) -> None:
+    def add_event(
+        self,
+        namespace: str,
+        reason: str,
+        message: str,
+        involved: dict[str, Any],
+        type_: str = "Normal",
+        count: int = 1,
+        source: str = "",
+    ) -> None:
         with self._lock:
             self._events.append(
                 {
@@ -369,10 +381,48 @@ class KubeApiServer:
                     "involvedObject": involved,
                     "reason": reason,
                     "message": message,
-                    "type": "Normal",
+                    "type": type_,
+                    "count": count,
+                    "source": {"component": source} if source else {},
+                    "firstTimestamp": _now(),
                     "lastTimestamp": _now(),
                 }
             )
+
+    def write_log(self, namespace: str, pod: str, container: str, text: str) -> None:
+        """The running container writes `text` to its log (what `kubectl logs` returns)."""
+        with self._lock:
+            logs = self._logs.setdefault((namespace, pod, container), {"current": "", "previous": None})
+            logs["current"] = (logs["current"] or "") + text
+
+    def restart_container(self, namespace: str, pod: str, container: str, reason: str, exit_code: int) -> None:
+        """The container ended (reason OOMKilled, Error or Completed: the runtime's, containerd
+        internal/cri/server) and the kubelet started it again: restartCount + 1, lastState.terminated set,
+        state running anew (pkg/kubelet/kubelet_pods.go convertToAPIContainerStatuses), and the ended
+        container's log is now the one previous log the kubelet keeps (`kubectl logs --previous`)."""
+        with self._lock:
+            stored = self._store[("pods", namespace, pod)]
+            status = stored.body.setdefault("status", {})
+            statuses = status.setdefault("containerStatuses", [])
+            found = next((c for c in statuses if c["name"] == container), None)
+            if found is None:
+                found = {"name": container, "image": "example", "imageID": "", "ready": True, "restartCount": 0,
+                         "state": {"running": {"startedAt": _now()}}}  # fmt: skip
+                statuses.append(found)
+            started = (found.get("state", {}).get("running") or {}).get("startedAt") or _now()
+            found["lastState"] = {
+                "terminated": {
+                    "reason": reason,
+                    "exitCode": exit_code,
+                    "startedAt": started,
+                    "finishedAt": _now(),
+                    "containerID": f"containerd://{uuid.uuid4().hex}",
+                }
+            }
+            found["restartCount"] = int(found.get("restartCount", 0)) + 1
+            found["state"] = {"running": {"startedAt": _now()}}
+            logs = self._logs.setdefault((namespace, pod, container), {"current": "", "previous": None})
+            logs["previous"], logs["current"] = logs["current"], ""
 
     # ------------------------------------------------------------ storage and the controller
 
@@ -459,7 +509,7 @@ class KubeApiServer:
 
     # ------------------------------------------------------------ request handling
 
-    def handle(self, method: str, raw_path: str, body: bytes, content_type: str) -> tuple[int, dict[str, Any]]:
+    def handle(self, method: str, raw_path: str, body: bytes, content_type: str) -> tuple[int, dict[str, Any] | str]:
         parts = urlsplit(raw_path)
         path, query = parts.path, {k: v[-1] for k, v in parse_qs(parts.query).items()}
         with self._lock:
@@ -470,6 +520,16 @@ class KubeApiServer:
                 rule.hits += 1
                 if not rule.after_commit:
                     return self._failure(rule)
+            sub = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)", path)
+            if sub is not None:
+                namespace, name, _ = sub.groups()
+                if ("get", "pods/log") in self._forbidden:
+                    return 403, _status(
+                        403,
+                        f'pods "{name}" is forbidden: User "system:serviceaccount:kubeflow:runner" cannot get '
+                        f'resource "pods/log" in API group "" in the namespace "{namespace}"',
+                    )
+                return self._pod_log(namespace, name, query)
             route = self._route(path)
             if route is None:
                 code, out = 404, _status(404, f"the server could not find the requested resource ({path})")
@@ -548,8 +608,7 @@ class KubeApiServer:
         if plural in _CLUSTER_SCOPED or plural in _READ_ONLY:
             return self._serve_stored(method, plural, namespace, name, query)
         if plural == "events":
-            items = [e for e in self._events if namespace is None or e["metadata"]["namespace"] == namespace]
-            return 200, {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items}
+            return self._list_events(namespace, query)
         if name is None and method == "GET":
             items = [
                 self._view(key, stored)
@@ -581,6 +640,58 @@ class KubeApiServer:
             self._stamp(stored.body)
             return 200, self._view(key, stored)
         return 405, _status(405, f"method {method} not allowed")
+
+    def _list_events(self, namespace: str | None, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """core/v1 events: fieldSelector over the fields the API server makes selectable for Event
+        (kubernetes/kubernetes pkg/apis/core/v1/conversion.go AddFieldLabelConversionsForEvent; another field
+        is a 400 "field label not supported"), `=`/`==`/`!=` terms joined by commas, and `limit` (the rest is
+        behind metadata.continue, staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go ListMeta)."""
+        terms = []
+        for term in filter(None, (query.get("fieldSelector") or "").split(",")):
+            found = re.fullmatch(r"([^!=]+)(==|=|!=)(.*)", term)
+            if not found or found.group(1) not in _EVENT_FIELDS:
+                label = found.group(1) if found else term
+                return 400, _status(400, f"field label not supported: {label}")
+            terms.append(found.groups())
+        items = []
+        for event in self._events:
+            if namespace is not None and event["metadata"]["namespace"] != namespace:
+                continue
+            fields = _event_fields(event)
+            if all((fields.get(k, "") == v) == (op != "!=") for k, op, v in terms):
+                items.append(copy.deepcopy(event))
+        meta: dict[str, Any] = {"resourceVersion": "1"}
+        limit = int(query.get("limit") or 0)
+        if limit and len(items) > limit:
+            items, meta["continue"] = items[:limit], "more"
+        return 200, {"apiVersion": "v1", "kind": "EventList", "metadata": meta, "items": items}
+
+    def _pod_log(self, namespace: str, name: str, query: dict[str, str]) -> tuple[int, dict[str, Any] | str]:
+        """GET pods/{name}/log: text/plain. The container is required when the pod has several (400 "a
+        container name must be specified"); previous=true reads the one previous container's log, 400
+        `previous terminated container "c" in pod "p" not found` when there is none
+        (pkg/kubelet/kubelet_pods.go validateContainerLogStatus); tailLines keeps the last lines, then
+        limitBytes cuts the answer (staging/src/k8s.io/api/core/v1/types.go PodLogOptions)."""
+        stored = dict(self._live()).get(("pods", namespace, name))
+        if stored is None:
+            return 404, _status(404, f'pods "{name}" not found', name=name, kind="pods")
+        containers = [c["name"] for c in stored.body["spec"].get("containers", [])]
+        container = query.get("container") or (containers[0] if len(containers) == 1 else "")
+        if not container:
+            return 400, _status(400, f"a container name must be specified for pod {name}, choose one of: {containers}")
+        if container not in containers:
+            return 400, _status(400, f"container {container} is not valid for pod {name}")
+        logs = self._logs.get((namespace, name, container), {"current": "", "previous": None})
+        previous = _query_bool(query.get("previous"))
+        text = logs["previous"] if previous else logs["current"]
+        if text is None:
+            return 400, _status(400, f'previous terminated container "{container}" in pod "{name}" not found')
+        if query.get("tailLines"):
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else ""
+        if query.get("limitBytes"):
+            text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
+        return 200, text
 
     def _serve_stored(
         self, method: str, plural: str, namespace: str | None, name: str | None, query: dict[str, str]
@@ -893,11 +1004,13 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         code, body = self.state.handle(self.command, self.path, raw, self.headers.get("Content-Type", ""))
-        payload = json.dumps(body).encode()
+        payload = body.encode() if isinstance(body, str) else json.dumps(body).encode()  # pods/log: text/plain
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
         self.send_header("Content-Length", str(len(payload)))
-        retry_after = (body.get("details") or {}).get("retryAfterSeconds") if code == 429 else None
+        retry_after = (
+            (body.get("details") or {}).get("retryAfterSeconds") if code == 429 and isinstance(body, dict) else None
+        )
         if retry_after is not None:
             self.send_header("Retry-After", str(retry_after))
         self.end_headers()
@@ -921,6 +1034,48 @@ def _status(code: int, message: str, name: str | None = None, kind: str | None =
         "details": details,
         "code": code,
     }
+
+
+def _query_bool(value: str | None) -> bool:
+    """A boolean query parameter as the API server reads it: absent, "0" and "false" (any case) are false,
+    anything else true -- the Python client sends "True" (apimachinery pkg/runtime/conversion.go
+    Convert_Slice_string_To_bool)."""
+    return value is not None and value != "0" and value.lower() != "false"
+
+
+_EVENT_FIELDS = (
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+    "metadata.namespace",
+    "metadata.name",
+)
+
+
+def _event_fields(event: dict[str, Any]) -> dict[str, str]:
+    """An Event's selectable fields (pkg/registry/core/event/strategy.go ToSelectableFields)."""
+    involved = event.get("involvedObject") or {}
+    out = {f"involvedObject.{k}": str(involved.get(k, "")) for k in
+           ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")}  # fmt: skip
+    out.update(
+        {
+            "reason": str(event.get("reason", "")),
+            "reportingComponent": str(event.get("reportingComponent", "")),
+            "source": str((event.get("source") or {}).get("component", "")),
+            "type": str(event.get("type", "")),
+            "metadata.namespace": str(event["metadata"].get("namespace", "")),
+            "metadata.name": str(event["metadata"].get("name", "")),
+        }
+    )
+    return out
 
 
 GPU = "nvidia.com/gpu"
