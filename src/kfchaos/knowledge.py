@@ -95,7 +95,8 @@ def match(
     seen = {name for name, value in (findings or {}).items() if value}
     found = []
     for mode in failure_modes():
-        hits = [c for c in mode.checks if c in failing]
+        # A mode's check also matches its per-dependency variants (abort.dependency_p99 -> abort.dependency_p99.db).
+        hits = [c for c in mode.checks if c in failing or any(f.startswith(f"{c}.") for f in failing)]
         confirmed = [s for s in mode.signals if s in seen]
         if not hits and not confirmed:
             continue
