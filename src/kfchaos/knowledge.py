@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import Field, field_validator
 
-from kfchaos.evidence.model import FINDINGS
+from kfchaos.evidence.model import FINDINGS, WEAK_ABSENCE
 from kfchaos.types import StrictModel
 
 
@@ -57,6 +57,11 @@ class Match:
         """Signals seen: a match confirmed by evidence ranks above one only guessed."""
         return len(self.found)
 
+    @property
+    def contradicted(self) -> int:
+        """Signals collected and not seen, leaving out those whose absence proves little (WEAK_ABSENCE)."""
+        return len([s for s in self.not_seen if s not in WEAK_ABSENCE])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.mode.model_dump(),
@@ -88,7 +93,8 @@ def match(
 ) -> list[Match]:
     """Known failure modes for the verdict's failing checks (and the replay check when INCONCLUSIVE), and for
     the signals the evidence bundle found (`findings`: name -> seen; absent: not collected; None: no bundle).
-    Best first: the most signals seen, then a fault-type match, then the most failing checks."""
+    Best first: the most signals seen, then the fewest contradicted, then a fault-type match, then the most
+    failing checks."""
     failing = set(failing_checks(verdict))
     failing |= {n for n in failing_checks(verdict, ("INCONCLUSIVE",)) if n == "replay"}
     faults = set(fault_types)
@@ -110,4 +116,4 @@ def match(
                 [s for s in mode.signals if findings is None or s not in findings],
             )
         )
-    return sorted(found, key=lambda m: (-m.evidence_score, not m.fault_match, -len(m.checks)))
+    return sorted(found, key=lambda m: (-m.evidence_score, m.contradicted, not m.fault_match, -len(m.checks)))

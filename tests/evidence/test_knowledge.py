@@ -61,3 +61,13 @@ def test_evidence_alone_can_name_a_mode_no_check_pointed_at() -> None:
 def test_a_dependency_abort_matches_its_per_dependency_check() -> None:
     verdict = {"checks": [], "stages": [{"checks": [{"name": "abort.dependency_p99.redis", "status": "FAIL"}]}]}
     assert [m.mode.id for m in match(verdict, ["dns-error"])] == ["dependency-dns-failure"]
+
+
+def test_absent_signals_rank_the_contradicted_mode_lower() -> None:
+    # The demo's unsafe run: OOMKilled, the working set's peak missed by the scrapes, no preemptions.
+    verdict = {"checks": [], "stages": [{"checks": [{"name": "oom_kill_rate", "status": "FAIL"}]}]}
+    findings = {"host_oom_kill": True, "working_set_near_limit": False, "cgroup_oom_events": False,
+                "backoff_events": False, "preemptions": False, "kv_cache_full": False}  # fmt: skip
+    ranked = match(verdict, ["long-context-burst"], findings)
+    assert [m.mode.id for m in ranked[:2]] == ["host-cgroup-oom-kill", "cpu-offload-pinned-memory-growth"]
+    assert ranked[0].contradicted == 1  # cAdvisor's lost count and a missing BackOff prove little

@@ -26,6 +26,11 @@ FINDINGS = {
 }
 
 
+# Findings whose absence means little: cAdvisor's OOM count goes with the killed container's cgroup
+# (google/cadvisor#3015), and the kubelet reports BackOff only from the second crash in its back-off window.
+WEAK_ABSENCE = {"cgroup_oom_events", "backoff_events"}
+
+
 @dataclass
 class Item:
     """One piece of evidence. `collected` False always comes with `why_not`."""

@@ -64,7 +64,8 @@ def _peak(series: list[RangeSeries]) -> tuple[float, float] | None:
 
 
 def _at(kill: float | None, t: float) -> str:
-    return f" ({t - kill:+.0f} s from the kill)" if kill is not None else ""
+    # The kill's time is when kube-state-metrics showed the restart: a restart delay and a scrape after it.
+    return f" ({t - kill:+.0f} s from the restart)" if kill is not None else ""
 
 
 def memory(source: MetricsSource, namespace: str, pod: str, container: str, window: tuple[float, float],
@@ -104,7 +105,7 @@ def memory(source: MetricsSource, namespace: str, pod: str, container: str, wind
     else:
         shows += "; no memory limit series (kube_pod_container_resource_limits / container_spec_memory_limit_bytes)"
     if kill is not None:
-        shows += "; the last scrape before a kill can miss the peak that triggered it"
+        shows += "; scrapes can miss the peak that triggered a kill (memory can pass the limit between two)"
     return item.got(f"Prometheus {source.url}: {working} vs {limit_query}", shows, data, findings)
 
 
