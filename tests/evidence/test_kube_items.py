@@ -106,3 +106,31 @@ def test_nvidia_smi_is_not_run_without_the_opt_in(server: KubeApiServer) -> None
     item = nvidia_smi(kube(server), NS, POD, CONTAINER, Options())
     assert not item.collected and item.why_not and "not opted in" in item.why_not
     assert not any("/exec" in p for _, p in server.requests)
+
+
+NVIDIA_SMI_CSV = "pid, used_memory [MiB]\n4242, 71234 MiB\n4301, 2048 MiB\n"
+
+
+def test_nvidia_smi_runs_over_the_exec_websocket_when_opted_in(server: KubeApiServer) -> None:
+    calls: list[tuple[str, str, str, list[str]]] = []
+
+    def run(namespace: str, pod: str, container: str, command: list[str]) -> tuple[str, int]:
+        calls.append((namespace, pod, container, command))
+        return NVIDIA_SMI_CSV, 0
+
+    server.exec_handler = run
+    item = nvidia_smi(kube(server), NS, POD, CONTAINER, Options(exec_nvidia_smi=True))
+    assert item.collected, item.why_not
+    assert calls == [(NS, POD, CONTAINER, ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv"])]
+    assert item.data["processes"] == [{"pid": "4242", "used_memory": "71234 MiB"},
+                                      {"pid": "4301", "used_memory": "2048 MiB"}]  # fmt: skip
+    assert item.findings == {"gpu_process_memory": True}
+
+
+def test_nvidia_smi_denied_or_failing_says_why(server: KubeApiServer) -> None:
+    server.exec_handler = lambda *a: ("", 127)  # not in the image
+    with pytest.raises(Unavailable, match="non-zero exit code"):
+        nvidia_smi(kube(server), NS, POD, CONTAINER, Options(exec_nvidia_smi=True))
+    server.forbid("create", "pods/exec")
+    with pytest.raises(Unavailable, match=r"RBAC denied: .* create pods/exec .*evidence-exec.yaml"):
+        nvidia_smi(kube(server), NS, POD, CONTAINER, Options(exec_nvidia_smi=True))

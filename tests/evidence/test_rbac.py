@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kfchaos.evidence.collect import Kill, Options, events, last_state, previous_log
+from kfchaos.evidence.collect import Kill, Options, events, last_state, nvidia_smi, previous_log
 from kfchaos.evidence.kube import ClusterKube
 from kfchaos.kfp.identity import EVIDENCE_CALLS, OPTIONAL_EVIDENCE_CALLS, RUN_SERVICE_ACCOUNT, Call
 from tests.manifests.test_manifests import K8S_VERSIONS, MANIFESTS, kustomize_build
@@ -39,11 +39,13 @@ def test_the_calls_are_the_listed_ones() -> None:
         server.restart_container(NS, "vllm-0", "vllm", "OOMKilled", 137)
         kube = ClusterKube(kubernetes_client(server.url))
         kill = Kill(NS, "vllm-0", "vllm", None, "OOMKilled")
+        server.exec_handler = lambda *a: ("pid, used_memory [MiB]\n1, 10 MiB\n", 0)
         last_state(kube, kill), events(kube, NS, "vllm-0"), previous_log(kube, kill, Options())
+        nvidia_smi(kube, NS, "vllm-0", "vllm", Options(exec_nvidia_smi=True))
         kube.pods(NS, "app=vllm")
         made = {_call(m, p) for m, p in server.requests}
     listed = {(c.resource, c.verb) for c in EVIDENCE_CALLS + OPTIONAL_EVIDENCE_CALLS}
-    assert made <= listed and made >= {(c.resource, c.verb) for c in EVIDENCE_CALLS}
+    assert made == listed
 
 
 def _allowed(objects: list[dict[str, Any]], call: Call) -> bool:

@@ -4,7 +4,8 @@ It stores objects and serves the REST paths kfchaos calls: CRDs (apiextensions.k
 Mesh CRDs vendored in src/kfchaos/data/chaos-mesh/crds/), namespaced and cluster-wide custom objects of
 chaos-mesh.org/v1alpha1 (create with dryRun=All, get, list with labelSelector, merge-patch, delete), pods
 (create, get, list, delete), events (list, with fieldSelector and limit), the pods/log subresource
-(previous, tailLines, limitBytes) and containers that restart (`restart_container`: restartCount and
+(previous, tailLines, limitBytes), pods/exec over a websocket (`exec_handler` answers the command) and
+containers that restart (`restart_container`: restartCount and
 lastState.terminated, the current log becoming the previous one). Created chaos objects are validated
 against their CRD's schema with unknown fields as errors, as the API server does under fieldValidation=Strict.
 
@@ -214,6 +215,9 @@ class KubeApiServer:
     # The server's clock minus the local one (seconds): creationTimestamp, deletionTimestamp and the HTTP
     # Date header (Go's net/http sets it on every response) come from the server's clock.
     clock_offset: float = 0.0
+    # pods/exec: (namespace, pod, container, command) -> (stdout, exit code), or None for "not found" (the
+    # command is not in the image); unset, every exec answers exit code 126.
+    exec_handler: Any = None
 
     def __post_init__(self) -> None:
         self._crds = load_crds(self.crd_dir)
@@ -1001,6 +1005,9 @@ class _Handler(BaseHTTPRequestHandler):
         return super().date_time_string(time.time() + self.state.clock_offset if timestamp is None else timestamp)
 
     def _dispatch(self) -> None:
+        if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/[^/]+/exec", urlsplit(self.path).path):
+            self._exec()
+            return
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         code, body = self.state.handle(self.command, self.path, raw, self.headers.get("Content-Type", ""))
@@ -1017,6 +1024,68 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _dispatch
+
+    def _exec(self) -> None:
+        """pods/{pod}/exec over a websocket, as the kubernetes client's stream() speaks it: RBAC `create` on
+        pods/exec (also for the websocket GET), the upgrade answered with the v4.channel.k8s.io subprotocol
+        (staging/src/k8s.io/apimachinery/pkg/util/remotecommand/constants.go), each message a binary frame
+        whose first byte is the channel (1 stdout, 3 error: staging/src/k8s.io/apiserver/pkg/util/wsstream/
+        conn.go), the error channel carrying a metav1.Status: Success, or Failure with reason NonZeroExitCode
+        and an ExitCode cause (kubelet cri/streaming/remotecommand/exec.go ServeExec); then a close frame."""
+        import base64
+        import hashlib
+
+        parts = urlsplit(self.path)
+        namespace, pod = parts.path.split("/")[4], parts.path.split("/")[6]
+        query = parse_qs(parts.query)
+        with self.state._lock:
+            self.state.requests.append((self.command, self.path))
+            denied = ("create", "pods/exec") in self.state._forbidden
+            known = ("pods", namespace, pod) in dict(self.state._live())
+        if denied or not known:
+            code = 403 if denied else 404
+            body = json.dumps(_status(code, f'pods "{pod}" is forbidden' if denied else f'pods "{pod}" not found'))
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+            return
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept.decode())
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        handler = self.state.exec_handler
+        container = (query.get("container") or [""])[0]
+        answer = handler(namespace, pod, container, query.get("command", [])) if handler else ("", 126)
+        stdout, exit_code = answer if answer is not None else ("", 127)
+        if stdout:
+            self._frame(0x2, b"\x01" + stdout.encode())
+        status: dict[str, Any] = {"metadata": {}, "status": "Success"}
+        if exit_code:
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                      "message": f"command terminated with non-zero exit code: exit status {exit_code}",
+                      "details": {"causes": [{"reason": "ExitCode", "message": str(exit_code)}]}}  # fmt: skip
+        self._frame(0x2, b"\x03" + json.dumps(status).encode())
+        self._frame(0x8, (1000).to_bytes(2, "big"))
+        self.close_connection = True
+
+    def _frame(self, opcode: int, payload: bytes) -> None:
+        """One unmasked server frame (RFC 6455 section 5.2)."""
+        size = len(payload)
+        head = bytes([0x80 | opcode])
+        if size < 126:
+            head += bytes([size])
+        elif size < 1 << 16:
+            head += bytes([126]) + size.to_bytes(2, "big")
+        else:
+            head += bytes([127]) + size.to_bytes(8, "big")
+        self.wfile.write(head + payload)
+        self.wfile.flush()
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
