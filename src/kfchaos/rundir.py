@@ -14,6 +14,8 @@
       report.html        the report (offline: its plotting script is inline)
       report.md          the Markdown summary
       audit.json         the sealed audit record, pipeline runs only (`kfchaos audit verify`)
+      evidence/          the OOM evidence bundle, when the run called for one (kfchaos.evidence.files):
+                         index.json and one file per item
 
 The folder is self-sufficient to re-judge: `kfchaos verdict --run runs/<run-id>` reads its inputs and gives
 the verdict again. `write()` re-judges on the spot and records the result in run.json (`rejudged`), so a
@@ -49,6 +51,7 @@ VERDICT = "verdict.json"
 REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
 AUDIT = "audit.json"
+EVIDENCE = "evidence/index.json"  # kfchaos.evidence.files: FOLDER/INDEX
 FILES = (
     EXPERIMENT,
     BASELINE,
@@ -61,6 +64,7 @@ FILES = (
     REPORT_HTML,
     REPORT_MD,
     AUDIT,
+    EVIDENCE,
 )
 
 # Where kfp.local leaves the pipeline's artifacts: <run>/<task>/<output name> (KFP output names cannot hold dots).
@@ -154,6 +158,7 @@ def write(
     stages: list[dict[str, Any]] | None = None,
     audit: dict[str, Any] | None = None,
     info: dict[str, Any] | None = None,
+    evidence: dict[str, Any] | None = None,
 ) -> RunDir:
     """Write a whole run folder. `records`: a Parquet path (file or folder), a pyarrow Table, or a list of
     Parquet paths (merged); `metrics`: a MetricsSnapshot, its dict, or None. The reports are drawn from the
@@ -196,6 +201,7 @@ def write(
         run.file(STAGES).write_text(json.dumps(stages, indent=2) + "\n")
     if audit is not None:
         run.file(AUDIT).write_text(json.dumps(audit, indent=2) + "\n")
+    _write_evidence(run, evidence)
     verdict = {**verdict, "run_id": run.run_id}
     run.file(VERDICT).write_text(json.dumps(verdict, indent=2) + "\n")
     manifest = _manifest(run, experiment_text, verdict, info)
@@ -207,6 +213,15 @@ def write(
     manifest["files"] = sorted(name for name in FILES if run.has(name))
     run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return run
+
+
+def _write_evidence(run: RunDir, evidence: dict[str, Any] | None) -> None:
+    from kfchaos.evidence import files
+    from kfchaos.evidence.model import Bundle
+
+    bundle = Bundle.from_dict(evidence) if evidence else None
+    if bundle is not None:
+        files.write(bundle, run.path / files.FOLDER)
 
 
 def _control_records(baseline_text: str, baseline_path: Path | None) -> Path | None:
@@ -300,6 +315,10 @@ def report_context(run: RunDir) -> dict[str, Any]:
             context[key] = _json(run.file(name))
     if run.has(STAGES):
         context["steps"] = json.loads(run.file(STAGES).read_text())
+    if run.has(EVIDENCE):
+        from kfchaos.evidence import files
+
+        context["evidence"] = files.read(run.file(EVIDENCE).parent)
     return context
 
 
@@ -417,8 +436,9 @@ def _baseline_summary(text: str) -> dict[str, Any] | None:
         return None
 
 
-def embedded_metrics(report_html: str) -> dict[str, Any] | None:
-    """The metrics snapshot the pipeline's report embedded (the verdict step fetched it over the whole run)."""
+def embedded_metrics(report_html: str, key: str = "metrics") -> dict[str, Any] | None:
+    """The metrics snapshot the pipeline's report embedded (the verdict step fetched it over the whole run), or
+    with key="evidence" the OOM evidence bundle it collected."""
     from kfchaos.report import DATA_ID
 
     found = re.search(rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', report_html, re.S)
@@ -428,7 +448,7 @@ def embedded_metrics(report_html: str) -> dict[str, Any] | None:
         data = json.loads(found.group(1))
     except json.JSONDecodeError:
         return None
-    metrics = data.get("metrics") if isinstance(data, dict) else None
+    metrics = data.get(key) if isinstance(data, dict) else None
     return metrics if isinstance(metrics, dict) else None
 
 
@@ -446,7 +466,8 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
         baseline = _baseline_summary(baseline_text)
     baseline_path = _baseline_file(parameters)
     html_path = kfp_run_dir.joinpath(*PIPELINE_ARTIFACTS[REPORT_HTML])
-    metrics = embedded_metrics(html_path.read_text()) if html_path.is_file() else None
+    page = html_path.read_text() if html_path.is_file() else ""
+    metrics = embedded_metrics(page) if page else None
     run = audit.get("run", {})
     parts = sorted(kfp_run_dir.glob("replay-stage*/requests"))
     return write(
@@ -460,6 +481,7 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
         run_state=run_state_from_pipeline(audit),
         stages=audit.get("steps", []),
         audit=audit,
+        evidence=embedded_metrics(page, "evidence") if page else None,
         info={
             "source": source,
             "target": parameters.get("target"),

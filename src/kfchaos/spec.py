@@ -522,6 +522,19 @@ class Safety(StrictModel):
     dry_run: bool = Field(False, description="validate everything server-side, inject nothing")
 
 
+class EvidenceOptions(StrictModel):
+    """The OOM evidence bundle (docs/verdict.md "The OOM evidence bundle"): what it may do beyond reading."""
+
+    exec_nvidia_smi: bool = Field(
+        False,
+        description="run `nvidia-smi --query-compute-apps` in the serving pod after an OOM (needs create pods/exec: "
+        "manifests/optional/evidence-exec.yaml)",
+    )
+    log_tail_lines: int = Field(
+        200, ge=0, le=5000, description="lines of the killed container's previous log kept (needs get pods/log)"
+    )
+
+
 class Schedule(StrictModel):
     cron: str = Field(description="6 fields, seconds first, as KFP's backend reads it: '0 0 2 * * *'")
     enabled: bool = True
@@ -553,6 +566,7 @@ class ExperimentSpec(StrictModel):
     abort: list[AbortRule] = Field(default_factory=list)
     baseline: BaselineSource
     safety: Safety = Safety()
+    evidence: EvidenceOptions = EvidenceOptions()
     # Schedules have one place: manifests/schedules.yaml (`kfchaos schedule sync`). The key is still
     # recognised so that an old experiment gets this message instead of a bare "unknown field".
     schedule: None = Field(None, description="not here: recurring runs live in manifests/schedules.yaml")

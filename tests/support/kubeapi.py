@@ -3,8 +3,11 @@
 It stores objects and serves the REST paths kfchaos calls: CRDs (apiextensions.k8s.io/v1, the real Chaos
 Mesh CRDs vendored in src/kfchaos/data/chaos-mesh/crds/), namespaced and cluster-wide custom objects of
 chaos-mesh.org/v1alpha1 (create with dryRun=All, get, list with labelSelector, merge-patch, delete), pods
-(create, get, list, delete) and events. Created chaos objects are validated against their CRD's schema with
-unknown fields as errors, as the API server does under fieldValidation=Strict.
+(create, get, list, delete), events (list, with fieldSelector and limit), the pods/log subresource
+(previous, tailLines, limitBytes), pods/exec over a websocket (`exec_handler` answers the command) and
+containers that restart (`restart_container`: restartCount and
+lastState.terminated, the current log becoming the previous one). Created chaos objects are validated
+against their CRD's schema with unknown fields as errors, as the API server does under fieldValidation=Strict.
 
 It also plays the Chaos Mesh controller, computed lazily from clocks so no background thread is needed:
 `Selected`/`AllInjected` turn True `inject_delay` seconds after creation, `status.experiment.containerRecords`
@@ -212,12 +215,16 @@ class KubeApiServer:
     # The server's clock minus the local one (seconds): creationTimestamp, deletionTimestamp and the HTTP
     # Date header (Go's net/http sets it on every response) come from the server's clock.
     clock_offset: float = 0.0
+    # pods/exec: (namespace, pod, container, command) -> (stdout, exit code), or None for "not found" (the
+    # command is not in the image); unset, every exec answers exit code 126.
+    exec_handler: Any = None
 
     def __post_init__(self) -> None:
         self._crds = load_crds(self.crd_dir)
         self.installed = set(self._crds if self.installed is None else self.installed)
         self._store: dict[tuple[str, str, str], _Stored] = {}
         self._events: list[dict[str, Any]] = []
+        self._logs: dict[tuple[str, str, str], dict[str, str | None]] = {}
         self._rules: list[FailureRule] = []
         self._forbidden: set[tuple[str, str]] = set()
         self._denials: list[list[Any]] = []
@@ -359,7 +366,16 @@ class KubeApiServer:
         with self._lock:
             return [self._view(key, stored) for key, stored in self._live() if key[0] in self._crds]
 
-    def add_event(self, namespace: str, reason: str, message: str, involved: dict[str, Any]) -> None:
+    def add_event(
+        self,
+        namespace: str,
+        reason: str,
+        message: str,
+        involved: dict[str, Any],
+        type_: str = "Normal",
+        count: int = 1,
+        source: str = "",
+    ) -> None:
         with self._lock:
             self._events.append(
                 {
@@ -369,10 +385,48 @@ class KubeApiServer:
                     "involvedObject": involved,
                     "reason": reason,
                     "message": message,
-                    "type": "Normal",
+                    "type": type_,
+                    "count": count,
+                    "source": {"component": source} if source else {},
+                    "firstTimestamp": _now(),
                     "lastTimestamp": _now(),
                 }
             )
+
+    def write_log(self, namespace: str, pod: str, container: str, text: str) -> None:
+        """The running container writes `text` to its log (what `kubectl logs` returns)."""
+        with self._lock:
+            logs = self._logs.setdefault((namespace, pod, container), {"current": "", "previous": None})
+            logs["current"] = (logs["current"] or "") + text
+
+    def restart_container(self, namespace: str, pod: str, container: str, reason: str, exit_code: int) -> None:
+        """The container ended (reason OOMKilled, Error or Completed: the runtime's, containerd
+        internal/cri/server) and the kubelet started it again: restartCount + 1, lastState.terminated set,
+        state running anew (pkg/kubelet/kubelet_pods.go convertToAPIContainerStatuses), and the ended
+        container's log is now the one previous log the kubelet keeps (`kubectl logs --previous`)."""
+        with self._lock:
+            stored = self._store[("pods", namespace, pod)]
+            status = stored.body.setdefault("status", {})
+            statuses = status.setdefault("containerStatuses", [])
+            found = next((c for c in statuses if c["name"] == container), None)
+            if found is None:
+                found = {"name": container, "image": "example", "imageID": "", "ready": True, "restartCount": 0,
+                         "state": {"running": {"startedAt": _now()}}}  # fmt: skip
+                statuses.append(found)
+            started = (found.get("state", {}).get("running") or {}).get("startedAt") or _now()
+            found["lastState"] = {
+                "terminated": {
+                    "reason": reason,
+                    "exitCode": exit_code,
+                    "startedAt": started,
+                    "finishedAt": _now(),
+                    "containerID": f"containerd://{uuid.uuid4().hex}",
+                }
+            }
+            found["restartCount"] = int(found.get("restartCount", 0)) + 1
+            found["state"] = {"running": {"startedAt": _now()}}
+            logs = self._logs.setdefault((namespace, pod, container), {"current": "", "previous": None})
+            logs["previous"], logs["current"] = logs["current"], ""
 
     # ------------------------------------------------------------ storage and the controller
 
@@ -459,7 +513,7 @@ class KubeApiServer:
 
     # ------------------------------------------------------------ request handling
 
-    def handle(self, method: str, raw_path: str, body: bytes, content_type: str) -> tuple[int, dict[str, Any]]:
+    def handle(self, method: str, raw_path: str, body: bytes, content_type: str) -> tuple[int, dict[str, Any] | str]:
         parts = urlsplit(raw_path)
         path, query = parts.path, {k: v[-1] for k, v in parse_qs(parts.query).items()}
         with self._lock:
@@ -470,6 +524,16 @@ class KubeApiServer:
                 rule.hits += 1
                 if not rule.after_commit:
                     return self._failure(rule)
+            sub = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/(log)", path)
+            if sub is not None:
+                namespace, name, _ = sub.groups()
+                if ("get", "pods/log") in self._forbidden:
+                    return 403, _status(
+                        403,
+                        f'pods "{name}" is forbidden: User "system:serviceaccount:kubeflow:runner" cannot get '
+                        f'resource "pods/log" in API group "" in the namespace "{namespace}"',
+                    )
+                return self._pod_log(namespace, name, query)
             route = self._route(path)
             if route is None:
                 code, out = 404, _status(404, f"the server could not find the requested resource ({path})")
@@ -548,8 +612,7 @@ class KubeApiServer:
         if plural in _CLUSTER_SCOPED or plural in _READ_ONLY:
             return self._serve_stored(method, plural, namespace, name, query)
         if plural == "events":
-            items = [e for e in self._events if namespace is None or e["metadata"]["namespace"] == namespace]
-            return 200, {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items}
+            return self._list_events(namespace, query)
         if name is None and method == "GET":
             items = [
                 self._view(key, stored)
@@ -581,6 +644,58 @@ class KubeApiServer:
             self._stamp(stored.body)
             return 200, self._view(key, stored)
         return 405, _status(405, f"method {method} not allowed")
+
+    def _list_events(self, namespace: str | None, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """core/v1 events: fieldSelector over the fields the API server makes selectable for Event
+        (kubernetes/kubernetes pkg/apis/core/v1/conversion.go AddFieldLabelConversionsForEvent; another field
+        is a 400 "field label not supported"), `=`/`==`/`!=` terms joined by commas, and `limit` (the rest is
+        behind metadata.continue, staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go ListMeta)."""
+        terms = []
+        for term in filter(None, (query.get("fieldSelector") or "").split(",")):
+            found = re.fullmatch(r"([^!=]+)(==|=|!=)(.*)", term)
+            if not found or found.group(1) not in _EVENT_FIELDS:
+                label = found.group(1) if found else term
+                return 400, _status(400, f"field label not supported: {label}")
+            terms.append(found.groups())
+        items = []
+        for event in self._events:
+            if namespace is not None and event["metadata"]["namespace"] != namespace:
+                continue
+            fields = _event_fields(event)
+            if all((fields.get(k, "") == v) == (op != "!=") for k, op, v in terms):
+                items.append(copy.deepcopy(event))
+        meta: dict[str, Any] = {"resourceVersion": "1"}
+        limit = int(query.get("limit") or 0)
+        if limit and len(items) > limit:
+            items, meta["continue"] = items[:limit], "more"
+        return 200, {"apiVersion": "v1", "kind": "EventList", "metadata": meta, "items": items}
+
+    def _pod_log(self, namespace: str, name: str, query: dict[str, str]) -> tuple[int, dict[str, Any] | str]:
+        """GET pods/{name}/log: text/plain. The container is required when the pod has several (400 "a
+        container name must be specified"); previous=true reads the one previous container's log, 400
+        `previous terminated container "c" in pod "p" not found` when there is none
+        (pkg/kubelet/kubelet_pods.go validateContainerLogStatus); tailLines keeps the last lines, then
+        limitBytes cuts the answer (staging/src/k8s.io/api/core/v1/types.go PodLogOptions)."""
+        stored = dict(self._live()).get(("pods", namespace, name))
+        if stored is None:
+            return 404, _status(404, f'pods "{name}" not found', name=name, kind="pods")
+        containers = [c["name"] for c in stored.body["spec"].get("containers", [])]
+        container = query.get("container") or (containers[0] if len(containers) == 1 else "")
+        if not container:
+            return 400, _status(400, f"a container name must be specified for pod {name}, choose one of: {containers}")
+        if container not in containers:
+            return 400, _status(400, f"container {container} is not valid for pod {name}")
+        logs = self._logs.get((namespace, name, container), {"current": "", "previous": None})
+        previous = _query_bool(query.get("previous"))
+        text = logs["previous"] if previous else logs["current"]
+        if text is None:
+            return 400, _status(400, f'previous terminated container "{container}" in pod "{name}" not found')
+        if query.get("tailLines"):
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else ""
+        if query.get("limitBytes"):
+            text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
+        return 200, text
 
     def _serve_stored(
         self, method: str, plural: str, namespace: str | None, name: str | None, query: dict[str, str]
@@ -890,20 +1005,87 @@ class _Handler(BaseHTTPRequestHandler):
         return super().date_time_string(time.time() + self.state.clock_offset if timestamp is None else timestamp)
 
     def _dispatch(self) -> None:
+        if re.fullmatch(r"/api/v1/namespaces/[^/]+/pods/[^/]+/exec", urlsplit(self.path).path):
+            self._exec()
+            return
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         code, body = self.state.handle(self.command, self.path, raw, self.headers.get("Content-Type", ""))
-        payload = json.dumps(body).encode()
+        payload = body.encode() if isinstance(body, str) else json.dumps(body).encode()  # pods/log: text/plain
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
         self.send_header("Content-Length", str(len(payload)))
-        retry_after = (body.get("details") or {}).get("retryAfterSeconds") if code == 429 else None
+        retry_after = (
+            (body.get("details") or {}).get("retryAfterSeconds") if code == 429 and isinstance(body, dict) else None
+        )
         if retry_after is not None:
             self.send_header("Retry-After", str(retry_after))
         self.end_headers()
         self.wfile.write(payload)
 
     do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _dispatch
+
+    def _exec(self) -> None:
+        """pods/{pod}/exec over a websocket, as the kubernetes client's stream() speaks it: RBAC `create` on
+        pods/exec (also for the websocket GET), the upgrade answered with the v4.channel.k8s.io subprotocol
+        (staging/src/k8s.io/apimachinery/pkg/util/remotecommand/constants.go), each message a binary frame
+        whose first byte is the channel (1 stdout, 3 error: staging/src/k8s.io/apiserver/pkg/util/wsstream/
+        conn.go), the error channel carrying a metav1.Status: Success, or Failure with reason NonZeroExitCode
+        and an ExitCode cause (kubelet cri/streaming/remotecommand/exec.go ServeExec); then a close frame."""
+        import base64
+        import hashlib
+
+        parts = urlsplit(self.path)
+        namespace, pod = parts.path.split("/")[4], parts.path.split("/")[6]
+        query = parse_qs(parts.query)
+        with self.state._lock:
+            self.state.requests.append((self.command, self.path))
+            denied = ("create", "pods/exec") in self.state._forbidden
+            known = ("pods", namespace, pod) in dict(self.state._live())
+        if denied or not known:
+            code = 403 if denied else 404
+            body = json.dumps(_status(code, f'pods "{pod}" is forbidden' if denied else f'pods "{pod}" not found'))
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+            return
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept.decode())
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        handler = self.state.exec_handler
+        container = (query.get("container") or [""])[0]
+        answer = handler(namespace, pod, container, query.get("command", [])) if handler else ("", 126)
+        stdout, exit_code = answer if answer is not None else ("", 127)
+        if stdout:
+            self._frame(0x2, b"\x01" + stdout.encode())
+        status: dict[str, Any] = {"metadata": {}, "status": "Success"}
+        if exit_code:
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                      "message": f"command terminated with non-zero exit code: exit status {exit_code}",
+                      "details": {"causes": [{"reason": "ExitCode", "message": str(exit_code)}]}}  # fmt: skip
+        self._frame(0x2, b"\x03" + json.dumps(status).encode())
+        self._frame(0x8, (1000).to_bytes(2, "big"))
+        self.close_connection = True
+
+    def _frame(self, opcode: int, payload: bytes) -> None:
+        """One unmasked server frame (RFC 6455 section 5.2)."""
+        size = len(payload)
+        head = bytes([0x80 | opcode])
+        if size < 126:
+            head += bytes([size])
+        elif size < 1 << 16:
+            head += bytes([126]) + size.to_bytes(2, "big")
+        else:
+            head += bytes([127]) + size.to_bytes(8, "big")
+        self.wfile.write(head + payload)
+        self.wfile.flush()
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
@@ -921,6 +1103,48 @@ def _status(code: int, message: str, name: str | None = None, kind: str | None =
         "details": details,
         "code": code,
     }
+
+
+def _query_bool(value: str | None) -> bool:
+    """A boolean query parameter as the API server reads it: absent, "0" and "false" (any case) are false,
+    anything else true -- the Python client sends "True" (apimachinery pkg/runtime/conversion.go
+    Convert_Slice_string_To_bool)."""
+    return value is not None and value != "0" and value.lower() != "false"
+
+
+_EVENT_FIELDS = (
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+    "metadata.namespace",
+    "metadata.name",
+)
+
+
+def _event_fields(event: dict[str, Any]) -> dict[str, str]:
+    """An Event's selectable fields (pkg/registry/core/event/strategy.go ToSelectableFields)."""
+    involved = event.get("involvedObject") or {}
+    out = {f"involvedObject.{k}": str(involved.get(k, "")) for k in
+           ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")}  # fmt: skip
+    out.update(
+        {
+            "reason": str(event.get("reason", "")),
+            "reportingComponent": str(event.get("reportingComponent", "")),
+            "source": str((event.get("source") or {}).get("component", "")),
+            "type": str(event.get("type", "")),
+            "metadata.namespace": str(event["metadata"].get("namespace", "")),
+            "metadata.name": str(event["metadata"].get("name", "")),
+        }
+    )
+    return out
 
 
 GPU = "nvidia.com/gpu"

@@ -114,8 +114,20 @@ class Metrics:
                 registry=r,
             ).labels(*where).set(status.last_exit_code or 0)
         cgroup = ["namespace", "pod", "container", "id"]
+        cgroup_id = (DEMO_NAMESPACE, DEMO_POD, DEMO_CONTAINER, f"/kubepods/demo/{status.container_id}")
         cadvisor = Gauge("container_oom_events_total", "OOM events of this cgroup (cAdvisor)", cgroup, registry=r)
-        cadvisor.labels(DEMO_NAMESPACE, DEMO_POD, DEMO_CONTAINER, f"/kubepods/demo/{status.container_id}").set(0)
+        cadvisor.labels(*cgroup_id).set(0)
+        # cAdvisor's memory series of the same cgroup (google/cadvisor metrics/prometheus.go): the working set is
+        # the modelled host memory (the KV pool's mirror), the limit the container's; and kube-state-metrics'
+        # kube_pod_container_resource_limits{resource="memory",unit="byte"} from the pod spec (internal/store/pod.go).
+        self.working_set = Gauge("container_memory_working_set_bytes", "Working set (cAdvisor)", cgroup, registry=r)
+        self.working_set.labels(*cgroup_id)
+        self.cgroup_id = cgroup_id
+        Gauge("container_spec_memory_limit_bytes", "Memory limit (cAdvisor)", cgroup, registry=r).labels(
+            *cgroup_id
+        ).set(status.memory_limit_bytes)
+        Gauge("kube_pod_container_resource_limits", "Limits (kube-state-metrics)", [*pod, "resource", "unit"],
+              registry=r).labels(*where, "memory", "byte").set(status.memory_limit_bytes)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,7 @@ class ContainerStatus:
     last_reason: str | None = None
     last_exit_code: int | None = None
     container_id: str = "c0"
+    memory_limit_bytes: int = 0
 
 
 class DemoServer:
@@ -133,7 +146,7 @@ class DemoServer:
         self.config = config
         self.model = model
         self.engine = Engine(config)
-        self.metrics = Metrics(model, status or ContainerStatus())
+        self.metrics = Metrics(model, status or ContainerStatus(memory_limit_bytes=config.memory_limit_bytes))
         self.metrics.memory_limit.set(config.memory_limit_bytes)
         self.requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
@@ -186,6 +199,7 @@ class DemoServer:
         self.metrics.prefix_queries.labels(labels).inc(queries - self._prefix_exported[0])
         self.metrics.prefix_hits.labels(labels).inc(hits - self._prefix_exported[1])
         self._prefix_exported = (queries, hits)
+        self.metrics.working_set.labels(*self.metrics.cgroup_id).set(self.engine.host_bytes)
 
     def _die_of_oom(self) -> None:
         print(
@@ -413,8 +427,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--container-id", default="c0", help="set by the supervisor")
     add_engine_arguments(parser)
     args = parser.parse_args(argv)
-    status = ContainerStatus(args.restarts, args.last_terminated_reason, args.last_exit_code, args.container_id)
-    server = DemoServer(engine_config(args), args.model, status)
+    config = engine_config(args)
+    status = ContainerStatus(args.restarts, args.last_terminated_reason, args.last_exit_code, args.container_id,
+                             config.memory_limit_bytes)  # fmt: skip
+    server = DemoServer(config, args.model, status)
     web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None, handle_signals=True)
 
 

@@ -11,7 +11,11 @@ Each child's output goes to the terminal and to its own log file; the previous c
 kubelet keeps one previous container's log (`kubectl logs --previous`), and named in the state file for
 the crash-log evidence (kfchaos.metrics.crashlogs).
 The current child's pid, the counts and the previous log are kept in a JSON state file, which the local
-fault backend reads to kill "the pod". SIGTERM or SIGINT stop the child and the supervisor.
+fault backend reads to kill "the pod". For the OOM evidence bundle (kfchaos.demo.kubeview) it also keeps what
+the kubelet would put in the pod status (the current container's start, the last one's start and finish)
+and the kubelet's container events (Created, Started: pkg/kubelet/events/event.go), counted per reason and
+message as client-go's event correlator aggregates repeats (tools/record/events_cache.go).
+SIGTERM or SIGINT stop the child and the supervisor.
 """
 
 from __future__ import annotations
@@ -46,6 +50,17 @@ class Supervisor:
         self.oom_marker = self.workdir / "oom"
         self.previous_log: Path | None = None
         self._tee: threading.Thread | None = None
+        self.started_at: float | None = None
+        self.last_started_at: float | None = None
+        self.last_finished_at: float | None = None
+        self.events: dict[tuple[str, str], dict[str, object]] = {}
+
+    def _event(self, reason: str, message: str) -> None:
+        now = time.time()
+        event = self.events.setdefault((reason, message), {"type": "Normal", "reason": reason, "message": message,
+                                                           "count": 0, "first": now})  # fmt: skip
+        event["count"] = int(str(event["count"])) + 1
+        event["last"] = now
 
     def _write_state(self) -> None:
         state = {
@@ -56,6 +71,10 @@ class Supervisor:
             "last_terminated_reason": self.last_reason,
             "last_exit_code": self.last_exit_code,
             "previous_log": str(self.previous_log) if self.previous_log else None,
+            "started_at": self.started_at,
+            "last_started_at": self.last_started_at,
+            "last_finished_at": self.last_finished_at,
+            "events": list(self.events.values()),
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -77,6 +96,9 @@ class Supervisor:
         env = dict(os.environ, KFCHAOS_DEMO_OOM_MARKER=str(self.oom_marker))
         log = self.workdir / f"container-{self.restarts}.log"
         self.child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.started_at = time.time()
+        self._event("Created", "Created container vllm")
+        self._event("Started", "Started container vllm")
         self._tee = threading.Thread(target=_tee, args=(self.child, log), daemon=True)
         self._tee.start()
         self._write_state()
@@ -99,6 +121,7 @@ class Supervisor:
             if self._tee is not None:
                 self._tee.join(timeout=5)
             self.previous_log = self.workdir / f"container-{self.restarts}.log"
+            self.last_started_at, self.last_finished_at = self.started_at, time.time()
             self.restarts += 1
             # A signal death reads as 128 + the signal number, as the runtime reports it (SIGKILL -> 137).
             self.last_exit_code = 128 - code if code < 0 else code

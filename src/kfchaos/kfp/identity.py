@@ -66,6 +66,21 @@ FAULT_CALLS: tuple[Call, ...] = (
 
 RUN_CALLS: tuple[Call, ...] = KFP_RUNTIME_CALLS + FAULT_CALLS
 
+# The OOM evidence bundle (kfchaos.evidence) at the end of a FAIL/INCONCLUSIVE run: reads the default Role
+# already grants for the fault backend, and two opt-in ones manifests/ grants only in manifests/optional/
+# (model logs can hold prompts; exec runs a command in the serving pod). Denied: the item says "RBAC denied".
+EVIDENCE_CALLS: tuple[Call, ...] = (
+    Call("target", "", "pods", "get", "evidence: the killed container's last terminated state"),
+    Call("target", "", "pods", "list", "evidence: the target pods when no kill names one"),
+    Call("target", "", "events", "list", "evidence: the pod's events"),
+)
+OPTIONAL_EVIDENCE_CALLS: tuple[Call, ...] = (
+    Call(
+        "target", "", "pods/log", "get", "evidence: the previous container log (manifests/optional/evidence-logs.yaml)"
+    ),
+    Call("target", "", "pods/exec", "create", "evidence: nvidia-smi in the serving pod (optional/evidence-exec.yaml)"),
+)
+
 # Preflight's Chaos Mesh placement reads (kfchaos.faults.clustercheck): cluster-wide lists of the
 # controller-manager Deployment, chaos-daemon pods and DaemonSets, and the target nodes and namespaces. Best
 # effort: when the run identity may not make them, preflight notes the placement as unchecked instead of
@@ -81,8 +96,10 @@ PLACEMENT_CALLS: tuple[Call, ...] = (
 
 __all__ = [
     "CHAOS_PLURALS",
+    "EVIDENCE_CALLS",
     "FAULT_CALLS",
     "KFP_RUNTIME_CALLS",
+    "OPTIONAL_EVIDENCE_CALLS",
     "PLACEMENT_CALLS",
     "RUN_CALLS",
     "RUN_SERVICE_ACCOUNT",

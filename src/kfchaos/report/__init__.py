@@ -8,7 +8,7 @@ checks, and the known failure modes that fit, ranked. Both accept a `kfchaos.Ver
 `markdown(verdict, context)` and `html(verdict, context)` return text. Context keys, all optional: run (the
 run folder's manifest), experiment (an Experiment), records (Parquet path, Table or Requests), metrics (a
 MetricsSnapshot or its JSON), baseline (the baseline file's mapping), control_records (the control
-baseline's Parquet), run_state, steps, audit, fault_types.
+baseline's Parquet), run_state, steps, audit, fault_types, evidence (the OOM evidence bundle, kfchaos.evidence).
 `kfchaos.rundir` builds the context from a run folder.
 """
 
@@ -20,6 +20,7 @@ from html import escape
 from typing import Any
 
 from kfchaos.knowledge import Match, match
+from kfchaos.report import evidence as evidence_section
 from kfchaos.report.data import (
     StageFigures,
     baseline_band,
@@ -67,11 +68,20 @@ def _pct(value: float) -> str:
 
 
 def _matches(document: dict[str, Any], context: dict[str, Any]) -> list[Match]:
-    """Known failure modes that fit, best first: the most failing checks pointing at a mode (its fault type
-    counting as one more), then the larger share of the mode's own checks."""
+    """Known failure modes that fit, best first: the most signals the OOM evidence bundle found, the fewest it
+    contradicted, then the most failing checks pointing at a mode (its fault type counting as one more), then
+    the larger share of the mode's own checks."""
     normalized = {"checks": document.get("checks", []), "stages": stages_of(document)}
-    found = match(normalized, _fault_types(context))
-    return sorted(found, key=lambda m: (-(len(m.checks) + m.fault_match), -len(m.checks) / len(m.mode.checks)))
+    found = match(normalized, _fault_types(context), evidence_section.findings(context))
+    return sorted(
+        found,
+        key=lambda m: (
+            -m.evidence_score,
+            m.contradicted,
+            -(len(m.checks) + m.fault_match),
+            -len(m.checks) / len(m.mode.checks),
+        ),
+    )
 
 
 def _slo(context: dict[str, Any]) -> Any:
@@ -136,6 +146,7 @@ def markdown(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None =
         lines += ["## Why", *[f"- {r}" for r in reasons], ""]
     for warning in document.get("warnings", []):
         lines.append(f"> warning: {warning}")
+    lines += evidence_section.markdown(context)
     matches = _matches(document, context)
     if matches:
         lines += ["", "## Known failure modes that fit (best match first)", ""]
@@ -148,17 +159,31 @@ def _markdown_match(item: Match) -> list[str]:
     mode = item.mode
     return [
         f"### {mode.title}",
-        f"Matched by: {', '.join(item.checks)}" + (" (and the experiment's fault type)" if item.fault_match else ""),
+        f"Matched by: {', '.join(item.checks) or 'the evidence only'}"
+        + (" (and the experiment's fault type)" if item.fault_match else ""),
+        *_evidence_status(item),
         "",
         mode.explanation,
         "",
-        "Evidence to collect:",
+        "Checklist (evidence to look at):",
         *[f"- {e}" for e in mode.evidence],
         "",
         "Remediation:",
         *[f"- {r}" for r in mode.remediation],
         "",
     ]
+
+
+def _evidence_status(item: Match) -> list[str]:
+    """What the OOM evidence bundle said about the mode's signals (nothing when the mode has none)."""
+    parts = []
+    if item.found:
+        parts.append(f"evidence found: {', '.join(item.found)}")
+    if item.not_seen:
+        parts.append(f"collected, not seen: {', '.join(item.not_seen)}")
+    if item.not_collected:
+        parts.append(f"not collected: {', '.join(item.not_collected)}")
+    return ["Evidence: " + "; ".join(parts)] if parts else []
 
 
 # --- HTML ----------------------------------------------------------------------------------------------------
@@ -319,11 +344,12 @@ def _failure_modes(matches: list[Match]) -> str:
     shown = 2  # the best matches open; the rest one click away, so the page stays short
     for rank, item in enumerate(matches, 1):
         mode = item.mode
-        score = f"matches {len(item.checks)} of its {len(mode.checks)} check(s): {', '.join(item.checks)}"
+        score = f"matches {len(item.checks)} of its {len(mode.checks)} check(s): {', '.join(item.checks) or '-'}"
         if item.fault_match:
             score += "; and the experiment's fault type"
+        score += "".join(f". {line}" for line in _evidence_status(item))
         body = (
-            f"<p><small>{escape(score)}</small></p><p>{escape(mode.explanation)}</p><b>Evidence to collect</b><ul>"
+            f"<p><small>{escape(score)}</small></p><p>{escape(mode.explanation)}</p><b>Checklist</b><ul>"
             + "".join(f"<li>{escape(e)}</li>" for e in mode.evidence)
             + "</ul><b>Remediation</b><ul>"
             + "".join(f"<li>{escape(r)}</li>" for r in mode.remediation)
@@ -413,8 +439,12 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
         )
     if document.get("checks"):
         parts += ["<h2>Experiment-wide checks</h2>", checks_table(document["checks"])]
+    parts.append(evidence_section.html(context))
     parts += ["<h2>Known failure modes that fit, best match first</h2>", _failure_modes(_matches(document, context))]
     data = {"verdict": document, "metrics": _metrics_dict(context.get("metrics"))}
+    bundle = evidence_section.bundle_of(context)
+    if bundle is not None:  # the pipeline's run folder takes evidence/ from here (kfchaos.rundir)
+        data["evidence"] = bundle.to_dict()
     parts.append(
         "<details><summary>Verdict JSON</summary><pre>"
         + escape(json.dumps(document, indent=1, default=str))

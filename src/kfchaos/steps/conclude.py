@@ -82,6 +82,17 @@ def _run_metrics(experiment: Any, started: float | None) -> Any | None:
         return None
 
 
+def _failing_checks(steps: list[dict[str, Any]]) -> list[str]:
+    """Names of the FAIL/INCONCLUSIVE checks of the stage steps (what the evidence trigger reads)."""
+    names = []
+    for step in steps:
+        stage = (step.get("detail") or {}).get("stage") if isinstance(step.get("detail"), dict) else None
+        for check in (stage or {}).get("checks", []) if isinstance(stage, dict) else []:
+            if isinstance(check, dict) and check.get("status") in ("FAIL", "INCONCLUSIVE"):
+                names.append(str(check.get("name")))
+    return names
+
+
 def overall(results: list[StepResult], recovery: dict[str, Any] | None) -> tuple[str, list[str]]:
     """Worst of the steps (FAIL > INCONCLUSIVE > PASS); no stage results at all is INCONCLUSIVE."""
     statuses: list[str] = []
@@ -177,6 +188,12 @@ def conclude(
         "baseline": _baseline_mapping(baseline_text),
         "run": {"run_id": run_id, "target": target, "commit": os.environ.get(GIT_COMMIT_ENV), "pipeline": pipeline},
     }
+    # The OOM evidence bundle (kfchaos.evidence), when the outcome calls for one: into the report, whose
+    # embedded data the run folder takes evidence/ from. It never changes `status`.
+    now = time.time()
+    context["evidence"] = seams.evidence_bundle(
+        experiment, status, context["metrics"], (float(started or now), now), _failing_checks(steps)
+    )
     rendered = seams.render_report(document, context)
     markdown, page = rendered if rendered else (_markdown(document), _html(_markdown(document)))
     for path, text in ((markdown_path, markdown), (html_path, page)):

@@ -116,3 +116,18 @@ def metrics_snapshot(experiment: Experiment, window: tuple[float, float]) -> Any
     except ImportError:
         return None
     return collect.snapshot_for_experiment(experiment, window)
+
+
+def evidence_bundle(
+    experiment: Experiment, status: str, metrics: Any, window: tuple[float, float], failing: list[str]
+) -> dict[str, Any] | None:
+    """The OOM evidence bundle's JSON (kfchaos.evidence) when the outcome calls for one, else None. Evidence is
+    for people and the knowledge base: it never changes the verdict, and a failure to collect never fails the run."""
+    try:
+        run = importlib.import_module("kfchaos.evidence.run")
+        bundle: dict[str, Any] | None = run.for_run(experiment, status, metrics, window, failing)
+    except Exception as exc:  # never let evidence gathering turn a verdict into a crash
+        failed = f"evidence collection failed: {type(exc).__name__}: {str(exc)[:300]}"
+        return {"kind": "kfchaos.EvidenceBundle", "version": 1, "trigger": [f"{status} run"],
+                "window": list(window), "items": [], "notes": [failed]}  # fmt: skip
+    return bundle

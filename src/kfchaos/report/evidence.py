@@ -1,0 +1,90 @@
+"""The report's "OOM evidence" section: each item of the bundle (kfchaos.evidence), what it shows, where it
+came from, and what could not be collected and why."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from kfchaos.evidence.model import FINDINGS, Bundle
+
+
+def bundle_of(context: dict[str, Any]) -> Bundle | None:
+    found = context.get("evidence")
+    if isinstance(found, Bundle):
+        return found
+    return Bundle.from_dict(found)
+
+
+def findings(context: dict[str, Any]) -> dict[str, bool] | None:
+    """The bundle's findings (None: no bundle was collected)."""
+    bundle = bundle_of(context)
+    return bundle.findings() if bundle is not None else None
+
+
+def _folder_link(item: Any) -> str:
+    return f"evidence/{item.file}" if item.collected else ""
+
+
+def markdown(context: dict[str, Any]) -> list[str]:
+    bundle = bundle_of(context)
+    if bundle is None:
+        return []
+    lines = ["## OOM evidence", "", "Collected because: " + "; ".join(bundle.trigger), ""]
+    lines += ["| item | target | collected | what it shows / why not | source |", "|---|---|---|---|---|"]
+    for item in bundle.items:
+        text = item.shows if item.collected else f"not collected: {item.why_not}"
+        file = f" (`{_folder_link(item)}`)" if item.collected else ""
+        lines.append(
+            f"| {item.title}{file} | {item.target} | {'yes' if item.collected else 'no'} | "
+            f"{_cell(text)} | {_cell(item.source)} |"
+        )
+    lines += ["", *[f"- {n}" for n in bundle.notes], *_findings_md(bundle), ""]
+    return lines
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _findings_md(bundle: Bundle) -> list[str]:
+    found = bundle.findings()
+    seen = [FINDINGS[n] for n, v in found.items() if v and n in FINDINGS]
+    return ["", "Found: " + "; ".join(seen)] if seen else ["", "Found: none of the OOM signals in what was collected"]
+
+
+def html(context: dict[str, Any]) -> str:
+    bundle = bundle_of(context)
+    if bundle is None:
+        return ""
+    rows = []
+    for item in bundle.items:
+        status = "PASS" if item.collected else "INCONCLUSIVE"
+        text = escape(item.shows) if item.collected else "not collected: " + escape(item.why_not or "")
+        file = f"<br><small><code>{escape(_folder_link(item))}</code></small>" if item.collected else ""
+        body = ""
+        if item.collected and isinstance(item.data, str) and item.data.strip():
+            body = f"<details><summary>log tail</summary><pre>{escape(item.data[-20000:])}</pre></details>"
+        rows.append(
+            f"<tr><td>{escape(item.title)}{file}</td><td>{escape(item.target)}</td>"
+            f"<td class='{status}'>{'yes' if item.collected else 'no'}</td>"
+            f"<td class='reason'>{text}{body}</td><td class='reason'><small>{escape(item.source)}</small></td></tr>"
+        )
+    found = bundle.findings()
+    seen = "".join(f"<li>{escape(FINDINGS[n])}</li>" for n, v in found.items() if v and n in FINDINGS)
+    notes = "".join(f"<li>{escape(n)}</li>" for n in bundle.notes)
+    return (
+        "<h2>OOM evidence</h2><p>Collected because: "
+        + escape("; ".join(bundle.trigger))
+        + ". The evidence never changes the verdict.</p>"
+        + "<table><tr><th>item</th><th>target</th><th>collected</th><th>what it shows / why not</th>"
+        + "<th>source</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + (
+            f"<p><b>Found</b></p><ul>{seen}</ul>"
+            if seen
+            else "<p>Found: none of the OOM signals in what was collected.</p>"
+        )
+        + (f"<ul>{notes}</ul>" if notes else "")
+    )
