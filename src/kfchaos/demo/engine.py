@@ -22,6 +22,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kfchaos.demo.lora import LoraState
 
 GIB = 1024**3
 
@@ -81,6 +85,7 @@ class Sequence:
     started: bool = False  # first token sent to the client (survives preemption)
     finished: bool = False
     arrival_step: int = 0
+    lora: str | None = None  # the adapter the request names (kfchaos.demo.lora)
 
     @property
     def tokens(self) -> int:
@@ -108,6 +113,7 @@ class Engine:
         # prefix id -> (blocks, reference count): shared full blocks of a common prompt prefix
         self._prefix_cache: dict[str, list[int]] = {}
         self.steps = 0
+        self.lora: LoraState | None = None  # --enable-lora: adapters, slots and their stalls (kfchaos.demo.lora)
 
     # ------------------------------------------------------------------ state
 
@@ -171,8 +177,12 @@ class Engine:
         self.steps += 1
         result = StepResult(duration_s=0.0)
         prefill_tokens = 0
+        skipped: list[Sequence] = []  # over --max-loras: they keep their place in the queue
         while self.waiting and len(self.running) < config.max_num_seqs:
             seq = self.waiting[0]
+            if self.lora is not None and not self.lora.schedulable(seq.lora, (s.lora for s in self.running)):
+                skipped.append(self.waiting.popleft())
+                continue
             private, new_shared = self._admit_cost(seq)
             if private + new_shared > self.free_blocks:
                 break
@@ -186,6 +196,9 @@ class Engine:
                 seq.shared_prefix_blocks = shared
             prefill_tokens += seq.prompt_tokens - (shared * config.block_size if not new_shared else 0)
             self.running.append(seq)
+        self.waiting.extendleft(reversed(skipped))
+        # Adapters read since the last step and those this batch activates into GPU slots stall the step.
+        stall = self.lora.step_stall(s.lora for s in self.running) if self.lora is not None else 0.0
         if self.host_bytes > config.memory_limit_bytes:
             result.oom = True
             return result
@@ -221,6 +234,7 @@ class Engine:
             config.decode_step_s
             + config.decode_per_seq_s * len(result.emitted)
             + prefill_tokens / config.prefill_tokens_per_s
+            + stall
         )
         return result
 
