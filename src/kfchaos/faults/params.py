@@ -298,7 +298,14 @@ class LoraAdapterChurnParams(StrictModel):
     count: int | None = Field(None, ge=1, le=MAX_ADAPTERS, description="or this many adapters from path_template")
     path_template: str | None = Field(None, description="with count: lora_path with {i} for 0..count-1")
     interval: Duration = Field(description="one churn cycle (unload + load of the next adapter) this often")
-    share: Percent = Field(0.1, description="share of the stage's requests that name one of the adapters")
+    share: Percent | None = Field(
+        None, description="requests naming the adapters, as a share of the stage's synthetic rate (default 10%)"
+    )
+    rate: float | None = Field(
+        None, gt=0, le=10_000, description="or requests/s naming the adapters at 100 %, scaled like the traffic"
+    )
+    prompt_tokens: int = Field(256, ge=1, le=32_768)
+    max_tokens: int = Field(16, ge=1, le=4096)
     start: Duration | None = Field(None, description="offset of the first churn cycle into the stage; default interval")
 
     @field_validator("interval")
@@ -329,6 +336,8 @@ class LoraAdapterChurnParams(StrictModel):
                 raise ValueError(f"path_template: {problem}")
         elif self.path_template is not None:
             raise ValueError("path_template goes with count, not with adapters")
+        if self.share is not None and self.rate is not None:
+            raise ValueError("give share or rate, not both")
         if self.adapters is not None:
             if not 1 <= len(self.adapters) <= MAX_ADAPTERS:
                 raise ValueError(f"adapters: from 1 to {MAX_ADAPTERS}")

@@ -88,7 +88,7 @@ def replay(experiment_text: str, experiment_dir: str, target: str, run_id: str, 
             experiment, stage, experiment_dir, target, records_path, duration=None, fault_active=False
         )
 
-    summary, faults = under_faults(experiment, run_id, stage, run)
+    summary, faults = under_faults(experiment, run_id, stage, run, target=target)
     faults["marked_requests"] = mark_fault_active(records_path, faults["fault_windows"])
     return json.dumps({**summary, "stage": stage, "run_id": run_id, "faults": faults}, sort_keys=True, default=str)
 
@@ -120,6 +120,7 @@ def collect(
         "plan_hash": summary.get("plan_hash"),
         "chaos_objects": faults.get("chaos_objects") or [],
         "fault_windows": faults.get("fault_windows") or [],
+        "fault_actions": faults.get("fault_actions") or [],  # the LoRA churn's calls (kfchaos.faults.lorachurn)
     }
     status = stage_result.status.value
     if faults.get("reasons") and status == "PASS":  # a fault not shown injected or removed: nothing is earned

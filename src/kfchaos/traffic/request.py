@@ -29,3 +29,4 @@ class TrafficRequest:
     max_tokens: int | None = None
     long_context: bool = False  # a long-context burst's prompt: one shared document, then a question
     fault: str | None = None  # the traffic-side fault that sent it (kfchaos.traffic.faultload); None: traffic
+    model: str | None = None  # the model it names instead of target.model (a LoRA adapter); built bodies only

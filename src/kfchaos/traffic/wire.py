@@ -91,7 +91,7 @@ class RequestBuilder:
             payload["messages"] = [{"role": "user", "content": prompt}]
         else:
             payload["prompt"] = prompt
-        return path, self._stream(payload), True
+        return path, self._stream(payload, request.model), True
 
     def _prompt(self, request: TrafficRequest) -> str:
         if request.prompt is not None:
@@ -102,8 +102,8 @@ class RequestBuilder:
             return filler_text(max(0, (request.prompt_tokens or 1) - 8)) + f"\n\n[{request.id}] Summarize the above."
         return f"[{request.id}] " + filler_text(max(0, (request.prompt_tokens or 1) - 3))
 
-    def _stream(self, payload: dict[str, Any]) -> bytes:
-        payload["model"] = self.model
+    def _stream(self, payload: dict[str, Any], model: str | None = None) -> bytes:
+        payload["model"] = model or self.model
         payload["stream"] = True
         options = payload.get("stream_options")
         payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
