@@ -3,6 +3,7 @@ swaps and unloads, what is recorded, what counts as verified, and that no adapte
 
 from __future__ import annotations
 
+import copy
 import http.server
 import json
 import os
@@ -25,7 +26,7 @@ from kfchaos.faults.lorachurn import Churn, LoraClient, churn_faults, stage_chur
 from kfchaos.faults.params import LoraAdapterChurnParams
 from kfchaos.traffic.plan import plan_stage
 from kfchaos.traffic.wire import RequestBuilder
-from tests.faults.experiments import experiment_with
+from tests.faults.experiments import BASE, experiment_with
 
 ADAPTERS = [{"name": "sql", "path": "/adapters/sql"}, {"name": "chat", "path": "org/chat-lora"}]
 
@@ -256,3 +257,63 @@ def test_share_needs_a_known_rate_and_an_openai_api() -> None:
     with pytest.raises(KfchaosError, match="with a traffic file give rate"):
         list(plan_stage(experiment, 10, synthetic=None, source=__file__, format="jsonl").schedule())
     assert churn_faults(experiment, 10) and not churn_faults(experiment, 100)
+
+
+# ---------------------------------------------------------------------- through the pipeline's stage steps
+
+
+def test_the_stage_step_churns_records_and_judges_the_fault(lora_server: str, tmp_path: Any) -> None:
+    import pyarrow.parquet as pq
+    import yaml
+
+    from kfchaos.rundir import FAULT_ACTIONS, write
+    from kfchaos.steps import stages
+
+    data = copy.deepcopy(BASE)
+    data["spec"]["target"] = {
+        "namespace": "llm-serving",
+        "selector": {"labels": {"app": "vllm"}},
+        "endpoint": lora_server,
+        "api": "openai-completions",
+        "model": "demo/llama-3-8b-sim",
+    }
+    data["spec"]["traffic"] = {
+        "synthetic": {"rate": 10, "output_tokens": {"distribution": "fixed", "mean": 2}},
+        "stage_duration": "3s",
+        "stages": [100],
+    }
+    params = {
+        "adapters": ADAPTERS,
+        "interval": "1s",
+        "start": "1s",
+        "share": "30%",
+        "prompt_tokens": 8,
+        "max_tokens": 2,
+    }
+    data["spec"]["faults"] = [{"name": "churn", "type": "lora-adapter-churn", "stages": [100], "params": params}]
+    text = yaml.safe_dump(data)
+    records = str(tmp_path / "records.parquet")
+    summary = json.loads(stages.replay(text, str(tmp_path), lora_server, "run-1", 100, records))
+    faults = summary["faults"]
+    (window,) = faults["fault_windows"]
+    assert window["kind"] == "LoraAdapterChurn" and window["verified"] and window["removed_at"]
+    actions = faults["fault_actions"]
+    assert {a["call"] for a in actions} == {"load", "unload", "models"} and all(a["fault"] == "churn" for a in actions)
+    table = pq.read_table(records)
+    rows = table.to_pylist()
+    mine = [r for r in rows if r["fault_request"] == "churn"]
+    assert mine and len(mine) < len(rows)
+    # requests naming an adapter mostly succeed; one that lands in a swap's gap meets vLLM's 404
+    assert {r["status"] for r in mine} <= {200, 404}
+    result = json.loads(stages.collect(text, 100, json.dumps(summary), "", records)[0])
+    checks = {c["name"]: c for c in result["detail"]["stage"]["checks"]}
+    assert checks["fault_active"]["status"] == "PASS"
+    assert result["detail"]["fault_actions"] == actions
+    assert not [n for n in _listed(lora_server) if n.startswith("kfchaos-")]
+
+    run = write(
+        tmp_path / "run", experiment_text=text, records=records, verdict={"status": "INCONCLUSIVE"},
+        stages=[result],
+    )  # fmt: skip
+    lines = run.file(FAULT_ACTIONS).read_text().splitlines()
+    assert [json.loads(line) for line in lines] == actions
