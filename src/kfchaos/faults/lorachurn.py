@@ -304,3 +304,37 @@ def stage_churns(
 
 def actions_dicts(churns: Sequence[Churn]) -> list[dict[str, Any]]:
     return [{"fault": c.fault.name, **a.to_dict()} for c in churns for a in c.actions]
+
+
+def readiness(experiment: Experiment, target: str = "") -> tuple[bool | None, str]:
+    """Whether the target takes runtime LoRA updates, for preflight and doctor: (True, what was seen), (False,
+    why not and what to change), or (None, why it could not be told: no answer, no credential)."""
+    if not churn_faults(experiment):
+        return True, "no lora-adapter-churn fault"
+    try:
+        client = LoraClient.for_experiment(experiment, target)
+    except KfchaosError as exc:
+        return None, str(exc)
+    problem = client.probe()
+    if problem is None:
+        return True, f"{client.base}{LOAD} answers (runtime LoRA updating is on)"
+    return (None if problem.startswith("the target did not answer") else False), problem
+
+
+def describe(experiment: Experiment, fault: FaultBase) -> list[str]:
+    """What the fault does, in words (`kfchaos render`: it creates no cluster object)."""
+    p = params_of(fault)
+    adapters = p.resolved()
+    endpoint = experiment.spec.target.endpoint.rstrip("/")
+    share = f"{p.rate:g} req/s at 100 %" if p.rate is not None else f"{100 * (p.share or 0.1):g}% of the synthetic rate"
+    return [
+        f"{fault.name} ({TYPE}): no cluster object; the replay task (shard 0) calls {endpoint} in stages "
+        f"{experiment.fault_stages(fault)}:",
+        f"  before each stage: POST {LOAD} for {len(adapters)} adapter(s): "
+        + ", ".join(f"{a.wire_name}={a.path}" for a in adapters[:8])
+        + (" ..." if len(adapters) > 8 else ""),
+        f"  from {p.first_cycle:g}s, every {p.interval:g}s: POST {UNLOAD} then {LOAD} of the next adapter (hot swap)",
+        f"  requests naming the adapters: {share}, {p.prompt_tokens} prompt / {p.max_tokens} output tokens",
+        f"  after each stage: GET {MODELS} (verification), then POST {UNLOAD} for each adapter",
+        "  needs vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (checked in preflight)",
+    ]
