@@ -129,9 +129,8 @@ def test_environment_gate_reads_like_vllm(value: str, allowed: bool) -> None:
 
 def _engine(max_loras: int, max_cpu_loras: int | None = None) -> tuple[Engine, LoraState]:
     engine = Engine(EngineConfig(decode_step_s=0.01, decode_per_seq_s=0.0))
-    state = LoraState(
-        LoraConfig(enabled=True, max_loras=max_loras, max_cpu_loras=max_cpu_loras, load_s=0.5, swap_s=0.1)
-    )
+    config = LoraConfig(enabled=True, max_loras=max_loras, max_cpu_loras=max_cpu_loras, load_s=0.5, swap_s=0.1)
+    state = LoraState(config, clock=lambda: 100.0)  # time stands still: reads under way are all still owed
     engine.lora = state
     return engine, state
 
@@ -158,8 +157,9 @@ def test_loads_and_slot_swaps_stall_the_step_by_their_cost() -> None:
     state.load({"lora_name": "a", "lora_path": "/a"})
     state.load({"lora_name": "b", "lora_path": "/b"})
     engine.add(_seq("1", "a", max_tokens=1))
-    first = engine.step()  # two reads owed + a's activation
+    first = engine.step()  # two reads under way (one after the other) + a's activation
     assert first.duration_s == pytest.approx(0.01 + 16 / 80_000 + 2 * 0.5 + 0.1)
+    state.busy_until = 0.0  # the reads are done
     engine.add(_seq("2", "b", max_tokens=1))
     second = engine.step()  # b is in the CPU cache: a slot swap only (a leaves the slot)
     assert second.duration_s == pytest.approx(0.01 + 16 / 80_000 + 0.1)
@@ -175,7 +175,7 @@ def test_an_adapter_pushed_out_of_the_cpu_cache_is_read_again() -> None:
     state.load({"lora_name": "a", "lora_path": "/a"})
     state.load({"lora_name": "b", "lora_path": "/b"})  # a leaves the CPU cache (LRU, capacity 1)
     assert list(state.cpu) == ["b"]
-    state.step_stall([])
+    state.busy_until = 0.0  # the two reads are done
     engine.add(_seq("1", "a", max_tokens=1))
     step = engine.step()
     assert step.duration_s == pytest.approx(0.01 + 16 / 80_000 + 0.5 + 0.1)
@@ -185,3 +185,12 @@ def test_an_adapter_pushed_out_of_the_cpu_cache_is_read_again() -> None:
 def test_max_cpu_loras_below_max_loras_is_refused_as_vllm_does() -> None:
     with pytest.raises(ValueError, match="max-cpu-loras"):
         LoraConfig(enabled=True, max_loras=4, max_cpu_loras=2)
+
+
+def test_reads_on_an_idle_engine_keep_no_later_step_waiting() -> None:
+    now = [0.0]
+    state = LoraState(LoraConfig(enabled=True, load_s=0.5), clock=lambda: now[0])
+    state.load({"lora_name": "a", "lora_path": "/a"})
+    assert state.step_stall([]) == pytest.approx(0.5)  # a step right now waits for the read
+    now[0] = 2.0
+    assert state.step_stall([]) == 0.0

@@ -29,8 +29,9 @@ What is imitated, from vLLM (vllm-project/vllm):
   batch holds fewer than --max-loras distinct adapters or already holds its adapter; otherwise it is skipped
   and waits (vllm/v1/core/sched/scheduler.py, "Scheduling would exceed max_loras, skip").
 - The cost: add_lora runs as an engine-core utility call between scheduler steps, so the engine stalls while an
-  adapter is read (load_s), and a step that activates an adapter into a GPU slot pays the copy (swap_s). The
-  two durations are the demo's own figures, not measured on a GPU.
+  adapter is read (load_s; reads queue one after another, and an idle engine keeps nobody waiting), and a step
+  that activates an adapter into a GPU slot pays the copy (swap_s). The two durations are the demo's own
+  figures, not measured on a GPU.
 - vllm:lora_requests_info, a gauge set to the current time every step with labels max_lora and the
   comma-separated names of the adapters of running and of waiting requests (vllm/v1/metrics/loggers.py
   PrometheusStatLogger; docs/design/metrics.md "LoRA Metrics"). Every label set stays exported, as in vLLM;
@@ -72,8 +73,10 @@ class LoraConfig:
     max_loras: int = 1  # --max-loras: GPU slots, distinct adapters per batch (vLLM's default is 1)
     max_cpu_loras: int | None = None  # --max-cpu-loras: CPU cache; default max_loras (vllm/config/lora.py)
     max_lora_rank: int = 16  # --max-lora-rank (vLLM's default)
-    load_s: float = 0.25  # reading an adapter into the CPU cache: the engine stalls this long
-    swap_s: float = 0.05  # activating an adapter into a GPU slot
+    # The demo's own figures (guesses at a rank-16 adapter of an 8B model read from local disk and copied into
+    # a slot), not measured: vLLM publishes none.
+    load_s: float = 0.2  # reading an adapter into the CPU cache: the engine stalls this long
+    swap_s: float = 0.02  # activating an adapter into a GPU slot
 
     def __post_init__(self) -> None:
         if self.max_loras < 1:
@@ -83,6 +86,8 @@ class LoraConfig:
             raise ValueError("--max-cpu-loras must be at least --max-loras")
         if self.load_s < 0 or self.swap_s < 0:
             raise ValueError("LoRA load and swap times must not be negative")
+        if self.max_lora_rank < 1:
+            raise ValueError("--max-lora-rank must be at least 1")
 
     @property
     def cpu_capacity(self) -> int:
@@ -101,7 +106,8 @@ class LoraState:
     registered: dict[str, str] = field(default_factory=dict)
     cpu: OrderedDict[str, None] = field(default_factory=OrderedDict)
     gpu: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    owed_s: float = 0.0  # stall the engine pays at its next step
+    clock: Callable[[], float] = time.monotonic
+    busy_until: float = 0.0  # the engine is reading adapters until then: a step waits for it
     loads: int = 0
     swaps: int = 0
 
@@ -159,7 +165,8 @@ class LoraState:
         while len(self.cpu) > self.config.cpu_capacity:
             evicted, _ = self.cpu.popitem(last=False)
             self.gpu.pop(evicted, None)
-        self.owed_s += self.config.load_s
+        # One read at a time, between steps; an idle engine spends the time without keeping anyone waiting.
+        self.busy_until = max(self.clock(), self.busy_until) + self.config.load_s
         self.loads += 1
 
     def schedulable(self, adapter: str | None, batch: Iterable[str | None]) -> bool:
@@ -170,8 +177,9 @@ class LoraState:
         return adapter in distinct or len(distinct) < self.config.max_loras
 
     def step_stall(self, batch: Iterable[str | None]) -> float:
-        """Seconds this step is longer: adapters loaded since the last step, plus activating every adapter the
-        batch needs that is not in a GPU slot (read again first when it left the CPU cache)."""
+        """Seconds this step is longer: what is left of adapter reads under way, plus activating every adapter
+        the batch needs that is not in a GPU slot (read again first when it left the CPU cache)."""
+        swaps = 0.0
         for adapter in dict.fromkeys(a for a in batch if a is not None):
             if adapter in self.gpu:
                 self.gpu.move_to_end(adapter)
@@ -183,10 +191,9 @@ class LoraState:
             self.gpu[adapter] = None
             while len(self.gpu) > self.config.max_loras:
                 self.gpu.popitem(last=False)
-            self.owed_s += self.config.swap_s
+            swaps += self.config.swap_s
             self.swaps += 1
-        owed, self.owed_s = self.owed_s, 0.0
-        return owed
+        return max(0.0, self.busy_until - self.clock()) + swaps
 
 
 def not_found(model: str) -> dict[str, Any]:

@@ -65,7 +65,7 @@ class ServerSettings:
         # Adapter reads and slot swaps slow down with the decode step (the demo runs vLLM's clock slower).
         scale = self.decode_step_ms / 30.0
         out += ["--enable-lora", "--max-loras", str(self.max_loras),
-                "--lora-load-ms", f"{250 * scale:g}", "--lora-swap-ms", f"{50 * scale:g}"]  # fmt: skip
+                "--lora-load-ms", f"{200 * scale:g}", "--lora-swap-ms", f"{20 * scale:g}"]  # fmt: skip
         return out
 
 
