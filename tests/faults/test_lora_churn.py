@@ -317,3 +317,109 @@ def test_the_stage_step_churns_records_and_judges_the_fault(lora_server: str, tm
     )  # fmt: skip
     lines = run.file(FAULT_ACTIONS).read_text().splitlines()
     assert [json.loads(line) for line in lines] == actions
+
+
+# ---------------------------------------------------------------------- cleanup drills, preflight, doctor, render
+
+
+def _churn_text(endpoint: str) -> str:
+    data = copy.deepcopy(BASE)
+    data["spec"]["target"] = {
+        "namespace": "llm-serving",
+        "selector": {"labels": {"app": "vllm"}},
+        "endpoint": endpoint,
+        "api": "openai-completions",
+        "model": "demo/llama-3-8b-sim",
+    }
+    data["spec"]["traffic"] = {"synthetic": {"rate": 10}, "stage_duration": "3s", "stages": [100]}
+    params = {"adapters": ADAPTERS, "interval": "1s"}
+    data["spec"]["faults"] = [{"name": "churn", "type": "lora-adapter-churn", "params": params}]
+    import yaml
+
+    return yaml.safe_dump(data)
+
+
+def _leave_loaded(base: str) -> None:
+    """What a replay task killed mid-stage (SIGKILL: no finally runs) leaves behind."""
+    for adapter in ADAPTERS:
+        body = {"lora_name": f"kfchaos-{adapter['name']}", "lora_path": adapter["path"]}
+        assert requests.post(f"{base}/v1/load_lora_adapter", json=body, timeout=5).status_code == 200
+
+
+def test_the_exit_handler_unloads_what_a_killed_stage_left(lora_server: str, tmp_path: Any) -> None:
+    from kfchaos.steps import faults as steps
+
+    _leave_loaded(lora_server)
+    record = json.loads(steps.cleanup(_churn_text(lora_server), "run-1", str(tmp_path / "cleanup.json")))
+    assert sorted(a["adapter"] for a in record["lora_adapters"]) == ["kfchaos-chat", "kfchaos-sql"]
+    assert all(a["status"] == 200 for a in record["lora_adapters"])
+    assert not [n for n in _listed(lora_server) if n.startswith("kfchaos-")]
+    # nothing left: nothing done, nothing claimed
+    again = json.loads(steps.cleanup(_churn_text(lora_server), "run-1", str(tmp_path / "cleanup.json")))
+    assert again["lora_adapters"] == []
+
+
+def test_the_remove_step_unloads_them_too_even_when_no_cluster_fault_ran(lora_server: str) -> None:
+    from kfchaos.steps import faults as steps
+
+    _leave_loaded(lora_server)
+    out = json.loads(steps.remove_and_recover(_churn_text(lora_server), ".", lora_server, "run-1", "[]"))
+    assert out["note"] == "nothing was injected"
+    assert sorted(a["adapter"] for a in out["lora_adapters"]) == ["kfchaos-chat", "kfchaos-sql"]
+    assert not [n for n in _listed(lora_server) if n.startswith("kfchaos-")]
+
+
+def test_an_unreachable_target_is_said_in_the_cleanup_record_not_hidden(tmp_path: Any) -> None:
+    from kfchaos.steps import faults as steps
+
+    text = _churn_text(f"http://127.0.0.1:{free_port()}")
+    record = json.loads(steps.cleanup(text, "run-1", str(tmp_path / "cleanup.json")))
+    assert record["lora_adapters"].startswith("not checked: cannot list the target's adapters")
+
+
+def test_cleanup_cli_unloads_the_experiments_adapters(lora_server: str, tmp_path: Any, capsys: Any) -> None:
+    from kfchaos.cli import main
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(_churn_text("http://127.0.0.1:9"))  # the file's endpoint; --target points at the server
+    _leave_loaded(lora_server)
+    assert main(["cleanup", "--experiment", str(path), "--target", lora_server]) == 0
+    assert "unloaded 2 LoRA adapter(s)" in capsys.readouterr().out
+    assert not [n for n in _listed(lora_server) if n.startswith("kfchaos-")]
+    assert main(["cleanup", "--experiment", str(path)]) == 3  # port 9: nothing answers, said as an error
+
+
+def test_preflight_refuses_a_target_without_runtime_lora_updating(lora_server: str) -> None:
+    from kfchaos.steps.setup import preflight
+
+    out = json.loads(preflight(_churn_text(lora_server), "run-1"))
+    assert "runtime LoRA updating is on" in out["lora"]
+    gated, base = _server(["--enable-lora"], {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "0"})
+    try:
+        with pytest.raises(KfchaosError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"):
+            preflight(_churn_text(base), "run-1")
+    finally:
+        gated.send_signal(signal.SIGTERM)
+        gated.wait(timeout=10)
+    # an endpoint the step cannot reach (the run may use --target) is a note, not a pass and not a refusal
+    out = json.loads(preflight(_churn_text(f"http://127.0.0.1:{free_port()}"), "run-1"))
+    assert out["lora"].startswith("not checked: the target did not answer")
+
+
+def test_doctor_and_render_say_what_the_churn_needs_and_does(lora_server: str, tmp_path: Any, capsys: Any) -> None:
+    from kfchaos.cli import main
+    from kfchaos.doctor.model import Report, Status
+    from kfchaos.doctor.run import check_lora
+    from kfchaos.spec import parse_experiment
+
+    report = Report()
+    check_lora(report, parse_experiment(_churn_text(lora_server), "x.yaml"))
+    check_lora(report, parse_experiment(_churn_text(f"http://127.0.0.1:{free_port()}"), "x.yaml"))
+    assert [c.status for c in report.checks] == [Status.PASS, Status.UNKNOWN]
+    path = tmp_path / "exp.yaml"
+    path.write_text(_churn_text("http://vllm:8000"))
+    assert main(["render", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "# churn (lora-adapter-churn): no cluster object" in out
+    assert "POST /v1/load_lora_adapter for 2 adapter(s): kfchaos-sql=/adapters/sql" in out
+    assert all(line.startswith("#") for line in out.splitlines())
