@@ -423,3 +423,43 @@ def test_doctor_and_render_say_what_the_churn_needs_and_does(lora_server: str, t
     assert "# churn (lora-adapter-churn): no cluster object" in out
     assert "POST /v1/load_lora_adapter for 2 adapter(s): kfchaos-sql=/adapters/sql" in out
     assert all(line.startswith("#") for line in out.splitlines())
+
+
+def test_preflight_refuses_a_churn_the_plan_could_not_send(tmp_path: Any) -> None:
+    import yaml
+
+    from kfchaos.steps.setup import preflight
+
+    data = yaml.safe_load(_churn_text("http://127.0.0.1:9"))
+    data["spec"]["traffic"] = {"file": "traffic.jsonl", "stage_duration": "3s", "stages": [100]}
+    with pytest.raises(KfchaosError, match="with a traffic file give rate"):
+        preflight(yaml.safe_dump(data), "run-1")
+
+
+class _Flood(http.server.BaseHTTPRequestHandler):
+    """A hostile target: /v1/models sends 8 MiB that is not a model list, /metrics a page without the series."""
+
+    def do_GET(self) -> None:
+        body = b"[" * (8 * 1024 * 1024) if self.path == "/v1/models" else b"vllm:num_requests_running 1\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_flooding_target_is_read_bounded_and_never_taken_as_an_empty_list() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flood)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        client = LoraClient(endpoint)
+        status, names, error = client.models()
+        assert (status, names) == (200, []) and error and "not the model list" in error
+        with pytest.raises(KfchaosError, match="cannot list the target's adapters"):
+            sweep(_experiment(endpoint), client)
+        assert "--enable-lora" in (client._lora_enabled() or "")
+    finally:
+        server.shutdown()

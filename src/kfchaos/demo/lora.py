@@ -285,7 +285,7 @@ def attach(app: web.Application, state: LoraState, wake: Callable[[], None]) -> 
 async def _body(request: web.Request) -> dict[str, Any] | web.Response:
     try:
         body = await request.json()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: "[[[[..." nested past the limit
         return _answer(400, error_body("request body is not valid JSON", "BadRequestError", 400))
     if not isinstance(body, dict):
         return _answer(400, error_body("request body must be a JSON object", "BadRequestError", 400))

@@ -49,6 +49,8 @@ TYPE = "lora-adapter-churn"
 KIND = "LoraAdapterChurn"  # how the fault windows and the report name it (no cluster object)
 LOAD, UNLOAD, MODELS = "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/models"
 MAX_ANSWER = 64 * 1024  # bytes of an answer read; the rest is dropped (a hostile target cannot flood us)
+MAX_MODEL_LIST = 4 * 1024 * 1024  # /v1/models lists every adapter a server holds: room for thousands
+MAX_METRICS = 16 * 1024 * 1024  # a vLLM /metrics page is hundreds of kilobytes
 MAX_CALL_S = 120.0  # a load may download an adapter from the Hugging Face hub: long, but bounded
 MAX_ACTIONS = 10_000  # per stage: one an interval of >= 1 s over a stage of <= a day stays under it
 
@@ -107,8 +109,10 @@ class LoraClient:
             headers[name] = value
         return cls(target or spec.endpoint, headers, spec.timeout)
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, str, str | None]:
-        """(status, answer text up to MAX_ANSWER bytes, error); status 0 when nothing came back."""
+    def _call(
+        self, method: str, path: str, body: dict[str, Any] | None, limit: int = MAX_ANSWER
+    ) -> tuple[int, str, str | None]:
+        """(status, answer text up to `limit` bytes, error); status 0 when nothing came back."""
         try:
             with self.session.request(
                 method, self.base + path, json=body, headers=self.headers, timeout=self.timeout, stream=True
@@ -116,9 +120,9 @@ class LoraClient:
                 data = b""
                 for chunk in response.iter_content(8192):
                     data += chunk
-                    if len(data) >= MAX_ANSWER:
+                    if len(data) >= limit:
                         break
-                return response.status_code, data[:MAX_ANSWER].decode("utf-8", "replace"), None
+                return response.status_code, data[:limit].decode("utf-8", "replace"), None
         except requests.RequestException as exc:
             # The exception's text can carry the URL but never the headers: no credential in it.
             return 0, "", f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -130,7 +134,7 @@ class LoraClient:
         return self._call("POST", UNLOAD, {"lora_name": wire_name})
 
     def models(self) -> tuple[int, list[str], str | None]:
-        status, text, error = self._call("GET", MODELS, None)
+        status, text, error = self._call("GET", MODELS, None, MAX_MODEL_LIST)
         names: list[str] = []
         if status == 200:
             try:
@@ -138,7 +142,7 @@ class LoraClient:
 
                 data = json.loads(text).get("data") or []
                 names = [str(m.get("id")) for m in data if isinstance(m, dict)][:10_000]
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):  # a cut list too: never half a list
                 return status, [], "GET /v1/models: the answer is not the model list JSON"
         return status, names, error
 
@@ -162,8 +166,9 @@ class LoraClient:
     def _lora_enabled(self) -> str | None:
         """vllm:lora_requests_info exists only when the engine has a LoRA config (--enable-lora;
         vllm/v1/metrics/loggers.py). Unreadable metrics are not a refusal: the first load will tell."""
-        status, text, _ = self._call("GET", "/metrics", None)
-        if status == 200 and "vllm:" in text and "vllm:lora_requests_info" not in text:
+        status, text, _ = self._call("GET", "/metrics", None, MAX_METRICS)
+        whole = len(text.encode()) < MAX_METRICS  # a cut page may hide the series: no refusal on half a page
+        if status == 200 and whole and "vllm:" in text and "vllm:lora_requests_info" not in text:
             return "the target's /metrics has no vllm:lora_requests_info: start vLLM with --enable-lora"
         return None
 
@@ -285,8 +290,8 @@ def sweep(experiment: Experiment, client: LoraClient) -> list[dict[str, Any]]:
     if not wanted:
         return []
     status, listed, error = client.models()
-    if status != 200:
-        raise LoraChurnError(f"cannot list the target's adapters ({status or error}): unload {sorted(wanted)} by hand")
+    if status != 200 or error:
+        raise LoraChurnError(f"cannot list the target's adapters ({error or status}): unload {sorted(wanted)} by hand")
     out = []
     for name in sorted(wanted & set(listed)):
         assert name.startswith(ADAPTER_PREFIX)
@@ -316,6 +321,9 @@ def readiness(experiment: Experiment, target: str = "") -> tuple[bool | None, st
     why not and what to change), or (None, why it could not be told: no answer, no credential)."""
     if not churn_faults(experiment):
         return True, "no lora-adapter-churn fault"
+    problems = setup_problems(experiment)
+    if problems:
+        return False, "; ".join(problems)
     try:
         client = LoraClient.for_experiment(experiment, target)
     except KfchaosError as exc:
@@ -343,3 +351,16 @@ def describe(experiment: Experiment, fault: FaultBase) -> list[str]:
         f"  after each stage: GET {MODELS} (verification), then POST {UNLOAD} for each adapter",
         "  needs vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (checked in preflight)",
     ]
+
+
+def setup_problems(experiment: Experiment) -> list[str]:
+    """What in the experiment keeps a churn fault from running (the plan would refuse it at the first stage)."""
+    out = []
+    for fault in churn_faults(experiment):
+        if experiment.spec.target.api == "http":
+            out.append(f"{fault.name}: needs target.api openai-completions or openai-chat (requests name the adapter)")
+        if params_of(fault).rate is None and experiment.spec.traffic.synthetic is None:
+            out.append(
+                f"{fault.name}: share needs synthetic traffic (its rate is known); with a traffic file give rate"
+            )
+    return out
