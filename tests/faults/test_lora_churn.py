@@ -463,3 +463,15 @@ def test_a_flooding_target_is_read_bounded_and_never_taken_as_an_empty_list() ->
         assert "--enable-lora" in (client._lora_enabled() or "")
     finally:
         server.shutdown()
+
+
+def test_kfchaos_replay_of_the_experiment_churns_too(lora_server: str, tmp_path: Any, capsys: Any) -> None:
+    from kfchaos.cli import main
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(_churn_text("http://127.0.0.1:9"))
+    code = main(["replay", "--experiment", str(path), "--target", lora_server, "--duration", "2s", "--quiet"])
+    assert code in (0, 2)  # a 2 s replay may be judged too short; the churn is what is checked here
+    err = capsys.readouterr().err
+    assert "lora churn churn: " in err and " 0 refused" in err
+    assert not [n for n in _listed(lora_server) if n.startswith("kfchaos-")]

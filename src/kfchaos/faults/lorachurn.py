@@ -52,7 +52,7 @@ MAX_ANSWER = 64 * 1024  # bytes of an answer read; the rest is dropped (a hostil
 MAX_MODEL_LIST = 4 * 1024 * 1024  # /v1/models lists every adapter a server holds: room for thousands
 MAX_METRICS = 16 * 1024 * 1024  # a vLLM /metrics page is hundreds of kilobytes
 MAX_CALL_S = 120.0  # a load may download an adapter from the Hugging Face hub: long, but bounded
-MAX_ACTIONS = 10_000  # per stage: one an interval of >= 1 s over a stage of <= a day stays under it
+MAX_ACTIONS = 20_000  # kept per stage (about 3 MB); later ones are counted, not kept
 
 
 class LoraChurnError(KfchaosError):
@@ -185,6 +185,7 @@ class Churn:
     clock: Callable[[], float] = time.time
     actions: list[Action] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    dropped: int = 0  # actions past MAX_ACTIONS
 
     def __post_init__(self) -> None:
         self.params = params_of(self.fault)
@@ -197,7 +198,7 @@ class Churn:
 
     # ------------------------------------------------------------------ calls
 
-    def _record(self, call: str, adapter: str | None, result: tuple[int, Any, str | None], started: float) -> int:
+    def _record(self, call: str, adapter: str | None, result: tuple[int, Any, str | None], started: float) -> Action:
         status, answer, error = result
         if error is None and status >= 400 and isinstance(answer, str):
             error = answer[:300]
@@ -205,25 +206,23 @@ class Churn:
         with self._lock:
             if len(self.actions) < MAX_ACTIONS:
                 self.actions.append(action)
-        return status
+            else:
+                self.dropped += 1
+        return action
 
     def _load(self, adapter: LoraAdapterRef) -> bool:
         started = self.clock()
-        status = self._record("load", adapter.wire_name, self.client.load(adapter), started)
-        if status == 400 and self._answer_says_loaded():
+        action = self._record("load", adapter.wire_name, self.client.load(adapter), started)
+        if action.status == 400 and "already been loaded" in (action.error or ""):
             # Ours from before (a retried task, a killed one): take it over by loading it afresh.
             self._unload(adapter.wire_name)
             started = self.clock()
-            status = self._record("load", adapter.wire_name, self.client.load(adapter), started)
-        ok = status == 200
-        self._observe(ok, None if ok else f"load {adapter.wire_name}: {self.actions[-1].error or status}")
+            action = self._record("load", adapter.wire_name, self.client.load(adapter), started)
+        ok = action.status == 200
+        self._observe(ok, None if ok else f"load {adapter.wire_name}: {action.error or action.status}")
         return ok
 
-    def _answer_says_loaded(self) -> bool:
-        last = self.actions[-1]
-        return bool(last.error and "already been loaded" in last.error)
-
-    def _unload(self, wire_name: str) -> int:
+    def _unload(self, wire_name: str) -> Action:
         started = self.clock()
         return self._record("unload", wire_name, self.client.unload(wire_name), started)
 
@@ -266,14 +265,16 @@ class Churn:
         missing = [a.wire_name for a in self.adapters if a.wire_name not in listed]
         self._observe(status == 200 and not missing, f"not listed by /v1/models: {missing}" if missing else error)
         self.unload_all()
+        if self.dropped:
+            self.activity.errors.append(f"{self.dropped} call(s) past the first {MAX_ACTIONS} not kept")
 
     def unload_all(self) -> None:
         """Unload every adapter of the fault; each must answer 200 or 404 (already gone)."""
         failed = []
         for adapter in self.adapters:
-            status = self._unload(adapter.wire_name)
-            if status not in (200, 404):
-                failed.append(f"{adapter.wire_name} ({status or self.actions[-1].error})")
+            action = self._unload(adapter.wire_name)
+            if action.status not in (200, 404):
+                failed.append(f"{adapter.wire_name} ({action.status or action.error})")
         if failed:
             self.reasons.append(
                 f"{self.fault.name}: adapters not confirmed unloaded after stage {self.stage}: " + ", ".join(failed)
@@ -301,14 +302,19 @@ def sweep(experiment: Experiment, client: LoraClient) -> list[dict[str, Any]]:
 
 
 def stage_churns(
-    experiment: Experiment, stage: int, target: str, span: Callable[[FaultBase], list[int]]
+    experiment: Experiment,
+    stage: int,
+    target: str,
+    span: Callable[[FaultBase], list[int]],
+    duration: float | None = None,
 ) -> list[Churn]:
-    """A `Churn` for each churn fault active in `stage` (empty when there is none; then no client is made)."""
+    """A `Churn` for each churn fault active in `stage` (empty when there is none; then no client is made);
+    `duration`: the replay's length when it is not the experiment's stage_duration."""
     faults = churn_faults(experiment, stage)
     if not faults:
         return []
     client = LoraClient.for_experiment(experiment, target)
-    duration = experiment.spec.traffic.stage_duration
+    duration = experiment.spec.traffic.stage_duration if duration is None else duration
     return [Churn(f, stage, span(f), client, duration) for f in faults]
 
 
