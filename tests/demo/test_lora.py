@@ -194,3 +194,25 @@ def test_reads_on_an_idle_engine_keep_no_later_step_waiting() -> None:
     assert state.step_stall([]) == pytest.approx(0.5)  # a step right now waits for the read
     now[0] = 2.0
     assert state.step_stall([]) == 0.0
+
+
+def test_lora_requests_info_shows_the_adapter_that_waits_for_a_slot() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kfchaos.demo.lora import MAX_INFO_SERIES, LoraMetrics
+
+    engine, state = _engine(max_loras=1)
+    for name in ("a", "b"):
+        state.load({"lora_name": name, "lora_path": f"/{name}"})
+    engine.add(_seq("1", "a"))
+    engine.add(_seq("2", "b"))
+    engine.step()
+    registry = CollectorRegistry()
+    metrics = LoraMetrics(registry, state.config)
+    metrics.update((s.lora for s in engine.running), (s.lora for s in engine.waiting))
+    text = generate_latest(registry).decode()
+    assert 'vllm:lora_requests_info{max_lora="1",running_lora_adapters="a",waiting_lora_adapters="b"}' in text
+    for i in range(MAX_INFO_SERIES + 5):  # label sets are bounded (vLLM keeps them all)
+        metrics.update([f"x{i}"], [])
+    assert text.count("vllm:lora_requests_info{") == 1
+    assert generate_latest(registry).decode().count("vllm:lora_requests_info{") <= MAX_INFO_SERIES
