@@ -216,3 +216,26 @@ def test_lora_requests_info_shows_the_adapter_that_waits_for_a_slot() -> None:
         metrics.update([f"x{i}"], [])
     assert text.count("vllm:lora_requests_info{") == 1
     assert generate_latest(registry).decode().count("vllm:lora_requests_info{") <= MAX_INFO_SERIES
+
+
+def test_a_request_naming_an_adapter_still_loading_gets_404(tmp_path: Path) -> None:
+    import threading
+
+    args = ["--enable-lora", "--lora-load-ms", "3000"]
+    process, base = _supervised(tmp_path, args, {RUNTIME_ENV: "1"})
+    try:
+        answers: list[int] = []
+        loader = threading.Thread(target=lambda: answers.append(_load(base, "slow").status_code))
+        loader.start()
+        during = []
+        while loader.is_alive():
+            during.append(_complete(base, "slow").status_code)
+        loader.join()
+        assert answers == [200]
+        # vLLM serves the name only once add_lora returned: requests naming it are refused (fast) all through the
+        # 3 s read, instead of waiting in the stalled engine and succeeding
+        assert during.count(404) > 10
+        assert _complete(base, "slow").status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=10)

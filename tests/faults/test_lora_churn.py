@@ -475,3 +475,20 @@ def test_kfchaos_replay_of_the_experiment_churns_too(lora_server: str, tmp_path:
     err = capsys.readouterr().err
     assert "lora churn churn: " in err and " 0 refused" in err
     assert not [n for n in _listed(lora_server) if n.startswith("kfchaos-")]
+
+
+@pytest.mark.parametrize(("not_found", "flagged"), [(5, False), (16, True)])
+def test_a_churn_whose_requests_mostly_met_404_cannot_pass(tmp_path: Any, not_found: int, flagged: bool) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kfchaos.faults.lorachurn import request_problems
+
+    statuses = [404] * not_found + [200] * (30 - not_found) + [200] * 50
+    names = ["churn"] * 30 + [None] * 50  # 50 traffic requests, never counted here
+    path = str(tmp_path / "records.parquet")
+    pq.write_table(pa.table({"fault_request": pa.array(names, pa.string()), "status": statuses}), path)
+    problems = request_problems(path, _experiment("http://127.0.0.1:9"), 10)
+    assert bool(problems) is flagged
+    if flagged:
+        assert "16 of its 30 requests were answered 404" in problems[0] and "replicas" in problems[0]

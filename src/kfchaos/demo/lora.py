@@ -113,8 +113,10 @@ class LoraState:
 
     # ------------------------------------------------------------------ API
 
-    def load(self, body: dict[str, Any]) -> tuple[int, Any]:
-        """(status, JSON body or text) of POST /v1/load_lora_adapter."""
+    def load(self, body: dict[str, Any], register: bool = True) -> tuple[int, Any]:
+        """(status, JSON body or text) of POST /v1/load_lora_adapter. `register=False`: the caller serves the name
+        once the read is done, as vLLM adds it to its served adapters only after `add_lora` returned
+        (vllm/entrypoints/openai/models/serving.py load_lora_adapter): a request naming it meanwhile gets 404."""
         name, path = body.get("lora_name"), body.get("lora_path")
         if not isinstance(name, str) or not isinstance(path, str):
             # vLLM validates the body with pydantic first: a missing or non-string field is a 400 too.
@@ -130,7 +132,8 @@ class LoraState:
         if not self.config.enabled:
             return 500, error_body(NOT_ENABLED, "InternalServerError", 500)
         self._read(name)
-        self.registered[name] = path
+        if register:
+            self.registered[name] = path
         return 200, f"Success: LoRA adapter '{name}' added successfully."
 
     def unload(self, body: dict[str, Any]) -> tuple[int, Any]:
@@ -262,21 +265,32 @@ def attach(app: web.Application, state: LoraState, wake: Callable[[], None]) -> 
     if not runtime_updating_allowed():
         return
 
+    locks: dict[str, asyncio.Lock] = {}  # one load or unload per name at a time (vLLM's lora_resolver_lock)
+
+    def lock(body: dict[str, Any]) -> asyncio.Lock:
+        if len(locks) > 1024:  # names come from clients: forget the idle ones rather than grow without bound
+            for idle in [n for n, held in locks.items() if not held.locked()]:
+                del locks[idle]
+        return locks.setdefault(str(body.get("lora_name"))[:256], asyncio.Lock())
+
     async def load(request: web.Request) -> web.Response:
         body = await _body(request)
         if isinstance(body, web.Response):
             return body
-        status, answer = state.load(body)
-        if status == 200:
-            wake()  # the engine pays the read at its next step; the caller waits for it too
-            await asyncio.sleep(state.config.load_s)
+        async with lock(body):
+            status, answer = state.load(body, register=False)
+            if status == 200:
+                wake()  # the engine pays the read at its next step; the caller waits for it too
+                await asyncio.sleep(state.config.load_s)
+                state.registered[str(body["lora_name"])] = str(body["lora_path"])
         return _answer(status, answer)
 
     async def unload(request: web.Request) -> web.Response:
         body = await _body(request)
         if isinstance(body, web.Response):
             return body
-        return _answer(*state.unload(body))
+        async with lock(body):
+            return _answer(*state.unload(body))
 
     app.router.add_post("/v1/load_lora_adapter", load)
     app.router.add_post("/v1/unload_lora_adapter", unload)

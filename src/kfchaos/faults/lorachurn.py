@@ -370,3 +370,34 @@ def setup_problems(experiment: Experiment) -> list[str]:
                 f"{fault.name}: share needs synthetic traffic (its rate is known); with a traffic file give rate"
             )
     return out
+
+
+# More than this share of a churn's own requests answered 404 means its adapters were not where the requests went.
+MAX_NOT_FOUND_SHARE = 0.5
+MIN_REQUESTS_JUDGED = 20
+
+
+def request_problems(records_path: str, experiment: Experiment, stage: int) -> list[str]:
+    """Why the stage's churn did not reach the traffic it was meant for. Runtime LoRA updates are per vLLM
+    process: behind a Service over several replicas a load reaches one pod, and the requests naming the adapter
+    that land elsewhere get 404 "The model ... does not exist." A single server answers 404 only to requests
+    caught in an unload-to-load gap, a small share; more than half means the fault was mostly not applied, and
+    the stage cannot PASS on it."""
+    faults = churn_faults(experiment, stage)
+    if not faults:
+        return []
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(records_path, columns=["fault_request", "status"])
+    rows = list(zip(table.column("fault_request").to_pylist(), table.column("status").to_pylist(), strict=True))
+    out = []
+    for fault in faults:
+        statuses = [status for name, status in rows if name == fault.name]
+        missing = sum(1 for status in statuses if status == 404)
+        if len(statuses) >= MIN_REQUESTS_JUDGED and missing > MAX_NOT_FOUND_SHARE * len(statuses):
+            out.append(
+                f"{fault.name}: {missing} of its {len(statuses)} requests were answered 404 (the adapter was not "
+                "loaded where they went): runtime LoRA loads reach one vLLM process; with several replicas "
+                "behind the endpoint, target one pod (spec.target.endpoint) for this fault"
+            )
+    return out

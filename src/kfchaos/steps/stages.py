@@ -90,6 +90,9 @@ def replay(experiment_text: str, experiment_dir: str, target: str, run_id: str, 
 
     summary, faults = under_faults(experiment, run_id, stage, run, target=target)
     faults["marked_requests"] = mark_fault_active(records_path, faults["fault_windows"])
+    from kfchaos.faults.lorachurn import request_problems
+
+    faults["reasons"] = [*faults.get("reasons", []), *request_problems(records_path, experiment, stage)]
     return json.dumps({**summary, "stage": stage, "run_id": run_id, "faults": faults}, sort_keys=True, default=str)
 
 
