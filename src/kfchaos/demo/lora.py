@@ -10,7 +10,8 @@ What is imitated, from vLLM (vllm-project/vllm):
   been loaded ..."; a server started without --enable-lora: 500 InternalServerError with the worker's
   "LoRA is not enabled. Use --enable-lora to enable LoRA." (vllm/entrypoints/openai/models/serving.py
   load_lora_adapter and _check_load_lora_adapter_request; vllm/v1/worker/lora_model_runner_mixin.py
-  _ensure_lora_enabled).
+  _ensure_lora_enabled). The name is served only once the read is done (it joins `lora_requests` after
+  `add_lora` returned), and calls for one name are serialised (its `lora_resolver_lock`).
 - POST /v1/unload_lora_adapter {"lora_name"} answers 200 "Success: LoRA adapter '<name>' removed
   successfully."; an empty name: 400; a name not loaded: 404 NotFoundError "The lora adapter '<name>' cannot be
   found." (same file, unload_lora_adapter, _check_unload_lora_adapter_request).
