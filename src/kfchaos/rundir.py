@@ -10,6 +10,7 @@
       metrics.json       the metric series of the run (kfchaos.metrics.snapshot format)
       run-state.json     facts the records cannot tell: faults verified, stage validity, faults removed at
       stages.json        the pipeline's step results (gates, faults, stages), pipeline runs only
+      fault-actions.jsonl  the calls a traffic-side fault made to the target (LoRA loads/unloads), one a line
       verdict.json       the verdict, in the documented kfchaos.Verdict format (docs/verdict.md)
       report.html        the report (offline: its plotting script is inline)
       report.md          the Markdown summary
@@ -52,6 +53,7 @@ REPORT_HTML = "report.html"
 REPORT_MD = "report.md"
 AUDIT = "audit.json"
 EVIDENCE = "evidence/index.json"  # kfchaos.evidence.files: FOLDER/INDEX
+FAULT_ACTIONS = "fault-actions.jsonl"
 FILES = (
     EXPERIMENT,
     BASELINE,
@@ -65,6 +67,7 @@ FILES = (
     REPORT_MD,
     AUDIT,
     EVIDENCE,
+    FAULT_ACTIONS,
 )
 
 # Where kfp.local leaves the pipeline's artifacts: <run>/<task>/<output name> (KFP output names cannot hold dots).
@@ -199,6 +202,9 @@ def write(
         run.file(RUN_STATE).write_text(json.dumps(run_state, indent=2) + "\n")
     if stages is not None:
         run.file(STAGES).write_text(json.dumps(stages, indent=2) + "\n")
+        actions = [a for step in stages for a in (step.get("detail") or {}).get("fault_actions") or []]
+        if actions:
+            run.file(FAULT_ACTIONS).write_text("".join(json.dumps(a, sort_keys=True) + "\n" for a in actions))
     if audit is not None:
         run.file(AUDIT).write_text(json.dumps(audit, indent=2) + "\n")
     _write_evidence(run, evidence)

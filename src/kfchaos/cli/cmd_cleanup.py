@@ -33,10 +33,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kube-context", "--context", dest="context", help="kubeconfig context")
     parser.add_argument("--timeout", default="2m", metavar="DURATION", help="wait this long for finalizers (2m)")
     parser.add_argument("--audit", metavar="FILE", help="write the API calls made, as JSON lines")
+    parser.add_argument(
+        "--experiment",
+        metavar="FILE",
+        help="also unload the kfchaos- LoRA adapters its lora-adapter-churn faults left loaded at the target",
+    )
+    parser.add_argument("--target", default="", help="with --experiment: the target URL (default: its endpoint)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.experiment:
+        code = _unload_adapters(args.experiment, args.target)
+        if code != EXIT_PASS or (args.run_id is None and args.older_than is None):
+            return code
     if args.run_id is None and args.older_than is None:
         print("kfchaos cleanup: give --run-id, or --older-than to sweep leftovers of every run", file=sys.stderr)
         return EXIT_USAGE
@@ -56,4 +66,30 @@ def run(args: argparse.Namespace) -> int:
                     out.write(json.dumps(event.to_dict()) + "\n")
     scope = ", ".join(args.namespace) if args.namespace else "all namespaces"
     print(f"deleted {deleted} object(s) of {'run ' + args.run_id if args.run_id else 'kfchaos'} in {scope}")
+    return EXIT_PASS
+
+
+def _unload_adapters(path: str, target: str) -> int:
+    """The LoRA adapters of the experiment's churn faults that the target still lists (kfchaos.faults.lorachurn).
+    Like every other error of this command, one it cannot unload is a KfchaosError: exit 3 with the reason."""
+    from kfchaos.errors import SpecError
+    from kfchaos.faults.lorachurn import LoraChurnError, LoraClient, churn_faults, sweep
+    from kfchaos.spec import load_experiment
+
+    try:
+        experiment = load_experiment(path)
+    except SpecError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_USAGE
+    if not churn_faults(experiment):
+        print(f"{path}: no lora-adapter-churn fault: no adapters to unload")
+        return EXIT_PASS
+    done = sweep(experiment, LoraClient.for_experiment(experiment, target))
+    for item in done:
+        print(f"unload {item['adapter']}: {item['status'] or item['error']}")
+    failed = [d["adapter"] for d in done if d["status"] not in (200, 404)]
+    if failed:
+        raise LoraChurnError(f"LoRA adapter(s) {', '.join(failed)} of {path} not unloaded: unload them by hand")
+    print(f"unloaded {len(done)} LoRA adapter(s) of {path}")
     return EXIT_PASS

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
                     {"file": args.experiment, "object": f"{manifest.get('kind')}/{name}", "message": finding}
                 )
     warnings = [] if problems else load_experiment_warnings(args.experiment)
+    described = [] if problems else _traffic_side(experiment)
     if args.json:
         emit(
             {
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 "manifests": [] if problems else manifests,
                 "problems": structured,
                 "warnings": [problem_dict(w) for w in warnings],
+                "traffic_side": described,
             }
         )
         return EXIT_USAGE if problems else EXIT_PASS
@@ -81,4 +83,13 @@ def run(args: argparse.Namespace) -> int:
         yaml.safe_dump_all(manifests, sys.stdout, sort_keys=False, explicit_start=True)
     else:
         print(f"# {args.experiment}: no cluster-side faults (nothing to apply)")
+    for line in described:  # YAML comments: the output stays a valid multi-document YAML stream
+        print(f"# {line}")
     return EXIT_PASS
+
+
+def _traffic_side(experiment: Any) -> list[str]:
+    """Faults the replay performs itself, in words (only lora-adapter-churn describes itself so far)."""
+    from kfchaos.faults.lorachurn import churn_faults, describe
+
+    return [line for fault in churn_faults(experiment) for line in describe(experiment, fault)]

@@ -9,6 +9,7 @@ SIGINT / SIGTERM, after writing the records taken until then.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -276,7 +277,17 @@ def run(args: argparse.Namespace) -> int:
         check_out(args.out)
     plan = ReplayPlan(build_settings(args))
     progress = None if args.quiet else Progress(sys.stderr)
-    result = run_stage(plan, args.target, out=args.out, progress=progress, signals=True)
+    churns = _churns(args, plan.settings)
+    with contextlib.ExitStack() as stack:  # lora-adapter-churn loads, swaps and unloads beside the replay
+        for churn in churns:
+            stack.enter_context(churn)
+        result = run_stage(plan, args.target, out=args.out, progress=progress, signals=True)
+    for churn in churns:
+        calls = len(churn.actions)
+        bad = sum(1 for a in churn.actions if a.status not in (200, 404))
+        verified = sum(high - low for low, high in churn.activity.verified)
+        print(f"  lora churn {churn.fault.name}: {calls} call(s), {bad} refused, verified active {verified:.1f}s",
+              file=sys.stderr)  # fmt: skip
     for line in result.report.describe():
         print(line, file=sys.stderr)
     if args.json:
@@ -290,3 +301,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"kfchaos: stopped by {name}; the records up to then are written", file=sys.stderr)
         return 128 + result.interrupted
     return EXIT_PASS if result.summary.valid and result.summary.answered else EXIT_INCONCLUSIVE
+
+
+def _churns(args: argparse.Namespace, settings: ReplaySettings) -> list[Any]:
+    """The experiment's lora-adapter-churn faults of this stage, on shard 0 only (kfchaos.faults.lorachurn)."""
+    if not args.experiment or settings.shard != 0:
+        return []
+    from kfchaos.faults.lorachurn import stage_churns
+
+    experiment = load_experiment(args.experiment)
+    return stage_churns(experiment, settings.stage, args.target, lambda fault: [settings.stage], settings.duration)

@@ -25,8 +25,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 from kfchaos.demo.prefixcache import Chain, PrefixCache
+
+if TYPE_CHECKING:
+    from kfchaos.demo.lora import LoraState
 
 GIB = 1024**3
 
@@ -89,6 +93,7 @@ class Sequence:
     started: bool = False  # first token sent to the client (survives preemption)
     finished: bool = False
     arrival_step: int = 0
+    lora: str | None = None  # the adapter the request names (kfchaos.demo.lora)
 
     @property
     def tokens(self) -> int:
@@ -119,6 +124,7 @@ class Engine:
         # counters (tokens; vllm/v1/metrics/loggers.py). Counted only with prefix caching on, as vLLM does.
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.lora: LoraState | None = None  # --enable-lora: adapters, slots and their stalls (kfchaos.demo.lora)
 
     # ------------------------------------------------------------------ state
 
@@ -202,8 +208,12 @@ class Engine:
         self.steps += 1
         result = StepResult(duration_s=0.0)
         prefill_tokens = 0
+        skipped: list[Sequence] = []  # over --max-loras: they keep their place in the queue
         while self.waiting and len(self.running) < config.max_num_seqs:
             seq = self.waiting[0]
+            if self.lora is not None and not self.lora.schedulable(seq.lora, (s.lora for s in self.running)):
+                skipped.append(self.waiting.popleft())
+                continue
             private, take, hit = self._admit_cost(seq)
             if private + take > self.free_blocks:
                 break
@@ -220,6 +230,9 @@ class Engine:
                 self.prefix_queries += seq.prompt_tokens
                 self.prefix_hits += hit * config.block_size
             self.running.append(seq)
+        self.waiting.extendleft(reversed(skipped))
+        # Adapters read since the last step and those this batch activates into GPU slots stall the step.
+        stall = self.lora.step_stall(s.lora for s in self.running) if self.lora is not None else 0.0
         if self.host_bytes > config.memory_limit_bytes:
             result.oom = True
             return result
@@ -256,6 +269,7 @@ class Engine:
             config.decode_step_s
             + config.decode_per_seq_s * len(result.emitted)
             + prefill_tokens / config.prefill_tokens_per_s
+            + stall
         )
         return result
 

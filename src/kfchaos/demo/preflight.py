@@ -50,6 +50,11 @@ def check_local_run(experiment: Experiment, target: str) -> None:
     else:
         raise KfchaosError(f"{BACKEND_ENV}={kind!r}: expected chaosmesh or local")
     _connects(target or experiment.spec.target.endpoint)
+    from kfchaos.faults.lorachurn import readiness
+
+    ready, detail = readiness(experiment, target)
+    if ready is not True:
+        raise KfchaosError(f"lora-adapter-churn: {detail}")
 
 
 def _answers(url: str, what: str) -> None:

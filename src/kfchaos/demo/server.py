@@ -24,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kfchaos.demo import lora
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
 from kfchaos.demo.prefixcache import paragraph_prefixes
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
@@ -142,11 +143,21 @@ class ContainerStatus:
 
 
 class DemoServer:
-    def __init__(self, config: EngineConfig, model: str, status: ContainerStatus | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: str,
+        status: ContainerStatus | None = None,
+        lora_config: lora.LoraConfig | None = None,
+    ) -> None:
         self.config = config
         self.model = model
         self.engine = Engine(config)
         self.metrics = Metrics(model, status or ContainerStatus(memory_limit_bytes=config.memory_limit_bytes))
+        self.lora = lora.LoraState(lora_config or lora.LoraConfig())
+        enabled = self.lora.config.enabled
+        self.lora_metrics = lora.LoraMetrics(self.metrics.registry, self.lora.config) if enabled else None
+        self.engine.lora = self.lora if enabled else None
         self.metrics.memory_limit.set(config.memory_limit_bytes)
         self.requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
@@ -200,6 +211,8 @@ class DemoServer:
         self.metrics.prefix_hits.labels(labels).inc(hits - self._prefix_exported[1])
         self._prefix_exported = (queries, hits)
         self.metrics.working_set.labels(*self.metrics.cgroup_id).set(self.engine.host_bytes)
+        if self.lora_metrics is not None:
+            self.lora_metrics.update((s.lora for s in self.engine.running), (s.lora for s in self.engine.waiting))
 
     def _die_of_oom(self) -> None:
         print(
@@ -223,6 +236,7 @@ class DemoServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics_handler)
+        lora.attach(app, self.lora, self._wake.set)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -238,7 +252,8 @@ class DemoServer:
         return web.Response(text="ok")
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        data = [{"id": self.model, "object": "model"}, *self.lora.models(self.model)]
+        return web.json_response({"object": "list", "data": data})
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
         body = generate_latest(self.metrics.registry)
@@ -265,11 +280,10 @@ class DemoServer:
         self, request: web.Request, body: dict[str, Any], prompt: str, chat: bool
     ) -> web.StreamResponse:
         model = body.get("model", self.model)
-        if model != self.model:
-            raise web.HTTPNotFound(
-                text=json.dumps({"error": {"message": f"model {model!r} does not exist", "type": "NotFoundError"}}),
-                content_type="application/json",
-            )
+        if model != self.model:  # an adapter, or vLLM's 404 (kfchaos.demo.lora)
+            missing = self.lora.check_model(str(model))
+            if missing is not None:
+                raise web.HTTPNotFound(text=json.dumps(missing), content_type="application/json")
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise _bad_request("max_tokens must be a positive integer")
@@ -280,6 +294,7 @@ class DemoServer:
         request_id = f"cmpl-{uuid.uuid4().hex}"
         seq = Sequence(request_id, prompt_tokens, max_tokens, prefix_id, len(prefix) // CHARS_PER_TOKEN)
         seq.prefixes = paragraph_prefixes(prompt, CHARS_PER_TOKEN) if self.config.enable_prefix_caching else ()
+        seq.lora = None if model == self.model else str(model)
         state = _Request(seq)
         self.requests[request_id] = state
         self.metrics.prompt_tokens.labels(self.model).inc(prompt_tokens)
@@ -426,11 +441,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--last-exit-code", type=int, default=None, help="set by the supervisor")
     parser.add_argument("--container-id", default="c0", help="set by the supervisor")
     add_engine_arguments(parser)
+    lora.add_arguments(parser)
     args = parser.parse_args(argv)
     config = engine_config(args)
     status = ContainerStatus(args.restarts, args.last_terminated_reason, args.last_exit_code, args.container_id,
                              config.memory_limit_bytes)  # fmt: skip
-    server = DemoServer(config, args.model, status)
+    server = DemoServer(config, args.model, status, lora.config_from(args))
     web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None, handle_signals=True)
 
 

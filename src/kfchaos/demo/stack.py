@@ -55,12 +55,17 @@ class ServerSettings:
     restart_delay_s: float = 3.0
     decode_step_ms: float = 30.0
     connect_retry_s: float = 0.0  # the proxy holds requests this long while the server restarts
+    max_loras: int = 1  # the server runs as a LoRA-serving vLLM does (kfchaos.demo.lora); unused without adapters
 
     def args(self) -> list[str]:
         out = ["--max-num-seqs", str(self.max_num_seqs), "--gpu-memory-utilization", str(self.gpu_memory_utilization),
                "--decode-step-ms", str(self.decode_step_ms)]  # fmt: skip
         if self.enable_prefix_caching:
             out.append("--enable-prefix-caching")
+        # Adapter reads and slot swaps slow down with the decode step (the demo runs vLLM's clock slower).
+        scale = self.decode_step_ms / 30.0
+        out += ["--enable-lora", "--max-loras", str(self.max_loras),
+                "--lora-load-ms", f"{200 * scale:g}", "--lora-swap-ms", f"{20 * scale:g}"]  # fmt: skip
         return out
 
 
@@ -95,10 +100,10 @@ class DemoStack:
     def state_file(self) -> Path:
         return self.workdir / "server-state.json"
 
-    def _spawn(self, command: list[str], log: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, command: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with open(self.workdir / log, "ab") as out:
             # A new session: the whole group can be signalled, and Ctrl-C at the terminal reaches only us.
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         self.processes.append(process)
         return process
 
@@ -110,6 +115,7 @@ class DemoStack:
             [python, "-m", "kfchaos.demo.supervisor", "--port", str(self.server_port), "--state", str(self.state_file),
              "--restart-delay", str(self.settings.restart_delay_s), *self.settings.args()],
             "server.log",
+            {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},  # the runtime LoRA endpoints (demo/lora.py)
         )  # fmt: skip
         proxy = self._spawn(
             [python, "-m", "kfchaos.demo.proxy", "--listen", f"127.0.0.1:{self.proxy_port}",

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from kfchaos.demo import lora
 from kfchaos.demo.server import add_engine_arguments
 
 
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", default="demo/llama-3-8b-sim")
     add_engine_arguments(parser)
+    lora.add_arguments(parser)
     args, _ = parser.parse_known_args(argv)
     server_args = [
         "--host",
@@ -184,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.enable_prefix_caching:
         server_args.append("--enable-prefix-caching")
+    server_args += lora.server_args(args)
     return Supervisor(server_args, args.state, args.restart_delay).run()
 
 

@@ -180,4 +180,19 @@ def diagnose(options: Options, api_client: Any | None = None) -> Report:
         cluster.check_chaos_mesh_placement(report, api_client, experiment, pods)
     cluster.check_secret(report, api_client, experiment, documents, options.kfp_namespace, backend)
     check_prometheus(report, options, experiment, pods)
+    check_lora(report, experiment)
     return report
+
+
+def check_lora(report: Report, experiment: Experiment) -> None:
+    """A lora-adapter-churn fault needs vLLM's runtime LoRA endpoints (kfchaos.faults.lorachurn.readiness)."""
+    from kfchaos.faults.lorachurn import churn_faults, readiness
+
+    if not churn_faults(experiment):
+        return
+    ready, detail = readiness(experiment)
+    fix = "start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment"
+    if ready is None:
+        fix = "run doctor where spec.target.endpoint answers (and with spec.target.auth's variable set)"
+    status = Status.PASS if ready else (Status.FAIL if ready is False else Status.UNKNOWN)
+    report.add("lora runtime updating", status, detail[:300], fix)

@@ -230,6 +230,137 @@ class LongContextBurstParams(StrictModel):
     every: Duration | None = Field(None, description="repeat the burst at this interval within the stage")
 
 
+# ---------------------------------------------------------------- lora-adapter-churn (kfchaos.faults.lorachurn)
+# Adapter names go onto the wire as `kfchaos-<name>` (ADAPTER_PREFIX): the churn, the stage end and the exit
+# handler only ever unload names with that prefix, so an adapter the operator loaded (--lora-modules, or by
+# hand) can never be unloaded by a run, whatever the experiment file says.
+ADAPTER_PREFIX = "kfchaos-"
+MAX_ADAPTERS = 16
+_ADAPTER_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,47}$")
+# What vLLM's lora_path may be: a directory on the server (vllm/lora/utils.py get_adapter_absolute_path: an
+# existing local path is used as is) or a Hugging Face repo id it downloads (huggingface_hub.snapshot_download).
+# kfchaos accepts only an absolute, normalised local path or a plain `owner/name` repo id: no URL schemes,
+# no `..`, no `~`, no relative paths, so an experiment file cannot point the server at anything else.
+_HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_LOCAL_PATH = re.compile(r"^(/[A-Za-z0-9._@+=,-]+)+/?$")
+
+
+def lora_path_problem(path: str) -> str | None:
+    """Why `path` is not a lora_path kfchaos sends (None when it is fine)."""
+    if path.startswith("/"):
+        parts = path.rstrip("/").split("/")[1:]
+        if len(path) > 1024 or not _LOCAL_PATH.match(path) or any(p in (".", "..") for p in parts):
+            return (
+                f"lora_path {path!r}: a local path must be absolute and plain (letters, digits, . _ - @ + = ,; "
+                "no '..', no spaces, at most 1024 characters)"
+            )
+        return None
+    if _HF_REPO_ID.match(path) and ".." not in path:
+        return None
+    return (
+        f"lora_path {path!r} is neither an absolute local path on the server nor a Hugging Face repo id "
+        "(owner/name); URLs and relative paths are refused"
+    )
+
+
+class LoraAdapterRef(StrictModel):
+    name: str = Field(description=f"adapter name; requests name it as {ADAPTER_PREFIX}<name>")
+    path: str = Field(description="lora_path as vLLM loads it: an absolute path on the server or an HF repo id")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _ADAPTER_NAME.match(value):
+            raise ValueError(
+                f"adapter name {value!r}: lower-case letters, digits, '.', '_' or '-', starting with a letter or "
+                "digit, at most 48 characters"
+            )
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        problem = lora_path_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @property
+    def wire_name(self) -> str:
+        return ADAPTER_PREFIX + self.name
+
+
+class LoraAdapterChurnParams(StrictModel):
+    """Traffic-side fault: load and unload LoRA adapters through vLLM's runtime endpoints while requests name
+    them (the replayer performs it; kfchaos.faults.lorachurn)."""
+
+    adapters: list[LoraAdapterRef] | None = Field(None, description="the adapters to churn, each a name and a path")
+    count: int | None = Field(None, ge=1, le=MAX_ADAPTERS, description="or this many adapters from path_template")
+    path_template: str | None = Field(None, description="with count: lora_path with {i} for 0..count-1")
+    interval: Duration = Field(description="one churn cycle (unload + load of the next adapter) this often")
+    share: Percent | None = Field(
+        None, description="requests naming the adapters, as a share of the stage's synthetic rate (default 10%)"
+    )
+    rate: float | None = Field(
+        None, gt=0, le=10_000, description="or requests/s naming the adapters at 100 %, scaled like the traffic"
+    )
+    prompt_tokens: int = Field(256, ge=1, le=32_768)
+    max_tokens: int = Field(16, ge=1, le=4096)
+    start: Duration | None = Field(None, description="offset of the first churn cycle into the stage; default interval")
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: float) -> float:
+        # Each cycle is two API calls that stall the engine; more than one a second is a load test of the
+        # adapter loader, not churn. At most an hour: a slower churn never happens inside one stage.
+        if not 1.0 <= value <= 3600.0:
+            raise ValueError("interval must be from 1s to 1h")
+        return value
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, value: float | None) -> float | None:
+        if value is not None and not 0.0 <= value <= 3600.0:
+            raise ValueError("start must be from 0s to 1h")
+        return value
+
+    @model_validator(mode="after")
+    def _adapters_given(self) -> LoraAdapterChurnParams:
+        if (self.adapters is None) == (self.count is None):
+            raise ValueError("give either adapters (names and paths) or count with path_template")
+        if self.count is not None:
+            if self.path_template is None or self.path_template.count("{i}") != 1:
+                raise ValueError("count needs path_template with exactly one {i}")
+            problem = lora_path_problem(self.path_template.replace("{i}", "0"))
+            if problem:
+                raise ValueError(f"path_template: {problem}")
+        elif self.path_template is not None:
+            raise ValueError("path_template goes with count, not with adapters")
+        if self.share is not None and self.rate is not None:
+            raise ValueError("give share or rate, not both")
+        if self.adapters is not None:
+            if not 1 <= len(self.adapters) <= MAX_ADAPTERS:
+                raise ValueError(f"adapters: from 1 to {MAX_ADAPTERS}")
+            names = [a.name for a in self.adapters]
+            if len(set(names)) != len(names):
+                raise ValueError("adapters: names must be unique")
+        return self
+
+    def resolved(self) -> list[LoraAdapterRef]:
+        """The adapters in churn order."""
+        if self.adapters is not None:
+            return list(self.adapters)
+        assert self.count is not None and self.path_template is not None
+        return [
+            LoraAdapterRef(name=f"adapter-{i}", path=self.path_template.replace("{i}", str(i)))
+            for i in range(self.count)
+        ]
+
+    @property
+    def first_cycle(self) -> float:
+        return self.interval if self.start is None else self.start
+
+
 PARAMS_BY_TYPE: dict[str, type[StrictModel]] = {
     "pod-kill": PodKillParams,
     "pod-failure": NoParams,
@@ -253,10 +384,11 @@ PARAMS_BY_TYPE: dict[str, type[StrictModel]] = {
     "dns-random": DnsParams,
     "gpu-memory-pressure": GpuMemoryPressureParams,
     "long-context-burst": LongContextBurstParams,
+    "lora-adapter-churn": LoraAdapterChurnParams,
 }
 
 # Types whose params are all optional: `params` may be left out.
 PARAMS_OPTIONAL = {"pod-kill", "pod-failure", "container-kill", "stress-cpu"}
 
 # Faults the load generator performs itself; they create no cluster object.
-TRAFFIC_SIDE_TYPES = {"long-context-burst"}
+TRAFFIC_SIDE_TYPES = {"long-context-burst", "lora-adapter-churn"}

@@ -28,9 +28,11 @@ def remove_and_recover(
 
     experiment = experiment_from_text(experiment_text)
     results = load_history(history)
+    adapters = _unload_adapters(experiment, target)  # a churned stage killed before its end leaves them loaded
     injected = any(r.detail.get("chaos_objects") for r in results)
     if not injected:
-        return json.dumps({"removed": [], "recovery": None, "note": "nothing was injected"}, sort_keys=True)
+        note = {"removed": [], "recovery": None, "note": "nothing was injected", "lora_adapters": adapters}
+        return json.dumps(note, sort_keys=True)
     backend = seams.fault_backend(experiment, run_id)
     removed = describe(backend.sweep(run_id))
     # Faults are removed after their last stage; recovery runs from the last confirmed removal, or from now
@@ -58,6 +60,7 @@ def remove_and_recover(
             "removed_at": removed_at,
             "probe": summary,
             "recovery": check.to_dict() if check else None,
+            "lora_adapters": adapters,
         },
         sort_keys=True,
         default=str,
@@ -72,7 +75,24 @@ def cleanup(experiment_text: str, run_id: str, record_path: str) -> str:
         record["swept"] = describe(seams.fault_backend(experiment, run_id).sweep(run_id))
     else:
         record["swept"] = []
+    # The exit handler has the experiment's endpoint (not the run's --target) and the credential only where the
+    # task has it: a best effort after the stage's own unload and the remove step's (kfchaos.faults.lorachurn).
+    record["lora_adapters"] = _unload_adapters(experiment, "")
     record["finished_at"] = time.time()
     Path(record_path).parent.mkdir(parents=True, exist_ok=True)
     Path(record_path).write_text(json.dumps(record, sort_keys=True, default=str))
     return json.dumps(record, sort_keys=True, default=str)
+
+
+def _unload_adapters(experiment: Any, target: str) -> list[dict[str, Any]] | str:
+    """Unload the adapters of the experiment's lora-adapter-churn faults still loaded at the target (what was
+    done, or why it could not be); nothing at all when it has none."""
+    from kfchaos.errors import KfchaosError
+    from kfchaos.faults import lorachurn
+
+    if not lorachurn.churn_faults(experiment):
+        return []
+    try:
+        return lorachurn.sweep(experiment, lorachurn.LoraClient.for_experiment(experiment, target))
+    except KfchaosError as exc:
+        return f"not checked: {exc}"

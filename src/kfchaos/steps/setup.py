@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
@@ -30,6 +30,7 @@ def preflight(experiment_text: str, run_id: str, ramp: str = "") -> str:
     manifests = seams.render_faults(experiment, run_id)  # renders run the safety guards
     faults = seams.cluster_faults(experiment)
     notes = seams.fault_backend(experiment, run_id).preflight(faults) if faults else []
+    lora = _lora_ready(experiment)
     return json.dumps(
         {
             "experiment": experiment.metadata.name,
@@ -38,6 +39,7 @@ def preflight(experiment_text: str, run_id: str, ramp: str = "") -> str:
             "started_at": time.time(),
             "chaos_objects": [f"{m['kind']}/{m['metadata']['name']}" for m in manifests.values()],
             "backend": describe(notes),
+            **({"lora": lora} if lora else {}),
         },
         sort_keys=True,
     )
@@ -66,3 +68,17 @@ def load_optional_baseline(path: str) -> Baseline | None:
     if not Path(path).is_file() or not Path(path).read_text().strip():
         return None
     return load_baseline(path)[0]
+
+
+def _lora_ready(experiment: Any) -> str:
+    """A lora-adapter-churn fault needs vLLM's runtime LoRA endpoints: a target that refuses them stops the run
+    here. The step knows the experiment's endpoint, not a run's --target override: one it cannot reach is a
+    note (the stage's own loads then show the fault unverified), never a pass."""
+    from kfchaos.faults import lorachurn
+
+    if not lorachurn.churn_faults(experiment):
+        return ""
+    ready, detail = lorachurn.readiness(experiment)
+    if ready is False:
+        raise KfchaosError(f"lora-adapter-churn: {detail}")
+    return detail if ready else f"not checked: {detail}"

@@ -10,6 +10,7 @@ from it, and the verdict judges the stage's coverage from it (kfchaos.verdict.ev
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,10 +43,41 @@ def faults_in_stage(experiment: Experiment, stage: int) -> list[FaultBase]:
 
 
 def under_faults(
-    experiment: Experiment, run_id: str, stage: int, replay: Callable[[], dict[str, Any]]
+    experiment: Experiment,
+    run_id: str,
+    stage: int,
+    replay: Callable[[], dict[str, Any]],
+    target: str = "",
+    churn: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run `replay` (returns its summary) with this stage's faults applied, watched and removed as the file
-    says. Returns (summary, faults detail: chaos_objects created here, fault_windows, reasons)."""
+    says. Returns (summary, faults detail: chaos_objects created here, fault_windows, reasons, and the LoRA
+    churn's calls as fault_actions). `churn`: run this stage's lora-adapter-churn faults here (shard 0 only,
+    so a sharded stage churns once); they load, swap and unload adapters at `target` beside the replay."""
+    from kfchaos.faults import lorachurn
+
+    churns = (
+        lorachurn.stage_churns(experiment, stage, target, lambda f: fault_stage_span(experiment, f)) if churn else []
+    )
+    if not churns:
+        return _under_cluster_faults(experiment, run_id, stage, replay)
+
+    def churned() -> dict[str, Any]:
+        with contextlib.ExitStack() as stack:
+            for item in churns:
+                stack.enter_context(item)
+            return replay()
+
+    summary, detail = _under_cluster_faults(experiment, run_id, stage, churned)
+    detail["fault_windows"] = [*detail["fault_windows"], *(c.activity.to_dict() for c in churns)]
+    detail["fault_actions"] = lorachurn.actions_dicts(churns)
+    detail["reasons"] = [*detail["reasons"], *(r for c in churns for r in c.reasons)]
+    return summary, detail
+
+
+def _under_cluster_faults(
+    experiment: Experiment, run_id: str, stage: int, replay: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     faults = faults_in_stage(experiment, stage)
     if not faults:
         return replay(), {"chaos_objects": [], "fault_windows": [], "reasons": []}

@@ -88,8 +88,11 @@ def replay(experiment_text: str, experiment_dir: str, target: str, run_id: str, 
             experiment, stage, experiment_dir, target, records_path, duration=None, fault_active=False
         )
 
-    summary, faults = under_faults(experiment, run_id, stage, run)
+    summary, faults = under_faults(experiment, run_id, stage, run, target=target)
     faults["marked_requests"] = mark_fault_active(records_path, faults["fault_windows"])
+    from kfchaos.faults.lorachurn import request_problems
+
+    faults["reasons"] = [*faults.get("reasons", []), *request_problems(records_path, experiment, stage)]
     return json.dumps({**summary, "stage": stage, "run_id": run_id, "faults": faults}, sort_keys=True, default=str)
 
 
@@ -120,6 +123,7 @@ def collect(
         "plan_hash": summary.get("plan_hash"),
         "chaos_objects": faults.get("chaos_objects") or [],
         "fault_windows": faults.get("fault_windows") or [],
+        "fault_actions": faults.get("fault_actions") or [],  # the LoRA churn's calls (kfchaos.faults.lorachurn)
     }
     status = stage_result.status.value
     if faults.get("reasons") and status == "PASS":  # a fault not shown injected or removed: nothing is earned

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kfchaos.faults.params import LongContextBurstParams
+from kfchaos.errors import KfchaosError
+from kfchaos.faults.params import LongContextBurstParams, LoraAdapterChurnParams
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.types import StrictModel
 
@@ -101,3 +102,55 @@ def long_context_burst(fault: TrafficFault, settings: ReplaySettings) -> FaultRe
                     fault=fault.name,
                 ),
             )
+
+
+DEFAULT_LORA_SHARE = 0.1
+
+
+@register("lora-adapter-churn", LoraAdapterChurnParams)
+def lora_adapter_churn(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
+    """Requests naming the churned adapters (round robin, so a batch keeps needing other GPU slots), Poisson
+    arrivals at `rate`, or at `share` of the synthetic traffic's rate, scaled to the stage like the traffic. The
+    loads and unloads themselves run beside the replay (kfchaos.faults.lorachurn)."""
+    import hashlib
+
+    import numpy as np
+
+    p = fault.params
+    assert isinstance(p, LoraAdapterChurnParams)
+    if settings.api == "http":
+        raise KfchaosError(f"{fault.name}: lora-adapter-churn needs target.api openai-completions or openai-chat")
+    if p.rate is not None:
+        rate = p.rate * settings.fraction * settings.time_scale
+    elif settings.synthetic is not None and settings.synthetic.rate is not None:
+        share = DEFAULT_LORA_SHARE if p.share is None else p.share
+        rate = share * settings.synthetic.rate * settings.fraction * settings.time_scale
+    else:
+        raise KfchaosError(
+            f"{fault.name}: share needs synthetic traffic with a set rate; with a traffic file or fit_from give rate"
+        )
+    if rate <= 0 or settings.duration is None:
+        return
+    names = [a.wire_name for a in p.resolved()]
+    seed = int.from_bytes(hashlib.sha256(f"{settings.seed}/{fault.name}".encode()).digest()[:8], "big")
+    rng = np.random.default_rng(seed)
+    path = api_path(settings)
+    offset, k = 0.0, 0
+    while True:
+        offset += float(rng.exponential(1.0 / rate))
+        if offset >= settings.duration:
+            return
+        yield (
+            offset,
+            TrafficRequest(
+                id=f"lora-{fault.name}-{k}",
+                timestamp=offset,
+                method="POST",
+                path=path,
+                prompt_tokens=p.prompt_tokens,
+                max_tokens=p.max_tokens,
+                fault=fault.name,
+                model=names[k % len(names)],
+            ),
+        )
+        k += 1

@@ -36,3 +36,4 @@ class TrafficRequest:
     long_context: bool = False  # a long-context burst's prompt: one shared document, then a question
     fault: str | None = None  # the traffic-side fault that sent it (kfchaos.traffic.faultload); None: traffic
     turn: Turn | None = None  # a synthetic conversation's turn (kfchaos.traffic.conversation)
+    model: str | None = None  # the model it names instead of target.model (a LoRA adapter); built bodies only

@@ -96,7 +96,11 @@ class RequestBuilder:
             payload["messages"] = [{"role": "user", "content": self._prompt(request)}]
         else:
             payload["prompt"] = self._prompt(request)
-        return path, self._stream(payload, turn.conversation.model if turn is not None else None), True
+        return (
+            path,
+            self._stream(payload, request.model or (turn.conversation.model if turn is not None else None)),
+            True,
+        )
 
     def _prompt(self, request: TrafficRequest) -> str:
         if request.prompt is not None:
