@@ -368,7 +368,8 @@ def setup_problems(experiment: Experiment) -> list[str]:
         synthetic = experiment.spec.traffic.synthetic
         if params_of(fault).rate is None and (synthetic is None or synthetic.rate is None):
             out.append(
-                f"{fault.name}: share needs synthetic traffic with a set rate; with a traffic file or fit_from give rate"
+                f"{fault.name}: share needs synthetic traffic with a set rate;"
+                " with a traffic file or fit_from give rate"
             )
     return out
 
