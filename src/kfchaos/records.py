@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from kfchaos.errors import KfchaosError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: fault_request
 
 # Error kinds a record's `error` column may hold (null when the request succeeded at the HTTP level).
 ERROR_KINDS = (
@@ -57,6 +57,9 @@ REQUEST_SCHEMA = pa.schema(
         # Seconds spent opening connections (TCP, TLS) for this request, 0 on a kept-alive one; null if not
         # sent. Part of latency and ttft (which start before the connection, as in vLLM's bench client).
         pa.field("connect", pa.float64(), nullable=True),
+        # The traffic-side fault that sent this request (kfchaos.traffic.faultload), null for the traffic itself.
+        # Such requests are the fault, and are left out of every figure that judges the traffic.
+        pa.field("fault_request", pa.dictionary(pa.int16(), pa.string()), nullable=True),
     ],
     metadata={b"kfchaos.records.version": str(SCHEMA_VERSION).encode()},
 )

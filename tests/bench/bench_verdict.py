@@ -95,6 +95,7 @@ def write_records(path: Path, n: int) -> None:
                 "bytes_received": pa.array(rng.integers(100, 20000, m)),
                 "long_context": pa.array(np.zeros(m, bool)),
                 "connect": pa.array(np.zeros(m)),
+                "fault_request": pa.nulls(m, pa.dictionary(pa.int16(), pa.string())),
             },
             schema=REQUEST_SCHEMA,
         )

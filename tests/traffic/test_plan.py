@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.params import LongContextBurstParams
 from kfchaos.spec import Synthetic
-from kfchaos.traffic.plan import BurstFault, ReplaySettings, plan_stage
+from kfchaos.traffic.faultload import TrafficFault
+from kfchaos.traffic.plan import ReplaySettings, plan_stage
 from kfchaos.traffic.sampling import select, unit
 
 
@@ -117,7 +118,7 @@ def test_synthetic_rate_lengths_and_determinism() -> None:
 def test_bursts_are_scheduled_in_the_stage_and_split_over_shards(tmp_path: Path) -> None:
     params = LongContextBurstParams(requests=6, context_tokens=1000, max_tokens=8, start="1s", every="2s")
     base = ReplaySettings(
-        stage=100, source=recording(tmp_path, n=100), duration=5.0, bursts=(BurstFault("kv", params),)
+        stage=100, source=recording(tmp_path, n=100), duration=5.0, traffic_faults=(TrafficFault("kv", params),)
     )
     bursts = [p for p in plan_stage(base).schedule() if p.request.long_context]
     assert sorted({p.offset for p in bursts}) == [1.0, 3.0]

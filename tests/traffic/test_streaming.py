@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from kfchaos.faults.params import LongContextBurstParams
 from kfchaos.traffic import engine, http1
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.plan import BurstFault, GoodputSlo, ReplaySettings
+from kfchaos.traffic.faultload import TrafficFault
+from kfchaos.traffic.plan import GoodputSlo, ReplaySettings
 from kfchaos.traffic.sse import SseError, SseTimer
 
 from .loopback_server import LoopbackServer
@@ -74,16 +75,19 @@ def test_a_stream_without_done_is_a_protocol_error(tmp_path: Path) -> None:
 
 
 def test_long_context_burst_requests_are_sent_and_flagged(tmp_path: Path) -> None:
-    burst = BurstFault("kv", LongContextBurstParams(requests=4, context_tokens=2000, max_tokens=3, start="100ms"))
+    burst = TrafficFault("kv", LongContextBurstParams(requests=4, context_tokens=2000, max_tokens=3, start="100ms"))
     with LoopbackServer(tokens=3, gap_ms=5) as server:
         settings_ = ReplaySettings(
             stage=100, source=prompts(tmp_path, 4), api="openai-chat", model="m", duration=1.0, loop=False,
-            bursts=(burst,),
+            traffic_faults=(burst,),
         )  # fmt: skip
         result = run_stage(plan_stage(settings_), server.url)
         long_bodies = [json.loads(s.body) for s in server.seen if len(s.body) > 5000]
     rows = [r for r in result.table.to_pylist() if r["long_context"]]
     assert len(rows) == 4 and all(r["fault_active"] and r["error"] is None for r in rows)
+    # The records name the fault that sent each of its requests; the traffic's own requests name none.
+    assert [r["fault_request"] for r in rows] == ["kv"] * 4
+    assert {r["fault_request"] for r in result.table.to_pylist() if not r["long_context"]} == {None}
     assert len(long_bodies) == 4
     words = long_bodies[0]["messages"][0]["content"].split()
     assert len(words) == pytest.approx(2000, abs=5) and long_bodies[0]["max_tokens"] == 3

@@ -73,6 +73,7 @@ def records(
     ttft: np.ndarray | None = None,
     fault_active: bool | np.ndarray = True,
     long_context: bool = False,
+    fault_request: str | None = None,
 ) -> pa.Table:
     """One stage's records: request i is intended at start + i/rate and sent `send_lag` later."""
     n = len(latency)
@@ -110,6 +111,7 @@ def records(
         "bytes_received": pa.nulls(n, pa.int64()),
         "long_context": pa.array(np.full(n, long_context)),
         "connect": pa.nulls(n, pa.float64()),
+        "fault_request": pa.array([fault_request] * n, pa.string()).cast(pa.dictionary(pa.int16(), pa.string())),
     }
     return pa.table(columns, schema=REQUEST_SCHEMA)
 

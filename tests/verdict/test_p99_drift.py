@@ -6,6 +6,8 @@ the limit (drift exactly 15 %), s = 1.05 about 0.65 %, s = 1.25 about 1.45 %.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -95,9 +97,14 @@ def test_absolute_p99_limit_uses_the_same_rule() -> None:
     assert clear.stage(10).check("p99").value == pytest.approx(LN100, rel=0.01)
 
 
-def test_long_context_burst_requests_are_left_out_of_the_slo_checks() -> None:
+@pytest.mark.parametrize(
+    "marker",
+    [{"long_context": True}, {"fault_request": "abort-storm"}],
+    ids=["long-context-burst", "any-traffic-side-fault"],
+)
+def test_fault_requests_are_left_out_of_the_slo_checks(marker: dict[str, Any]) -> None:
     table = records(10, exponential(1.0, 5000))
-    burst = records(10, np.full(200, 60.0), start=1_100_000.0, long_context=True)  # 200 requests of 60 s
+    burst = records(10, np.full(200, 60.0), start=1_100_000.0, **marker)  # 200 requests of 60 s
     verdict = evaluate(concat(table, burst), EXPERIMENT, baseline=baseline())
     stage = verdict.stage(10)
     assert stage.check("p99_drift").status is Status.PASS

@@ -104,7 +104,7 @@ def record_control(
     tables: list[pa.Table] = []
     rates: dict[int, float] = {}
     for percent in percents:
-        plan = plan_stage(experiment, percent, base_dir=base_dir, duration=duration, bursts=())
+        plan = plan_stage(experiment, percent, base_dir=base_dir, duration=duration, traffic_faults=())
         result = run_stage(plan, target, fault_active=False)
         tables.append(result.table)
         rates[percent] = result.table.num_rows / duration
@@ -114,7 +114,7 @@ def record_control(
     requests = load_requests(records_out)
     measured = []
     for percent in percents:
-        subset = requests.where((requests.stage == percent) & ~requests.long_context)
+        subset = requests.where((requests.stage == percent) & ~requests.injected)
         if not len(subset.stage):
             raise KfchaosError(f"control replay at {percent}% produced no records; is {_public(target)} serving?")
         measured.append(measure_stage(subset, percent, rates[percent], experiment.spec.slo.confidence))

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 COLUMNS = (
     "stage", "fault_active", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot",
-    "long_context",
+    "long_context", "fault_request",
 )  # fmt: skip
 
 

@@ -90,7 +90,7 @@ def replay_stage(
     if duration is not None:
         # A probe (steady state before injection, recovery after removal) measures the system without faults,
         # so the traffic-side ones (long-context bursts) are left out of its plan too.
-        overrides = {"duration": duration, "bursts": ()}
+        overrides = {"duration": duration, "traffic_faults": ()}
     plan = api.plan_stage(experiment, stage, base_dir=base_dir, **overrides)
     result = api.run_stage(plan, target or experiment.spec.target.endpoint, out=records_path, fault_active=fault_active)
     summary: dict[str, Any] = result.summary.to_dict()

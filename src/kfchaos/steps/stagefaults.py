@@ -26,6 +26,7 @@ from kfchaos.faults.safety import fault_stage_span
 from kfchaos.spec import Experiment, FaultBase
 from kfchaos.steps import seams
 from kfchaos.steps.results import describe
+from kfchaos.verdict.requests import injected_mask
 
 # Poll often enough to resolve a stage to ~2 % (MAX_UNCOVERED_SHARE), never more than 5 reads a second
 # per fault, never less than one every 2 s.
@@ -179,8 +180,7 @@ def mark_fault_active(records_path: str | Path, windows: Sequence[dict[str, Any]
     at = np.where(np.isfinite(sent), sent, intended)
     spans = [(float(w["from"]), float(w["to"])) for item in windows for w in item.get("verified") or []]
     active = active_at(spans, at)
-    if "long_context" in table.column_names:
-        active |= table.column("long_context").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    active |= injected_mask(table)  # requests a traffic-side fault sent are the fault itself
     index = table.column_names.index("fault_active")
     table = table.set_column(index, table.schema.field(index), pa.array(active, pa.bool_()))
     pq.write_table(table, path)

@@ -105,11 +105,11 @@ class _Stage:
         if self.in_flight >= self.settings.concurrency_limit:
             active = (
                 self.fault_active(due + self.epoch) if callable(self.fault_active) else self.fault_active
-            ) or request.long_context
+            ) or request.fault is not None
             self.dropped += 1
             self.recorder.add(
                 planned.record_id, trace_id, due + self.epoch, error="dropped",
-                long_context=request.long_context, fault_active=active,
+                long_context=request.long_context, fault_active=active, fault_request=request.fault,
             )  # fmt: skip
             return
         exchange = Exchange(
@@ -156,13 +156,13 @@ class _Stage:
                 prompt_tokens = sse.prompt_tokens
         active = (
             self.fault_active(intended + self.epoch) if callable(self.fault_active) else self.fault_active
-        ) or request.long_context
+        ) or request.fault is not None
         # Positional: this runs once per request, and keyword passing costs measurably at 40k calls/s.
         self.recorder.add(
             planned.record_id, exchange.trace_id, intended + self.epoch, sent + self.epoch if sent else math.nan,
             status, error, latency, ttft, itl, tpot, prompt_tokens, output_tokens,
             exchange.bytes_sent if sent else -1, exchange.bytes_received, request.long_context, active,
-            exchange.connect if sent else math.nan,
+            exchange.connect if sent else math.nan, request.fault,
         )  # fmt: skip
 
     def _sweep(self) -> None:

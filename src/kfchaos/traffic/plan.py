@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.params import LongContextBurstParams
+from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
 from kfchaos.spec import Experiment, Synthetic, load_experiment
 from kfchaos.traffic.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_TIMEOUT
+from kfchaos.traffic.faultload import TrafficFault, generate
 from kfchaos.traffic.formats import FORMATS, READERS
 from kfchaos.traffic.formats.sharegpt import read_sharegpt
 from kfchaos.traffic.request import TrafficRequest
@@ -42,14 +43,6 @@ class Planned(NamedTuple):
     offset: float  # seconds after the stage start when it should be sent
     request: TrafficRequest
     record_id: str  # the request id, with `~k` appended on the k-th loop of the recording
-
-
-@dataclass(frozen=True)
-class BurstFault:
-    """A long-context-burst fault as the replayer performs it."""
-
-    name: str
-    params: LongContextBurstParams
 
 
 @dataclass(frozen=True)
@@ -84,7 +77,7 @@ class ReplaySettings:
     concurrency_limit: int = 10_000
     max_send_lag_p99: float = 0.050
     headers: HeaderPolicy = NO_HEADER_CHANGES
-    bursts: tuple[BurstFault, ...] = ()
+    traffic_faults: tuple[TrafficFault, ...] = ()  # faults the replayer performs (kfchaos.traffic.faultload)
     prompt_rate: float = 1.0  # arrivals per second for prompt sets (format sharegpt) at 100 %
     goodput: GoodputSlo = NO_GOODPUT_SLO
 
@@ -142,7 +135,9 @@ class ReplaySettings:
             "credential_header": self.headers.credential[0] if self.headers.credential else None,
         }
         data["synthetic"] = self.synthetic.model_dump() if self.synthetic else None
-        data["bursts"] = [{"name": b.name, **b.params.model_dump()} for b in self.bursts]
+        data["traffic_faults"] = [
+            {"name": f.name, "type": f.type, **f.params.model_dump()} for f in self.traffic_faults
+        ]
         return data
 
 
@@ -237,47 +232,33 @@ class ReplayPlan:
             if not s.loop or s.duration is None:
                 return
 
-    def _bursts(self) -> Iterator[Planned]:
+    def _fault_requests(self) -> Iterator[Planned]:
+        """The traffic-side faults' requests, this shard's share: the k-th request of each fault goes to
+        shard k mod n."""
         s = self.settings
-        index = 0
-        for burst in s.bursts:
-            p = burst.params
-            starts = [p.start]
-            if p.every and s.duration is not None:
-                starts = [p.start + k * p.every for k in range(int((s.duration - p.start) // p.every) + 1)]
-            for k, start in enumerate(starts):
-                if s.duration is not None and start >= s.duration:
-                    break
-                for j in range(p.requests):
-                    mine = index % s.shards == s.shard
-                    index += 1
-                    if not mine:
-                        continue
-                    request = TrafficRequest(
-                        id=f"burst-{burst.name}-{k}-{j}",
-                        timestamp=start,
-                        method="POST",
-                        path=API_PATHS.get(s.api, "/"),
-                        prompt_tokens=p.context_tokens,
-                        max_tokens=p.max_tokens,
-                        long_context=True,
-                    )
-                    yield Planned(start, request, request.id)
+        streams = []
+        for fault in s.traffic_faults:
+            mine = (
+                Planned(offset, request, request.id)
+                for index, (offset, request) in enumerate(generate(fault, s))
+                if index % s.shards == s.shard
+            )
+            streams.append(mine)
+        return heapq.merge(*streams, key=lambda p: p.offset)
 
     def schedule(self) -> Iterator[Planned]:
         """The stage's requests in intended-send order."""
-        if not self.settings.bursts:
+        if not self.settings.traffic_faults:
             return self._recorded()
-        return heapq.merge(self._recorded(), self._bursts(), key=lambda p: p.offset)
+        return heapq.merge(self._recorded(), self._fault_requests(), key=lambda p: p.offset)
 
 
-def _bursts_for(experiment: Experiment, stage: int) -> tuple[BurstFault, ...]:
-    out = []
-    for fault in experiment.spec.faults:
-        if fault.type == "long-context-burst" and stage in experiment.fault_stages(fault):
-            assert isinstance(fault.params, LongContextBurstParams)
-            out.append(BurstFault(fault.name, fault.params))
-    return tuple(out)
+def _traffic_faults_for(experiment: Experiment, stage: int) -> tuple[TrafficFault, ...]:
+    return tuple(
+        TrafficFault(fault.name, fault.params)
+        for fault in experiment.spec.faults
+        if fault.type in TRAFFIC_SIDE_TYPES and stage in experiment.fault_stages(fault)
+    )
 
 
 def settings_from_experiment(
@@ -313,7 +294,7 @@ def settings_from_experiment(
         "concurrency_limit": traffic.concurrency_limit,
         "max_send_lag_p99": traffic.max_send_lag_p99,
         "headers": policy,
-        "bursts": _bursts_for(experiment, stage),
+        "traffic_faults": _traffic_faults_for(experiment, stage),
         "goodput": GoodputSlo(spec.slo.ttft_p99_max, spec.slo.tpot_p99_max, spec.slo.p99_max),
     }
     values.update(overrides)

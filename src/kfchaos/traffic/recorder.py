@@ -31,6 +31,8 @@ class Recorder:
         self.trace = bytearray()  # 16 bytes a request
         self.fault = array("b")
         self.long_context = array("b")
+        self.fault_request = array("h")  # -1: traffic; else index in fault_names
+        self.fault_names: dict[str, int] = {}
         self.intended = array("d")
         self.sent = array("d")
         self.status = array("h")  # -1: none
@@ -69,6 +71,7 @@ class Recorder:
         long_context: bool = False,
         fault_active: bool = False,
         connect: float = NAN,
+        fault_request: str | None = None,
     ) -> None:
         self.ids += record_id.encode()
         self.id_ends.append(len(self.ids))
@@ -90,6 +93,10 @@ class Recorder:
         self.bytes_sent.append(bytes_sent)
         self.bytes_received.append(bytes_received)
         self.connect.append(connect)
+        if fault_request is None:
+            self.fault_request.append(-1)
+        else:
+            self.fault_request.append(self.fault_names.setdefault(fault_request, len(self.fault_names)))
 
     def nbytes(self) -> int:
         """Memory held by the columns (for the bytes-per-record benchmark)."""
@@ -120,6 +127,7 @@ class Recorder:
         error_column = pa.DictionaryArray.from_arrays(
             pa.array(errors, type=pa.int8(), mask=errors < 0), pa.array(list(ERROR_KINDS), type=pa.string())
         )
+        fault_codes = np.frombuffer(self.fault_request, dtype=np.int16) if n else np.zeros(0, dtype=np.int16)
         columns = {
             "stage": pa.array(np.full(n, self.stage, dtype=np.int16)),
             "shard": pa.array(np.full(n, self.shard, dtype=np.int16)),
@@ -145,6 +153,10 @@ class Recorder:
                 np.frombuffer(self.long_context, dtype=np.int8).astype(bool) if n else [], pa.bool_()
             ),
             "connect": floats(self.connect),
+            "fault_request": pa.DictionaryArray.from_arrays(
+                pa.array(fault_codes, type=pa.int16(), mask=fault_codes < 0),
+                pa.array(list(self.fault_names), type=pa.string()),
+            ),
         }
         table = pa.table([columns[name] for name in REQUEST_SCHEMA.names], schema=REQUEST_SCHEMA)
         return table.sort_by("intended")

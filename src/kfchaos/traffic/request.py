@@ -27,4 +27,5 @@ class TrafficRequest:
     prompt: str | None = None
     prompt_tokens: int | None = None
     max_tokens: int | None = None
-    long_context: bool = False
+    long_context: bool = False  # a long-context burst's prompt: one shared document, then a question
+    fault: str | None = None  # the traffic-side fault that sent it (kfchaos.traffic.faultload); None: traffic

@@ -225,9 +225,10 @@ def evaluate(
     stages: list[StageResult] = []
     for percent in planned:
         in_stage = requests.stage == percent
-        # Long-context burst requests are the fault itself; the SLOs judge what they do to the other traffic.
-        burst = int(np.count_nonzero(in_stage & requests.long_context))
-        mask = in_stage & ~requests.long_context
+        # Requests a traffic-side fault sent (long-context bursts, ...) are the fault itself; the SLOs judge what
+        # they do to the other traffic.
+        burst = int(np.count_nonzero(in_stage & requests.injected))
+        mask = in_stage & ~requests.injected
         if not mask.any():
             check = Check("records", Status.INCONCLUSIVE, "no records for this stage (not run, or skipped by a gate)")
             stages.append(StageResult(percent, Status.INCONCLUSIVE, 0, None, [check]))
@@ -238,8 +239,8 @@ def evaluate(
         checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity)
         if burst:
             reason = (
-                f"{burst} long-context burst request(s) left out of the SLO and replay-fidelity checks: "
-                "they are the fault"
+                f"{burst} request(s) sent by traffic-side faults (long-context bursts, ...) left out of the SLO "
+                "and replay-fidelity checks: they are the fault"
             )
             checks.append(Check("fault_requests", Status.PASS, reason, float(burst), samples=burst, gating=False))
         stage_gate = gate_of(percent, checks)

@@ -128,8 +128,8 @@ def gate(
 ) -> GateResult:
     """Decide whether the ramp may go on after this stage's records (one stage: filter before calling)."""
     requests = stage_records if isinstance(stage_records, Requests) else from_table(stage_records)
-    # Burst requests are the fault (kfchaos.verdict.evaluate leaves them out of the SLOs too).
-    requests = requests.where(~requests.long_context)
+    # Requests a traffic-side fault sent are the fault (kfchaos.verdict.evaluate leaves them out of the SLOs too).
+    requests = requests.where(~requests.injected)
     checks = [rule_check(rule, requests, metrics) for rule in rules]
     sent = requests.was_sent()
     ok = requests.succeeded() & np.isfinite(requests.latency)

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, IdReader, RecordsError, impossible_data
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
-OPTIONAL = ("long_context",)  # read when present; older or hand-made records may lack it
+OPTIONAL = ("long_context", "fault_request")  # read when present; older or hand-made records may lack them
 NO_ERROR = -1
 _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
 TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED = (_KIND_CODE[k] for k in ERROR_KINDS)
@@ -41,7 +41,9 @@ class Requests:
     itl_p99: NDArray[np.float64]
     tpot: NDArray[np.float64]
     fault_active: NDArray[np.bool_]
-    long_context: NDArray[np.bool_]  # sent by a long-context-burst fault: part of the fault, not the traffic
+    # Sent by a traffic-side fault (records' fault_request, or long_context from a long-context burst): part of the
+    # fault, not the traffic, so left out of the traffic's figures.
+    injected: NDArray[np.bool_]
     # The class masks below are asked for many times per stage; computed once each.
     _masks: dict[str, NDArray[np.bool_]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -134,12 +136,18 @@ def from_table(table: pa.Table, source: str = "records", request_ids: IdReader |
         itl_p99=_float(table, "itl_p99"),
         tpot=_float(table, "tpot"),
         fault_active=np.asarray(table.column("fault_active").fill_null(False).to_numpy(), dtype=np.bool_),
-        long_context=(
-            np.asarray(table.column("long_context").fill_null(False).to_numpy(), dtype=np.bool_)
-            if "long_context" in table.column_names
-            else np.zeros(table.num_rows, dtype=np.bool_)
-        ),
+        injected=injected_mask(table),
     )
+
+
+def injected_mask(table: pa.Table) -> NDArray[np.bool_]:
+    """Rows a traffic-side fault sent: fault_request set, or long_context (records from before fault_request)."""
+    mask = np.zeros(table.num_rows, dtype=np.bool_)
+    if "long_context" in table.column_names:
+        mask |= np.asarray(table.column("long_context").fill_null(False).to_numpy(zero_copy_only=False), dtype=np.bool_)
+    if "fault_request" in table.column_names:
+        mask |= ~np.asarray(table.column("fault_request").is_null().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    return mask
 
 
 def load_requests(source: pa.Table | str | Path) -> Requests:
