@@ -13,9 +13,11 @@ import pytest
 
 from kfchaos.faults.params import LongContextBurstParams
 from kfchaos.records import RecordsError
+from kfchaos.spec import load_experiment
 from kfchaos.traffic.api import plan_stage, run_stage
+from kfchaos.traffic.faultload import TrafficFault
 from kfchaos.traffic.merge import merge_records, stage_plan_hash
-from kfchaos.traffic.plan import BurstFault, ReplaySettings
+from kfchaos.traffic.plan import ReplaySettings
 from kfchaos.traffic.recorder import Recorder, write_parquet
 
 from .loopback_server import LoopbackServer
@@ -30,9 +32,9 @@ def _recording(tmp_path: Path, n: int = 3000, gap: float = 0.004) -> str:
 
 
 def _settings(tmp_path: Path) -> ReplaySettings:
-    burst = BurstFault("ctx", LongContextBurstParams(context_tokens=4000, requests=7, start="1s", every="3s"))
+    burst = TrafficFault("ctx", LongContextBurstParams(context_tokens=4000, requests=7, start="1s", every="3s"))
     # Looped twice over (the recording lasts 12 s), with bursts: every part of a plan the shards must split.
-    return ReplaySettings(stage=60, source=_recording(tmp_path), seed=5, duration=30.0, bursts=(burst,))
+    return ReplaySettings(stage=60, source=_recording(tmp_path), seed=5, duration=30.0, traffic_faults=(burst,))
 
 
 @pytest.mark.parametrize("shards", [2, 3, 7])
@@ -53,6 +55,40 @@ def test_the_union_of_the_shards_plans_is_the_unsharded_plan_with_its_hash(tmp_p
     assert len({part.hash for part in parts}) == shards and whole.hash not in {part.hash for part in parts}
     assert {stage_plan_hash(part.settings) for part in parts} == {whole.hash}
     assert stage_plan_hash(whole.settings) == whole.hash
+
+
+def _with_traffic_faults() -> list[Path]:
+    """Every shipped experiment with a traffic-side fault (each new fault type ships a demo scenario)."""
+    from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
+    from tests.conftest import ROOT
+
+    files = [
+        *sorted((ROOT / "experiments").glob("*.yaml")),
+        *sorted((ROOT / "src/kfchaos/demo/experiments").glob("*.yaml")),
+    ]
+    return [
+        p for p in files if p.name != "schema.json" and any(f"type: {t}" in p.read_text() for t in TRAFFIC_SIDE_TYPES)
+    ]
+
+
+@pytest.mark.parametrize("path", _with_traffic_faults(), ids=lambda p: p.name)
+def test_every_traffic_side_fault_splits_over_shards_into_its_unsharded_requests(path: Path) -> None:
+    """kfchaos.traffic.faultload: a generator must be a function of (fault, settings) only, the same in every shard
+    pod, or the shards would send another plan than the one their hash names."""
+    experiment = load_experiment(path)
+    for stage in experiment.spec.traffic.stages:
+        # A short stage: the generators' requests, not the recording, are what this checks.
+        whole = plan_stage(
+            experiment, stage, base_dir=path.parent, duration=min(60.0, experiment.spec.traffic.stage_duration)
+        )
+        faulty = sorted((p.record_id, p.offset) for p in whole.schedule() if p.request.fault is not None)
+        pieces = [
+            (p.record_id, p.offset)
+            for i in range(3)
+            for p in plan_stage(whole.settings, shard=i, shards=3).schedule()
+            if p.request.fault is not None
+        ]
+        assert sorted(pieces) == faulty, (path.name, stage)
 
 
 def _records(shard: int, rows: list[tuple[str, float]]) -> Recorder:
