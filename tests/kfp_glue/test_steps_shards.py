@@ -75,3 +75,14 @@ def test_missing_or_repeated_shards_and_another_plan_are_named() -> None:
     other = shards.shard_problems([{**ok, "shard": 0, "stage_plan_hash": "sha256:b"}], 1, begun, 0.05)
     assert other == ["shard 0/1 planned another stage (plan hash sha256:b)"]
     assert shards.shard_problems([{**ok, "shard": 0}, {**ok, "shard": 1}], 2, begun, 0.05) == []
+
+
+def test_doctor_asks_for_a_backend_that_runs_a_parallel_for_inside_the_exit_handler() -> None:
+    from kfchaos.doctor import kfpcheck
+
+    loop = {"dag": {"tasks": {"replay-shard": {"parameterIterator": {"items": {"raw": "[0, 1]"}}}}}}
+    sharded = [{"root": {"dag": {"tasks": {}}}, "components": {"comp-for-loop-4": loop}}]
+    assert kfpcheck.SHARDED in kfpcheck.requirements(sharded)
+    assert kfpcheck.missing((2, 15, 0), [kfpcheck.SHARDED]) == [kfpcheck.SHARDED]
+    assert kfpcheck.missing((2, 17, 0), [kfpcheck.SHARDED]) == []
+    assert kfpcheck.SHARDED not in kfpcheck.requirements([{"root": {"dag": {"tasks": {}}}}])
