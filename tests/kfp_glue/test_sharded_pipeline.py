@@ -73,7 +73,8 @@ def test_a_sharded_stage_runs_under_kfp_local_and_its_merged_records_are_the_uns
     assert (run_dir / "verdict-report" / "audit").is_file(), done.stdout[-6000:] + done.stderr[-3000:]
     record = json.loads((run_dir / "verdict-report" / "audit").read_text())
     stages = {s["stage"]: s for s in record["steps"] if s["step"] == "stage"}
-    assert sorted(stages) == [10, 30], [(s["step"], s["stage"], s["status"], s["reasons"]) for s in record["steps"]]
+    ran = [(s["step"], s["stage"], s["status"], s["reasons"]) for s in record["steps"]]
+    assert sorted(stages) == [10, 30] and all("replay" in s["detail"] for s in stages.values()), ran
     experiment = load_experiment(root / "experiments/local-delay.yaml")
     merged = {
         int(pq.read_table(p).column("stage")[0].as_py()): pq.read_table(p)

@@ -10,7 +10,8 @@ exactly one owner:
   .sampling) with offsets counted from that start time. A shard that is ready early waits; one that starts late
   by up to `max_send_lag_p99` sends with that lag (it shows in the records); one later than that sends nothing,
   since catching up would fire a burst the plan does not have, and the merge makes the stage INCONCLUSIVE.
-  Shard 0 alone watches the stage's faults (the activity poll), from before the start until the stage's end.
+  Shard 0 alone watches the stage's faults (the activity poll), from before the start until the last response
+  any shard can still get (start + duration + timeout).
 - `merge` (one task): checks that every shard 0..n-1 ran once on the stage's plan, concatenates their records
   (kfchaos.traffic.merge), summarizes them as one stage, marks `fault_active` from shard 0's verified windows,
   and removes the faults whose last stage this is. Its output has the shape of the single replay task's, so the
@@ -25,6 +26,8 @@ from typing import Any
 
 from kfchaos.steps.context import experiment_from_text
 from kfchaos.steps.stagefaults import StageFaults, faults_in_stage, mark_fault_active, open_stage_faults
+
+WATCH_MARGIN = 0.5  # seconds past the other shards' last possible response (engine sweep, clock skew of the pods)
 
 
 def start(experiment_text: str, experiment_dir: str, run_id: str, stage: int, shards: int) -> str:
@@ -112,8 +115,10 @@ def replay_shard(
     else:
         with held.watch():
             summary = replay()
-            # Watch until the stage's last possible send, whichever shard sends it.
-            _sleep_until(start_at + (settings.duration or 0.0))
+            # Watch until the stage's last possible response, whichever shard gets it: the verdict judges
+            # coverage up to the stage's last response, and a shard waits at most `timeout` (plus its sweep) for
+            # the answers to its last sends (kfchaos.traffic.engine).
+            _sleep_until(start_at + (settings.duration or 0.0) + settings.timeout + WATCH_MARGIN)
         out["fault_windows"] = held.detail()["fault_windows"]
         out["fault_reasons"] = held.reasons
     out.update(summary=summary, sent_share=True)
