@@ -22,15 +22,19 @@ Retries only where a step is idempotent (preflight, baseline, collect, remove, c
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from components.baseline.component import baseline as baseline_op
 from components.cleanup.component import cleanup as cleanup_op
 from components.collect_metrics.component import collect_metrics as collect_op
+from components.merge_shards.component import merge_shards as merge_op
 from components.preflight.component import preflight as preflight_op
 from components.remove_faults.component import remove_faults as remove_op
+from components.replay_shard.component import replay_shard as shard_op
 from components.replay_stage.component import replay_stage as replay_op
 from components.skip_stage.component import skip_stage as skip_op
 from components.stage_gate.component import stage_gate as gate_op
+from components.stage_start.component import stage_start as start_op
 from components.steady_state.component import steady_state as steady_op
 from components.verdict_report.component import verdict_report as verdict_op
 from kfp import dsl, kubernetes
@@ -61,6 +65,7 @@ class PipelineDefaults:
     experiment: str = ""
     baseline: str = ""
     auth_env: str | None = "KFCHAOS_TARGET_TOKEN"
+    shards: int = 1  # spec.traffic.shards: replay pods per stage (1: one replay task, the shape before sharding)
 
 
 def _no_cache(task: PipelineTask, retries: int = 0) -> PipelineTask:
@@ -75,6 +80,51 @@ def _with_target_secret(task: PipelineTask, auth_env: str | None) -> PipelineTas
     if auth_env:
         kubernetes.use_secret_as_env(task, TARGET_SECRET, {TARGET_SECRET_KEY: auth_env}, optional=True)
     return task
+
+
+def _sharded_replay(
+    defaults: PipelineDefaults, stage: int, experiment: Any, experiment_dir: Any, target: Any, run_id: Any
+) -> PipelineTask:
+    """start -> ParallelFor(shard pods) -> merge (kfchaos.steps.shards); the merge task stands where the single
+    replay task stood: same outputs. Inside the ExitHandler, which kubeflow/pipelines#12390 reports failing on
+    some backends (docs/pipelines.md, "Sharded stages": the backend versions this needs)."""
+    auth_env = defaults.auth_env
+    start = _no_cache(
+        start_op(
+            experiment=experiment, experiment_dir=experiment_dir, run_id=run_id, stage=stage, shards=defaults.shards
+        )
+    )
+    start.set_display_name(f"start {stage}%")
+    # parallelism = shards: every shard must be running at the common start time, none may wait for a slot.
+    with dsl.ParallelFor(list(range(defaults.shards)), parallelism=defaults.shards, name=f"shards-{stage}") as shard:
+        part = _no_cache(
+            shard_op(
+                experiment=experiment,
+                experiment_dir=experiment_dir,
+                target=target,
+                run_id=run_id,
+                stage=stage,
+                shard=shard,
+                shards=defaults.shards,
+                schedule=start.outputs["schedule"],
+            )
+        )
+        part.set_display_name(f"replay {stage}% shard")
+        _with_target_secret(part, auth_env)
+    merge = _no_cache(
+        merge_op(
+            experiment=experiment,
+            experiment_dir=experiment_dir,
+            run_id=run_id,
+            stage=stage,
+            shards=defaults.shards,
+            start=start.outputs["Output"],
+            results=dsl.Collected(part.outputs["Output"]),
+            parts=dsl.Collected(part.outputs["requests"]),
+        )
+    )
+    merge.set_display_name(f"replay {stage}% (merge)")
+    return merge
 
 
 def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent:
@@ -117,17 +167,20 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
             gate = steady_gate
             for stage in defaults.stages:
                 with dsl.If(gate.outputs["decision"] == "continue", name=f"stage-{stage}"):
-                    replay = _no_cache(
-                        replay_op(
-                            experiment=experiment,
-                            experiment_dir=experiment_dir,
-                            target=target,
-                            run_id=run_id,
-                            stage=stage,
+                    if defaults.shards == 1:
+                        replay = _no_cache(
+                            replay_op(
+                                experiment=experiment,
+                                experiment_dir=experiment_dir,
+                                target=target,
+                                run_id=run_id,
+                                stage=stage,
+                            )
                         )
-                    )
-                    replay.set_display_name(f"replay {stage}%")
-                    _with_target_secret(replay, auth_env)
+                        replay.set_display_name(f"replay {stage}%")
+                        _with_target_secret(replay, auth_env)
+                    else:
+                        replay = _sharded_replay(defaults, stage, experiment, experiment_dir, target, run_id)
                     collect = _no_cache(
                         collect_op(
                             experiment=experiment,

@@ -475,7 +475,8 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
     page = html_path.read_text() if html_path.is_file() else ""
     metrics = embedded_metrics(page) if page else None
     run = audit.get("run", {})
-    parts = sorted(kfp_run_dir.glob("replay-stage*/requests"))
+    # One records file per stage: the replay task's, or the merge task's for a sharded stage (kfchaos.steps.shards).
+    parts = sorted([*kfp_run_dir.glob("replay-stage*/requests"), *kfp_run_dir.glob("merge-shards*/requests")])
     return write(
         runs_root / safe_id(kfp_run_dir.name),
         experiment_text=parameters.get("experiment", ""),

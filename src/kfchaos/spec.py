@@ -291,6 +291,11 @@ class Traffic(StrictModel):
     concurrency_limit: int = Field(10_000, ge=1)
     max_send_lag_p99: Duration = Field(0.050, description="replayer behind schedule beyond this -> stage INVALID")
     headers: Headers = Headers()
+    # Fleet scale (issue 15 §4): each stage replays in this many parallel pods (`--shard i/n`, hash partition),
+    # all sending on one schedule that starts `shard_start_lead` after the stage's start task (kfchaos.steps
+    # .shards). 1 keeps one replay task per stage. `concurrency_limit` bounds each shard's process.
+    shards: int = Field(1, ge=1, le=256, description="parallel replay pods per stage (KFP ParallelFor)")
+    shard_start_lead: Duration = Field(60.0, description="time for the shard pods to start before the stage starts")
 
     @field_validator("stages")
     @classmethod
@@ -304,6 +309,13 @@ class Traffic(StrictModel):
     def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError("stage_duration must be longer than zero")
+        return value
+
+    @field_validator("shard_start_lead")
+    @classmethod
+    def _lead(cls, value: float) -> float:
+        if not 0 < value <= 3600:
+            raise ValueError("shard_start_lead must be longer than zero and at most 1h")
         return value
 
     @model_validator(mode="after")

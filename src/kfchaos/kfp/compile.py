@@ -111,6 +111,7 @@ def experiment_target(root: Path, path: Path, experiment: Experiment | None = No
             experiment=path.read_text(),
             baseline=baseline,
             auth_env=auth.env if auth else None,
+            shards=experiment.spec.traffic.shards,
         ),
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,79 @@ def poll_interval(stage_duration: float) -> float:
 def faults_in_stage(experiment: Experiment, stage: int) -> list[FaultBase]:
     """Cluster-side faults alive in `stage`: from their first listed stage through their last."""
     return [f for f in seams.cluster_faults(experiment) if stage in fault_stage_span(experiment, f)]
+
+
+@dataclass
+class StageFaults:
+    """The faults alive in one stage, as one task holds them: backend handles, what was created, what was seen."""
+
+    experiment: Experiment
+    stage: int
+    faults: list[FaultBase]
+    backend: Any
+    handles: dict[str, Any] = field(default_factory=dict)
+    activities: list[FaultActivity] = field(default_factory=list)
+    created: list[dict[str, Any]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def watch(self) -> Poller:
+        """Poll every fault of the stage while the `with` block runs (one observation before, one after)."""
+
+        def observe(activity: FaultActivity) -> bool:
+            return bool(self.backend.is_active(self.handles[activity.fault]))
+
+        return Poller(self.activities, observe, poll_interval(self.experiment.spec.traffic.stage_duration))
+
+    def remove_ending(self) -> None:
+        """Remove the faults whose last stage this is, and wait until they are gone."""
+        for fault, activity in zip(self.faults, self.activities, strict=True):
+            if fault_stage_span(self.experiment, fault)[-1] != self.stage:
+                continue
+            try:
+                self.backend.remove(self.handles[fault.name])
+                self.backend.wait_recovered(self.handles[fault.name])
+            except KfchaosError as exc:  # the exit handler sweeps it anyway; the next stage's records will show it
+                activity.errors.append(f"removal: {exc}")
+                self.reasons.append(f"{fault.name} not confirmed removed after stage {self.stage}: {exc}")
+            else:
+                activity.removed_at = time.time()
+
+    def detail(self) -> dict[str, Any]:
+        return {
+            "chaos_objects": self.created,
+            "fault_windows": [a.to_dict() for a in self.activities],
+            "reasons": self.reasons,
+        }
+
+
+def open_stage_faults(
+    experiment: Experiment, run_id: str, stage: int, *, apply: bool = True, applied_at: dict[str, float] | None = None
+) -> StageFaults | None:
+    """The stage's faults, None when it has none. With `apply`, those whose first stage this is are created and
+    waited for (Selected + AllInjected); the others are found again by their deterministic names, and
+    `applied_at` (fault name -> epoch) says when another task created them."""
+    faults = faults_in_stage(experiment, stage)
+    if not faults:
+        return None
+    held = StageFaults(experiment, stage, faults, seams.fault_backend(experiment, run_id))
+    manifests = seams.render_faults(experiment, run_id)
+    for fault in faults:
+        span = fault_stage_span(experiment, fault)
+        manifest = manifests[fault.name]
+        applied: float | None = (applied_at or {}).get(fault.name)
+        if apply and span[0] == stage:
+            applied = time.time()
+            handle = held.backend.apply(fault)
+            entry, ok = _wait_injected(held.backend, fault, manifest, handle, applied)
+            held.created.append(entry)
+            if not ok:
+                held.reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
+        else:
+            handle = held.backend.handle_of(fault)
+        held.handles[fault.name] = handle
+        held.activities.append(FaultActivity(fault.name, manifest["metadata"]["name"], manifest["kind"], span, applied))
+    _attach_events(held.backend, held.created)
+    return held
 
 
 def under_faults(
@@ -78,54 +152,13 @@ def under_faults(
 def _under_cluster_faults(
     experiment: Experiment, run_id: str, stage: int, replay: Callable[[], dict[str, Any]]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    faults = faults_in_stage(experiment, stage)
-    if not faults:
+    held = open_stage_faults(experiment, run_id, stage)
+    if held is None:
         return replay(), {"chaos_objects": [], "fault_windows": [], "reasons": []}
-    backend: Any = seams.fault_backend(experiment, run_id)
-    manifests = seams.render_faults(experiment, run_id)
-    handles: dict[str, Any] = {}
-    activities: list[FaultActivity] = []
-    created: list[dict[str, Any]] = []
-    reasons: list[str] = []
-    for fault in faults:
-        span = fault_stage_span(experiment, fault)
-        manifest = manifests[fault.name]
-        applied_at: float | None = None
-        if span[0] == stage:
-            applied_at = time.time()
-            handle = backend.apply(fault)
-            entry, ok = _wait_injected(backend, fault, manifest, handle, applied_at)
-            created.append(entry)
-            if not ok:
-                reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
-        else:
-            handle = backend.handle_of(fault)
-        handles[fault.name] = handle
-        activities.append(FaultActivity(fault.name, manifest["metadata"]["name"], manifest["kind"], span, applied_at))
-    _attach_events(backend, created)
-
-    def observe(activity: FaultActivity) -> bool:
-        return bool(backend.is_active(handles[activity.fault]))
-
-    with Poller(activities, observe, poll_interval(experiment.spec.traffic.stage_duration)):
+    with held.watch():
         summary = replay()
-    for fault, activity in zip(faults, activities, strict=True):
-        if fault_stage_span(experiment, fault)[-1] != stage:
-            continue
-        try:
-            backend.remove(handles[fault.name])
-            backend.wait_recovered(handles[fault.name])
-        except KfchaosError as exc:  # the exit handler sweeps it anyway; the next stage's records will show it
-            activity.errors.append(f"removal: {exc}")
-            reasons.append(f"{fault.name} not confirmed removed after stage {stage}: {exc}")
-        else:
-            activity.removed_at = time.time()
-    detail = {
-        "chaos_objects": created,
-        "fault_windows": [a.to_dict() for a in activities],
-        "reasons": reasons,
-    }
-    return summary, detail
+    held.remove_ending()
+    return summary, held.detail()
 
 
 def _wait_injected(

@@ -105,6 +105,8 @@ def collect(
         result = StepResult("stage", stage, "SKIPPED", True, [f"stage {stage} is not in this experiment's ramp"])
         return result.to_json(), {}
     faults = summary.pop("faults", None) or {}
+    # A sharded stage whose shards do not make up its plan (kfchaos.steps.shards): nothing is earned either.
+    replay_reasons = list(summary.pop("replay_reasons", None) or [])
     # The replayer's own `valid` judges send lag against the absolute limit, burst requests included; the
     # verdict's replay check judges it from the records (bursts left out, tolerance relative to the latency):
     # one rule, applied there.
@@ -115,7 +117,7 @@ def collect(
         # KFP Metrics are protobuf numbers: an infinite value (e.g. a P99 made of timeouts) cannot be logged.
         if check.value is not None and math.isfinite(float(check.value)):
             figures[check.name] = float(check.value)
-    reasons = list(stage_result.to_dict()["reasons"]) + list(faults.get("reasons") or [])
+    reasons = list(stage_result.to_dict()["reasons"]) + list(faults.get("reasons") or []) + replay_reasons
     detail = {
         "replay": summary,
         "stage": stage_result.to_dict(),
@@ -126,7 +128,8 @@ def collect(
         "fault_actions": faults.get("fault_actions") or [],  # the LoRA churn's calls (kfchaos.faults.lorachurn)
     }
     status = stage_result.status.value
-    if faults.get("reasons") and status == "PASS":  # a fault not shown injected or removed: nothing is earned
+    blocked = bool(faults.get("reasons") or replay_reasons)
+    if blocked and status == "PASS":  # a fault not shown injected or removed, a shard missing: nothing is earned
         status = "INCONCLUSIVE"
-    proceed = stage_gate.proceed and not faults.get("reasons")
+    proceed = stage_gate.proceed and not blocked
     return StepResult("stage", stage, status, proceed, reasons, detail).to_json(), figures

@@ -186,7 +186,9 @@ class _Stage:
 
     # ------------------------------------------------------------ running
 
-    async def run(self, stop: asyncio.Event | None, progress: Progress | None, warm: int) -> None:
+    async def run(
+        self, stop: asyncio.Event | None, progress: Progress | None, warm: int, start_at: float | None = None
+    ) -> None:
         if warm:
             await self.pool.warm(warm)
         sweeper = asyncio.ensure_future(self._every(SWEEP, self._sweep))
@@ -198,6 +200,10 @@ class _Stage:
         gc.collect()
         gc.freeze()
         self.start = self.clock() + START_DELAY  # after the collection, which can take tens of ms
+        if start_at is not None:
+            # One schedule for every shard of a stage (kfchaos.steps.shards): offsets count from this epoch
+            # time. A shard that starts after it sends its first requests late, and that shows as send lag.
+            self.start = start_at - self.epoch
         try:
             await self._send_all(stop)
             if not self.stopped:
@@ -283,15 +289,17 @@ async def replay(
     stop: asyncio.Event | None = None,
     progress: Progress | None = None,
     warm_connections: int = 0,
+    start_at: float | None = None,
 ) -> StageResult:
     """Replay one stage against `target` (base URL) and return its records and summary.
 
     `fault_active`: whether a (cluster) fault is active, or a function of the epoch send time; burst
     requests are always marked. `stop`: set it to end the stage early (abort); requests in flight are
-    recorded as cancelled.
+    recorded as cancelled. `start_at`: the epoch time the stage's offsets count from (a sharded stage's common
+    start); default: as soon as the engine is ready.
     """
     stage = _Stage(plan, parse_target(target), asyncio.get_running_loop(), fault_active)
-    await stage.run(stop, progress, warm_connections)
+    await stage.run(stop, progress, warm_connections, start_at)
     table = stage.recorder.table()
     s = plan.settings
     summary = summarize(

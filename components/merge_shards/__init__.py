@@ -1,0 +1,1 @@
+"""Merge-shards component (sharded stages)."""

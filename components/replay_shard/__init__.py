@@ -1,0 +1,1 @@
+"""Replay-shard component (sharded stages)."""

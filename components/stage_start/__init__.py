@@ -1,0 +1,1 @@
+"""Stage-start component (sharded stages)."""

@@ -1,0 +1,88 @@
+"""The sharded-stage steps (kfchaos.steps.shards) called as the components call them, against the demo server:
+a shard that starts far too late sends nothing (no catch-up burst) and the stage is INCONCLUSIVE, never PASS."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from kfchaos.demo.stack import DemoStack
+from kfchaos.steps import shards, stages
+
+pytestmark = pytest.mark.integration
+
+EXPERIMENT = """\
+apiVersion: kfchaos.io/v1alpha1
+kind: Experiment
+metadata: {name: sharded, version: 1.0.0, owner: test}
+spec:
+  target:
+    namespace: demo
+    selector: {labels: {app: demo-llm}}
+    endpoint: TARGET
+    api: openai-completions
+    model: demo/llama-3-8b-sim
+    timeout: 5s
+  traffic:
+    synthetic: {rate: 60, prompt_tokens: {distribution: fixed, mean: 16}, output_tokens: {distribution: fixed, mean: 2}}
+    stages: [10]
+    stage_duration: 1s
+    seed: 3
+    shards: 2
+    shard_start_lead: 1s
+    max_send_lag_p99: 200ms
+  faults: []
+  slo: {p99_max: 2s, min_samples: 1}
+  baseline: {file: none.yaml}
+"""
+
+
+def test_a_shard_far_too_late_sends_nothing_and_the_stage_is_inconclusive(tmp_path: Path, stack: DemoStack) -> None:
+    text = EXPERIMENT.replace("TARGET", stack.server_url)
+    start = shards.start(text, str(tmp_path), "run-1", 10, 2)
+    begun = json.loads(start)
+    assert begun["start_at"] > time.time() and begun["stage_plan_hash"].startswith("sha256:")
+    paths = [str(tmp_path / f"s{i}.parquet") for i in range(2)]
+    on_time = shards.replay_shard(text, str(tmp_path), "", "run-1", 10, 1, 2, start, paths[1])
+    # Shard 0 arrives after shard 1 has sent its share: far more than max_send_lag_p99 late.
+    time.sleep(max(0.0, begun["start_at"] + 0.5 - time.time()))
+    late = shards.replay_shard(text, str(tmp_path), "", "run-1", 10, 0, 2, start, paths[0])
+    assert json.loads(on_time)["sent_share"] and not json.loads(late)["sent_share"]
+    assert json.loads(late)["late_by"] >= 0.5 and pq.read_table(paths[0]).num_rows == 0
+    merged_path = str(tmp_path / "merged.parquet")
+    merged = json.loads(shards.merge(text, str(tmp_path), "run-1", 10, 2, start, [late, on_time], paths, merged_path))
+    assert merged["plan_hash"] == begun["stage_plan_hash"]
+    assert pq.read_table(merged_path).column("shard").unique().to_pylist() == [1]
+    (reason,) = merged["replay_reasons"]
+    assert reason.startswith("shard 0/2 started") and "its share of the plan was not sent" in reason
+    result = json.loads(stages.collect(text, 10, json.dumps(merged), "", merged_path)[0])
+    assert result["status"] == "INCONCLUSIVE" and not result["proceed"], result
+    assert reason in result["reasons"]
+
+
+def test_missing_or_repeated_shards_and_another_plan_are_named() -> None:
+    begun = {"stage_plan_hash": "sha256:a"}
+    ok = {"stage_plan_hash": "sha256:a", "sent_share": True}
+    problems = shards.shard_problems([{**ok, "shard": 0}, {**ok, "shard": 0}], 3, begun, 0.05)
+    assert problems == [
+        "shards [1, 2] of 3 left no results: the stage's plan was not sent in full",
+        "shard indices [0] ran more than once or are not in 0..2",
+    ]
+    other = shards.shard_problems([{**ok, "shard": 0, "stage_plan_hash": "sha256:b"}], 1, begun, 0.05)
+    assert other == ["shard 0/1 planned another stage (plan hash sha256:b)"]
+    assert shards.shard_problems([{**ok, "shard": 0}, {**ok, "shard": 1}], 2, begun, 0.05) == []
+
+
+def test_doctor_asks_for_a_backend_that_runs_a_parallel_for_inside_the_exit_handler() -> None:
+    from kfchaos.doctor import kfpcheck
+
+    loop = {"dag": {"tasks": {"replay-shard": {"parameterIterator": {"items": {"raw": "[0, 1]"}}}}}}
+    sharded = [{"root": {"dag": {"tasks": {}}}, "components": {"comp-for-loop-4": loop}}]
+    assert kfpcheck.SHARDED in kfpcheck.requirements(sharded)
+    assert kfpcheck.missing((2, 15, 0), [kfpcheck.SHARDED]) == [kfpcheck.SHARDED]
+    assert kfpcheck.missing((2, 17, 0), [kfpcheck.SHARDED]) == []
+    assert kfpcheck.SHARDED not in kfpcheck.requirements([{"root": {"dag": {"tasks": {}}}}])
