@@ -29,6 +29,9 @@ ERROR_KINDS = (
     "protocol",  # malformed HTTP or SSE stream
     "dropped",  # not sent: the concurrency limit was reached at its intended time
     "cancelled",  # the stage ended (abort or time-up) before a response
+    # The replayer's own client closed the stream on purpose (a client-abort-storm fault request): designed, not
+    # a failure of the target, and never counted as an error of the traffic.
+    "client_abort",
 )
 
 REQUEST_SCHEMA = pa.schema(

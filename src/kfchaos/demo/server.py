@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kfchaos.demo import lora
+from kfchaos.demo.disconnect import FINISH_REASONS, Disconnects
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
 from kfchaos.demo.prefixcache import paragraph_prefixes
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
@@ -65,7 +66,8 @@ class Metrics:
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", labels, registry=r)
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full", labels, registry=r)
         self.preemptions = Counter("vllm:num_preemptions", "Preemptions", labels, registry=r)
-        self.success = Counter("vllm:request_success", "Finished requests", labels, registry=r)
+        # One series per finish reason, as vLLM (kfchaos.demo.disconnect): a client abort counts under "abort".
+        self.success = Counter("vllm:request_success", "Finished requests", [*labels, "finished_reason"], registry=r)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", labels, registry=r)
         self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", labels, registry=r)
         self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries (tokens)", labels, registry=r)
@@ -74,9 +76,11 @@ class Metrics:
         self.memory_limit = Gauge("process_memory_limit_bytes", "Container memory limit", registry=r)
         # Export every labelled series from the start, so "no data yet" never looks like a missing series.
         for series in (self.e2e, self.ttft, self.itl, self.running, self.waiting, self.kv_usage, self.preemptions,
-                       self.success, self.prompt_tokens, self.generation_tokens, self.prefix_queries,
+                       self.prompt_tokens, self.generation_tokens, self.prefix_queries,
                        self.prefix_hits):  # fmt: skip
             series.labels(model)
+        for finish in FINISH_REASONS:
+            self.success.labels(model, finish)
         self._export_container_status(status)
 
     def _export_container_status(self, status: ContainerStatus) -> None:
@@ -149,6 +153,8 @@ class DemoServer:
         model: str,
         status: ContainerStatus | None = None,
         lora_config: lora.LoraConfig | None = None,
+        *,
+        leak_aborted: bool = False,
     ) -> None:
         self.config = config
         self.model = model
@@ -158,6 +164,9 @@ class DemoServer:
         enabled = self.lora.config.enabled
         self.lora_metrics = lora.LoraMetrics(self.metrics.registry, self.lora.config) if enabled else None
         self.engine.lora = self.lora if enabled else None
+        self.disconnects = Disconnects(
+            self.engine, lambda reason: self.metrics.success.labels(model, reason).inc(), leak=leak_aborted
+        )
         self.metrics.memory_limit.set(config.memory_limit_bytes)
         self.requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
@@ -197,7 +206,7 @@ class DemoServer:
                 if request is not None:
                     request.queue.put_nowait(None)
                     self.metrics.e2e.labels(labels).observe(now - request.arrived)
-                    self.metrics.success.labels(labels).inc()
+                    self.metrics.success.labels(labels, "length").inc()  # max_tokens reached
                     self.metrics.generation_tokens.labels(labels).inc(request.emitted)
 
     def _update_gauges(self) -> None:
@@ -309,8 +318,9 @@ class DemoServer:
             return web.json_response(_full_response(request_id, self.model, text, prompt_tokens, state.emitted, chat))
         finally:
             self.requests.pop(request_id, None)
-            if not seq.finished:
-                self.engine.abort(request_id)
+            if not seq.finished:  # the client went away (or the handler failed): abort, free its blocks
+                self.disconnects.abort(request_id)
+                self._update_gauges()
 
     async def _stream(
         self, request: web.Request, state: _Request, body: dict[str, Any], chat: bool
@@ -440,14 +450,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--last-terminated-reason", default=None, help="set by the supervisor")
     parser.add_argument("--last-exit-code", type=int, default=None, help="set by the supervisor")
     parser.add_argument("--container-id", default="c0", help="set by the supervisor")
+    parser.add_argument("--leak-aborted-blocks", action="store_true", help=argparse.SUPPRESS)  # tests only
     add_engine_arguments(parser)
     lora.add_arguments(parser)
     args = parser.parse_args(argv)
     config = engine_config(args)
     status = ContainerStatus(args.restarts, args.last_terminated_reason, args.last_exit_code, args.container_id,
                              config.memory_limit_bytes)  # fmt: skip
-    server = DemoServer(config, args.model, status, lora.config_from(args))
-    web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None, handle_signals=True)
+    server = DemoServer(config, args.model, status, lora.config_from(args), leak_aborted=args.leak_aborted_blocks)
+    # handler_cancellation: a client that disconnects cancels its handler at once, as vLLM's with_cancellation
+    # does (kfchaos.demo.disconnect), not only at the handler's next write.
+    web.run_app(
+        server.app(), host=args.host, port=args.port, print=None, access_log=None, handle_signals=True,
+        handler_cancellation=True,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

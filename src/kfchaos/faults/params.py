@@ -361,6 +361,64 @@ class LoraAdapterChurnParams(StrictModel):
         return self.interval if self.start is None else self.start
 
 
+# Bounds of a client abort storm: one storm is at most this many clients, a slow reader reads at least this
+# fast (or it is a stalled connection the request timeout ends, not a reader), and storms repeat no more often
+# than this (faster, it is a flood of connections, not a storm).
+MAX_STORM_CLIENTS = 10_000
+MAX_SLOW_READERS = 1_000
+MIN_READ_RATE = 16  # bytes/s
+MIN_STORM_EVERY = 1.0  # seconds
+MAX_ABORT_AFTER = 3600.0  # seconds; the request timeout ends a stream sooner anyway
+
+
+class ClientAbortStormParams(StrictModel):
+    """Traffic-side fault: clients that close their stream mid-generation at once, and slow readers.
+
+    Each storm opens `requests` streams that the client closes after `abort_after_tokens` token chunks (or
+    `abort_after` seconds), as a gateway timeout or users closing a tab do in bulk: the server must abort each
+    request and free its KV blocks. `slow_readers` streams read only `read_rate` bytes/s from a small receive
+    buffer, so the server's writes back up (TCP backpressure) until the request timeout ends them.
+    """
+
+    requests: int = Field(0, ge=0, le=MAX_STORM_CLIENTS, description="streams per storm the client closes mid-stream")
+    abort_after_tokens: int | None = Field(
+        None, ge=1, le=100_000, description="close after this many token chunks (default 8 when abort_after is unset)"
+    )
+    abort_after: Duration | None = Field(None, description="close this long after sending instead (e.g. 2s)")
+    slow_readers: int = Field(0, ge=0, le=MAX_SLOW_READERS, description="streams per storm that read slowly")
+    read_rate: int = Field(256, ge=MIN_READ_RATE, le=10_000_000, description="bytes/s a slow reader reads")
+    prompt_tokens: int = Field(512, ge=1, le=2_000_000)
+    max_tokens: int = Field(256, ge=1, le=100_000)
+    start: Duration = Field(0.0, description="offset into each active stage when the first storm starts")
+    every: Duration | None = Field(None, description="repeat the storm at this interval within the stage")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ClientAbortStormParams:
+        if self.requests + self.slow_readers < 1:
+            raise ValueError("a client abort storm needs requests or slow_readers (at least one)")
+        if self.abort_after_tokens is not None and self.abort_after is not None:
+            raise ValueError("give abort_after_tokens or abort_after, not both")
+        if self.abort_after is not None and not 0 < self.abort_after <= MAX_ABORT_AFTER:
+            raise ValueError(f"abort_after must be above 0 and at most {MAX_ABORT_AFTER:g}s")
+        if self.abort_after_tokens is not None and self.abort_after_tokens >= self.max_tokens:
+            # The stream would end by itself before the client closes it: the storm would abort nothing.
+            raise ValueError(
+                f"abort_after_tokens ({self.abort_after_tokens}) must be below max_tokens ({self.max_tokens})"
+            )
+        if self.requests and self.abort_after is None and self.max_tokens < 2:
+            raise ValueError("aborting after a token needs max_tokens of at least 2 (or give abort_after)")
+        if self.every is not None and self.every < MIN_STORM_EVERY:
+            raise ValueError(f"every must be at least {MIN_STORM_EVERY:g}s (faster is a connection flood, not a storm)")
+        return self
+
+    @property
+    def abort_tokens(self) -> int | None:
+        """Token chunks after which an aborting client closes: None when it closes after `abort_after` seconds."""
+        if self.abort_after is not None:
+            return None
+        return self.abort_after_tokens if self.abort_after_tokens is not None else max(1, min(8, self.max_tokens - 1))
+
+
 PARAMS_BY_TYPE: dict[str, type[StrictModel]] = {
     "pod-kill": PodKillParams,
     "pod-failure": NoParams,
@@ -385,10 +443,11 @@ PARAMS_BY_TYPE: dict[str, type[StrictModel]] = {
     "gpu-memory-pressure": GpuMemoryPressureParams,
     "long-context-burst": LongContextBurstParams,
     "lora-adapter-churn": LoraAdapterChurnParams,
+    "client-abort-storm": ClientAbortStormParams,
 }
 
 # Types whose params are all optional: `params` may be left out.
 PARAMS_OPTIONAL = {"pod-kill", "pod-failure", "container-kill", "stress-cpu"}
 
 # Faults the load generator performs itself; they create no cluster object.
-TRAFFIC_SIDE_TYPES = {"long-context-burst", "lora-adapter-churn"}
+TRAFFIC_SIDE_TYPES = {"long-context-burst", "lora-adapter-churn", "client-abort-storm"}

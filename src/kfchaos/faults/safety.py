@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kfchaos.errors import KfchaosError, Path, SafetyError
 from kfchaos.faults.admission import mode_value_problem, pods_hit
-from kfchaos.faults.params import TargetSelector
+from kfchaos.faults.params import ClientAbortStormParams, TargetSelector
 from kfchaos.spec import Experiment, FaultBase
 
 RULE_PROTECTED_NAMESPACE = "protected-namespace"
@@ -89,6 +89,27 @@ def check_fault(experiment: Experiment, fault: FaultBase) -> None:
         )
     if fault.duration is not None and fault.duration <= 0:
         raise FaultSafetyError(RULE_MAX_FAULT_DURATION, "duration must be longer than zero", (*base, "duration"))
+    params = getattr(fault, "params", None)
+    if isinstance(params, ClientAbortStormParams):
+        _check_client_abort_storm(experiment, params, base)
+
+
+def _check_client_abort_storm(experiment: Experiment, params: ClientAbortStormParams, base: Path) -> None:
+    """A storm must be able to do what it says: tokens are counted on a stream, and the request timeout must not
+    end the streams before the client closes them."""
+    target = experiment.spec.target
+    if params.requests and params.abort_after is None and target.api == "http":
+        raise FaultInputError(
+            "aborting after tokens needs a streaming API (target.api openai-completions or openai-chat); "
+            "give abort_after (seconds) for plain HTTP",
+            (*base, "params", "abort_after_tokens"),
+        )
+    if params.requests and params.abort_after is not None and params.abort_after >= target.timeout:
+        raise FaultInputError(
+            f"abort_after ({params.abort_after:g}s) must be below target.timeout ({target.timeout:g}s), "
+            "or the timeout ends the streams before the clients abort them",
+            (*base, "params", "abort_after"),
+        )
 
 
 def _check_mode(fault: FaultBase, max_pod_percent: float, base: Path) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from kfchaos.traffic import clientfault
 from kfchaos.traffic.bounds import MAX_REQUESTS
 from kfchaos.traffic.http1 import Exchange, Pool, Target, parse_target
 from kfchaos.traffic.plan import Planned, ReplayPlan
@@ -117,7 +118,10 @@ class _Stage:
         )
         self.in_flight += 1
         self.pending.append((self.clock() + self.settings.timeout, exchange))
-        self.pool.submit(exchange)
+        if request.client is None:
+            self.pool.submit(exchange)
+        else:  # a client-abort-storm request: it aborts or reads slowly
+            clientfault.submit(self.pool, exchange, request.client)
 
     def _done(self, exchange: Exchange) -> None:
         self.in_flight -= 1

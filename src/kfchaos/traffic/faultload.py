@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.params import LongContextBurstParams, LoraAdapterChurnParams
-from kfchaos.traffic.request import TrafficRequest
+from kfchaos.faults.params import ClientAbortStormParams, LongContextBurstParams, LoraAdapterChurnParams
+from kfchaos.traffic.request import ClientBehaviour, TrafficRequest
 from kfchaos.types import StrictModel
 
 if TYPE_CHECKING:  # the plan imports this module
@@ -154,3 +154,30 @@ def lora_adapter_churn(fault: TrafficFault, settings: ReplaySettings) -> FaultRe
             ),
         )
         k += 1
+
+
+@register("client-abort-storm", ClientAbortStormParams)
+def client_abort_storm(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
+    """At each storm: `requests` streams whose client closes them mid-generation, and `slow_readers` streams
+    read at `read_rate` bytes/s (kfchaos.traffic.clientfault performs both)."""
+    p = fault.params
+    assert isinstance(p, ClientAbortStormParams)
+    path = api_path(settings)
+    abort = ClientBehaviour(abort_after_tokens=p.abort_tokens, abort_after_s=p.abort_after)
+    slow = ClientBehaviour(read_rate=float(p.read_rate))
+    for k, start in enumerate(repeat_starts(p.start, p.every, settings.duration)):
+        for kind, count, client in (("abort", p.requests, abort), ("slow", p.slow_readers, slow)):
+            for j in range(count):
+                yield (
+                    start,
+                    TrafficRequest(
+                        id=f"{kind}-{fault.name}-{k}-{j}",
+                        timestamp=start,
+                        method="POST",
+                        path=path,
+                        prompt_tokens=p.prompt_tokens,
+                        max_tokens=p.max_tokens,
+                        fault=fault.name,
+                        client=client,
+                    ),
+                )

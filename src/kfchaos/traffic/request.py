@@ -13,6 +13,20 @@ if TYPE_CHECKING:
     from kfchaos.traffic.conversation import Turn
 
 
+@dataclass(frozen=True, slots=True)
+class ClientBehaviour:
+    """How the replayer's client treats one fault request's stream (kfchaos.traffic.clientfault).
+
+    `abort_after_tokens` / `abort_after_s`: close the connection after that many token chunks, or seconds after
+    sending (a client abort). `read_rate`: read the stream at most this many bytes/s through a small receive
+    buffer (a slow reader). None everywhere is an ordinary client.
+    """
+
+    abort_after_tokens: int | None = None
+    abort_after_s: float | None = None
+    read_rate: float | None = None
+
+
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ is ~3x slower, and this is the hot path
 class TrafficRequest:
     """`timestamp` is when it was recorded (epoch seconds; relative offsets are fine for synthetic sources).
@@ -37,3 +51,4 @@ class TrafficRequest:
     fault: str | None = None  # the traffic-side fault that sent it (kfchaos.traffic.faultload); None: traffic
     turn: Turn | None = None  # a synthetic conversation's turn (kfchaos.traffic.conversation)
     model: str | None = None  # the model it names instead of target.model (a LoRA adapter); built bodies only
+    client: ClientBehaviour | None = None  # a fault request's client behaviour (abort, slow reading); None: normal

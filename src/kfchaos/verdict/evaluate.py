@@ -19,6 +19,7 @@ from kfchaos.metrics import oom
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.spec import Experiment, Slo
 from kfchaos.verdict import drift
+from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
@@ -243,6 +244,8 @@ def evaluate(
                 "and replay-fidelity checks: they are the fault"
             )
             checks.append(Check("fault_requests", Status.PASS, reason, float(burst), samples=burst, gating=False))
+        if any(f.type == "client-abort-storm" and percent in experiment.fault_stages(f) for f in spec.faults):
+            checks.append(abort_recovery_check(requests.where(in_stage & requests.injected), metrics))
         stage_gate = gate_of(percent, checks)
         stages.append(StageResult(percent, status_of(checks), len(subset), window, checks, stage_gate))
 

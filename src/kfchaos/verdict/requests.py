@@ -21,7 +21,9 @@ NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "it
 OPTIONAL = ("long_context", "fault_request")  # read when present; older or hand-made records may lack them
 NO_ERROR = -1
 _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
-TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED = (_KIND_CODE[k] for k in ERROR_KINDS)
+TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT = (
+    _KIND_CODE[k] for k in ("timeout", "connect", "http", "protocol", "dropped", "cancelled", "client_abort")
+)
 
 
 __all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
