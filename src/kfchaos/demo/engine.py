@@ -8,7 +8,8 @@ Not vLLM: a scheduler loop with the parts that decide whether a server survives 
 - When a running request needs a block and none is free, the newest running request is preempted
   (recompute: its blocks are freed and it goes back to the front of the queue), counted like
   `vllm:num_preemptions_total`.
-- `--enable-prefix-caching`: requests whose prompts share a prefix (same `prefix_id`) share its full blocks.
+- `--enable-prefix-caching`: requests whose prompts share a prefix (same `prefix_id`) share its full blocks;
+  freed prefixes stay cached until the free pool reaches them (kfchaos.demo.prefixcache).
 - Host memory: the process mirrors KV blocks in host memory (think CPU offload / pinned staging buffers)
   on top of a fixed base. With a high `--gpu-memory-utilization` the KV pool, and so its mirror, can outgrow
   the container memory limit: when that happens the engine reports OOM and the server process dies the way
@@ -22,6 +23,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+
+from kfchaos.demo.prefixcache import PrefixCache
 
 GIB = 1024**3
 
@@ -105,8 +108,8 @@ class Engine:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
-        # prefix id -> (blocks, reference count): shared full blocks of a common prompt prefix
-        self._prefix_cache: dict[str, list[int]] = {}
+        # Shared full blocks of common prompt prefixes, kept in the free pool's order (kfchaos.demo.prefixcache).
+        self.prefix = PrefixCache(self.total_blocks) if config.enable_prefix_caching else None
         self.steps = 0
 
     # ------------------------------------------------------------------ state
@@ -148,19 +151,17 @@ class Engine:
     def _admit_cost(self, seq: Sequence) -> tuple[int, int]:
         """(new private blocks, new shared blocks) to admit `seq` now."""
         shared = self._prefix_blocks(seq)
-        cached = shared if seq.prefix_id in self._prefix_cache else 0
         private = self._blocks_for(seq.prompt_tokens + 1) - shared
-        return private, shared - cached
+        return private, self.prefix.pool_cost(seq.prefix_id, shared) if self.prefix and shared else 0
 
     def _release(self, seq: Sequence) -> None:
+        # vLLM frees a request's last blocks first: its private blocks reach the free queue before its prefix.
         self.free_blocks += seq.blocks
+        if self.prefix:
+            self.prefix.give(seq.blocks)
+            if seq.shared_prefix_blocks:
+                self.free_blocks += self.prefix.release(seq.prefix_id)
         seq.blocks = 0
-        if seq.shared_prefix_blocks and seq.prefix_id in self._prefix_cache:
-            entry = self._prefix_cache[seq.prefix_id]
-            entry[1] -= 1
-            if entry[1] == 0:
-                self.free_blocks += entry[0]
-                del self._prefix_cache[seq.prefix_id]
         seq.shared_prefix_blocks = 0
 
     # ------------------------------------------------------------------ scheduling
@@ -180,11 +181,12 @@ class Engine:
             self.free_blocks -= private + new_shared
             seq.blocks = private
             shared = self._prefix_blocks(seq)
-            if shared:
-                entry = self._prefix_cache.setdefault(seq.prefix_id or "", [shared, 0])
-                entry[1] += 1
-                seq.shared_prefix_blocks = shared
-            prefill_tokens += seq.prompt_tokens - (shared * config.block_size if not new_shared else 0)
+            hit = False
+            if self.prefix:
+                hit = self.prefix.acquire(seq.prefix_id, shared, seq.prompt_tokens, config.block_size)
+                self.prefix.take(private)
+            seq.shared_prefix_blocks = shared
+            prefill_tokens += seq.prompt_tokens - (shared * config.block_size if hit else 0)
             self.running.append(seq)
         if self.host_bytes > config.memory_limit_bytes:
             result.oom = True
@@ -204,6 +206,8 @@ class Engine:
             if needed > 0:
                 self.free_blocks -= needed
                 seq.blocks += needed
+                if self.prefix:
+                    self.prefix.take(needed)
             if not seq.started:
                 seq.started = True
                 result.first_tokens.append(seq.request_id)

@@ -25,7 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
+from kfchaos.demo.prefixcache import PrefixMetrics
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
+from kfchaos.demo.tokenizer import Tokenizer
 
 # Who this container is, as kube-state-metrics and cAdvisor would label it (the stack scopes the standard
 # queries to DEMO_NAMESPACE and DEMO_POD).
@@ -125,11 +127,15 @@ class ContainerStatus:
 
 
 class DemoServer:
-    def __init__(self, config: EngineConfig, model: str, status: ContainerStatus | None = None) -> None:
+    def __init__(
+        self, config: EngineConfig, model: str, status: ContainerStatus | None = None, max_model_len: int = 32768
+    ) -> None:
         self.config = config
         self.model = model
         self.engine = Engine(config)
         self.metrics = Metrics(model, status or ContainerStatus())
+        self.tokenizer = Tokenizer(max_model_len)  # one worker in the front end, vLLM's 400 (kfchaos.demo.tokenizer)
+        self.prefix_metrics = PrefixMetrics(self.metrics.registry, model)
         self.metrics.memory_limit.set(config.memory_limit_bytes)
         self.requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
@@ -177,6 +183,7 @@ class DemoServer:
         self.metrics.waiting.labels(labels).set(len(self.engine.waiting))
         self.metrics.kv_usage.labels(labels).set(self.engine.kv_cache_usage)
         self.metrics.host_memory.set(self.engine.host_bytes)
+        self.prefix_metrics.update(self.engine.prefix)
 
     def _die_of_oom(self) -> None:
         print(
@@ -215,7 +222,9 @@ class DemoServer:
         return web.Response(text="ok")
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        # vLLM's ModelCard carries max_model_len (vllm/entrypoints/openai/serving_engine.py show_available_models).
+        card = {"id": self.model, "object": "model", "max_model_len": self.tokenizer.max_model_len}
+        return web.json_response({"object": "list", "data": [card]})
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
         body = generate_latest(self.metrics.registry)
@@ -250,7 +259,10 @@ class DemoServer:
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise _bad_request("max_tokens must be a positive integer")
-        prompt_tokens = max(1, len(prompt) // CHARS_PER_TOKEN)
+        prompt_tokens = await self.tokenizer.tokenize(prompt)
+        refusal = self.tokenizer.refusal(prompt_tokens, max_tokens)
+        if refusal is not None:
+            raise web.HTTPBadRequest(text=json.dumps(refusal), content_type="application/json")
         # The shared prefix is everything before the last paragraph: a document and then a question.
         prefix, _, _ = prompt.rpartition("\n\n")
         prefix_id = hashlib.sha1(prefix.encode()).hexdigest() if prefix else None
@@ -375,6 +387,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=defaults.gpu_memory_utilization)
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
     parser.add_argument("--enable-prefix-caching", action="store_true")
+    parser.add_argument("--max-model-len", type=int, default=32768, help="prompt + max_tokens above it: 400")
     parser.add_argument("--memory-limit-gib", type=float, default=defaults.memory_limit_bytes / 2**30)
     parser.add_argument(
         "--decode-step-ms", type=float, default=defaults.decode_step_s * 1000, help="fixed cost of one decode step"
@@ -404,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     add_engine_arguments(parser)
     args = parser.parse_args(argv)
     status = ContainerStatus(args.restarts, args.last_terminated_reason, args.last_exit_code, args.container_id)
-    server = DemoServer(engine_config(args), args.model, status)
+    server = DemoServer(engine_config(args), args.model, status, args.max_model_len)
     web.run_app(server.app(), host=args.host, port=args.port, print=None, access_log=None, handle_signals=True)
 
 

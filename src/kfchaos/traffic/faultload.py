@@ -101,3 +101,7 @@ def long_context_burst(fault: TrafficFault, settings: ReplaySettings) -> FaultRe
                     fault=fault.name,
                 ),
             )
+
+
+# The serving-chain faults register themselves on import (they use register, api_path and repeat_starts above).
+from kfchaos.traffic import faults_chain  # noqa: E402,F401
