@@ -42,7 +42,7 @@ RUN_FREE = 64  # runs up to this long are ordinary words
 # Below this a tokenization is not worth a trip through the event loop, unless others are already waiting.
 SLEEP_FLOOR = 0.0005
 
-_LONG_RUN = re.compile(r"\S{%d,}" % (RUN_FREE + 1))
+_LONG_RUN = re.compile(r"\S{" + str(RUN_FREE + 1) + ",}")
 
 
 def measure(text: str) -> tuple[int, float]:
