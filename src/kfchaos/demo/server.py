@@ -29,6 +29,7 @@ from kfchaos.demo.disconnect import FINISH_REASONS, Disconnects
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
 from kfchaos.demo.prefixcache import paragraph_prefixes
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
+from kfchaos.demo.tokenizer import Tokenizer
 
 # Who this container is, as kube-state-metrics and cAdvisor would label it (the stack scopes the standard
 # queries to DEMO_NAMESPACE and DEMO_POD).
@@ -155,6 +156,7 @@ class DemoServer:
         lora_config: lora.LoraConfig | None = None,
         *,
         leak_aborted: bool = False,
+        max_model_len: int = 32768,
     ) -> None:
         self.config = config
         self.model = model
@@ -167,6 +169,7 @@ class DemoServer:
         self.disconnects = Disconnects(
             self.engine, lambda reason: self.metrics.success.labels(model, reason).inc(), leak=leak_aborted
         )
+        self.tokenizer = Tokenizer(max_model_len)  # one worker in the front end, vLLM's 400 (kfchaos.demo.tokenizer)
         self.metrics.memory_limit.set(config.memory_limit_bytes)
         self.requests: dict[str, _Request] = {}
         self._wake = asyncio.Event()
@@ -261,7 +264,9 @@ class DemoServer:
         return web.Response(text="ok")
 
     async def models(self, request: web.Request) -> web.Response:
-        data = [{"id": self.model, "object": "model"}, *self.lora.models(self.model)]
+        # vLLM's ModelCard carries max_model_len (vllm/entrypoints/openai/serving_engine.py show_available_models).
+        card = {"id": self.model, "object": "model", "max_model_len": self.tokenizer.max_model_len}
+        data = [card, *self.lora.models(self.model)]
         return web.json_response({"object": "list", "data": data})
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
@@ -296,7 +301,10 @@ class DemoServer:
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise _bad_request("max_tokens must be a positive integer")
-        prompt_tokens = max(1, len(prompt) // CHARS_PER_TOKEN)
+        prompt_tokens = await self.tokenizer.tokenize(prompt)
+        refusal = self.tokenizer.refusal(prompt_tokens, max_tokens)
+        if refusal is not None:
+            raise web.HTTPBadRequest(text=json.dumps(refusal), content_type="application/json")
         # The shared prefix is everything before the last paragraph: a document and then a question.
         prefix, _, _ = prompt.rpartition("\n\n")
         prefix_id = hashlib.sha1(prefix.encode()).hexdigest() if prefix else None
@@ -424,6 +432,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=defaults.gpu_memory_utilization)
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
     parser.add_argument("--enable-prefix-caching", action="store_true")
+    parser.add_argument("--max-model-len", type=int, default=32768, help="prompt + max_tokens above it: 400")
     parser.add_argument("--memory-limit-gib", type=float, default=defaults.memory_limit_bytes / 2**30)
     parser.add_argument(
         "--decode-step-ms", type=float, default=defaults.decode_step_s * 1000, help="fixed cost of one decode step"
@@ -457,7 +466,14 @@ def main(argv: list[str] | None = None) -> None:
     config = engine_config(args)
     status = ContainerStatus(args.restarts, args.last_terminated_reason, args.last_exit_code, args.container_id,
                              config.memory_limit_bytes)  # fmt: skip
-    server = DemoServer(config, args.model, status, lora.config_from(args), leak_aborted=args.leak_aborted_blocks)
+    server = DemoServer(
+        config,
+        args.model,
+        status,
+        lora.config_from(args),
+        leak_aborted=args.leak_aborted_blocks,
+        max_model_len=args.max_model_len,
+    )
     # handler_cancellation: a client that disconnects cancels its handler at once, as vLLM's with_cancellation
     # does (kfchaos.demo.disconnect), not only at the handler's next write.
     web.run_app(

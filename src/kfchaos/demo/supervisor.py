@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         str(args.memory_limit_gib),
         "--decode-step-ms",
         str(args.decode_step_ms),
+        "--max-model-len",
+        str(args.max_model_len),
     ]
     if args.enable_prefix_caching:
         server_args.append("--enable-prefix-caching")

@@ -419,6 +419,122 @@ class ClientAbortStormParams(StrictModel):
         return self.abort_after_tokens if self.abort_after_tokens is not None else max(1, min(8, self.max_tokens - 1))
 
 
+# ---------------------------------------------------------------- serving-chain faults (traffic side)
+# Sizes are bounded by kfchaos.traffic.bounds (prompt bytes, requests at once); the generators live in
+# kfchaos.traffic.faults_chain.
+
+TokenizerKind = Literal[
+    "over-limit", "near-limit", "no-spaces", "combining-marks", "emoji-zwj", "rtl-mixed", "odd-codepoints"
+]
+TOKENIZER_KINDS: tuple[TokenizerKind, ...] = (
+    "over-limit", "near-limit", "no-spaces", "combining-marks", "emoji-zwj", "rtl-mixed", "odd-codepoints"
+)  # fmt: skip
+
+
+class TokenizerStressParams(StrictModel):
+    """Traffic-side fault: prompts that are costly or odd to tokenize, near and over `--max-model-len`."""
+
+    max_model_len: int = Field(
+        ge=16, le=10_000_000, description="the target's --max-model-len in tokens (vLLM shows it at /v1/models)"
+    )
+    kinds: list[TokenizerKind] = Field(default_factory=lambda: list(TOKENIZER_KINDS), min_length=1)
+    requests: int = Field(ge=1, le=1000, description="requests per wave; they take the kinds in turn")
+    prompt_chars: int = Field(16_384, ge=1, description="length of the unicode and no-spaces prompts (code points)")
+    near: Percent = Field(0.95, description="near-limit prompts fill this share of max_model_len - max_tokens")
+    over_tokens: int = Field(1024, ge=1, le=1_000_000, description="over-limit prompts exceed the limit by this")
+    max_tokens: int = Field(16, ge=1, le=100_000)
+    start: Duration = Field(0.0, description="offset into each active stage when the first wave starts")
+    every: Duration | None = Field(None, description="repeat the wave at this interval within the stage")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> TokenizerStressParams:
+        from kfchaos.traffic import bounds
+
+        if self.max_tokens >= self.max_model_len:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be below max_model_len ({self.max_model_len})")
+        # Word prompts take 4 bytes a token (kfchaos.traffic.faults_chain); text prompts up to 4 bytes a character.
+        largest = max(4 * (self.max_model_len + self.over_tokens), 4 * self.prompt_chars)
+        if largest > bounds.MAX_FAULT_PROMPT_BYTES:
+            raise ValueError(
+                f"a prompt would take {largest} bytes, over the {bounds.MAX_FAULT_PROMPT_BYTES} a fault's prompt may "
+                "have (max_model_len + over_tokens and prompt_chars bound it)"
+            )
+        if self.requests * largest > bounds.MAX_FAULT_WAVE_BYTES:
+            raise ValueError(
+                f"one wave would send {self.requests} x {largest} bytes, over {bounds.MAX_FAULT_WAVE_BYTES}; "
+                "send fewer requests or shorter prompts"
+            )
+        return self
+
+
+class TokenRange(StrictModel):
+    min: int = Field(ge=1, le=1_000_000)
+    max: int = Field(ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TokenRange:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+class BatchShockParams(StrictModel):
+    """Traffic-side fault: a step of extra requests in flight at once, `max_tokens` spread wide, held a while."""
+
+    extra_concurrency: Percent | None = Field(
+        None, description="extra in-flight requests as a share of the stage's (stage rate x expected_latency)"
+    )
+    requests: int | None = Field(None, ge=1, description="extra in-flight requests, as a number")
+    expected_latency: Duration | None = Field(
+        None, description="a request's usual latency: sizes a percentage step (Little's law) and the hold's rate"
+    )
+    max_tokens: TokenRange = Field(default_factory=lambda: TokenRange(min=16, max=512))
+    prompt_tokens: TokenRange = Field(default_factory=lambda: TokenRange(min=256, max=1024))
+    start: Duration = Field(0.0, description="offset into each active stage when the step comes")
+    hold: Duration | None = Field(
+        None, description="keep the extra requests coming this long: requests / expected_latency per second"
+    )
+
+    @model_validator(mode="after")
+    def _sized(self) -> BatchShockParams:
+        from kfchaos.traffic import bounds
+
+        if (self.extra_concurrency is None) == (self.requests is None):
+            raise ValueError("give exactly one of extra_concurrency (a share, e.g. 30%) or requests (a number)")
+        if self.requests is not None and self.requests > bounds.MAX_FAULT_CONCURRENCY:
+            raise ValueError(f"requests {self.requests} is over {bounds.MAX_FAULT_CONCURRENCY} at once")
+        if self.extra_concurrency == 0:
+            raise ValueError("extra_concurrency must be above 0%")
+        if self.expected_latency is None and (self.extra_concurrency is not None or self.hold):
+            raise ValueError("extra_concurrency and hold need expected_latency (a request's usual latency, e.g. 4s)")
+        if self.expected_latency is not None and self.expected_latency <= 0:
+            raise ValueError("expected_latency must be longer than zero")
+        if 4 * self.prompt_tokens.max > bounds.MAX_FAULT_PROMPT_BYTES:
+            raise ValueError(f"prompt_tokens.max would take over {bounds.MAX_FAULT_PROMPT_BYTES} bytes")
+        return self
+
+
+class PrefixCacheThrashParams(StrictModel):
+    """Traffic-side fault: requests whose long shared prefixes rotate faster than the prefix cache keeps them."""
+
+    prefixes: int = Field(ge=2, le=100_000, description="distinct shared prefixes, taken in turn")
+    prefix_tokens: int = Field(ge=16, description="length of each shared prefix in tokens")
+    rate: float = Field(gt=0, le=10_000, description="requests per second the fault adds")
+    max_tokens: int = Field(16, ge=1, le=100_000)
+    start: Duration = Field(0.0, description="offset into each active stage when the rotation starts")
+    hold: Duration | None = Field(None, description="how long it lasts; default: to the end of the stage")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> PrefixCacheThrashParams:
+        from kfchaos.traffic import bounds
+
+        if 4 * self.prefix_tokens > bounds.MAX_FAULT_PROMPT_BYTES:
+            raise ValueError(
+                f"prefix_tokens {self.prefix_tokens} would take over {bounds.MAX_FAULT_PROMPT_BYTES} bytes"
+            )
+        return self
+
+
 PARAMS_BY_TYPE: dict[str, type[StrictModel]] = {
     "pod-kill": PodKillParams,
     "pod-failure": NoParams,
@@ -444,10 +560,20 @@ PARAMS_BY_TYPE: dict[str, type[StrictModel]] = {
     "long-context-burst": LongContextBurstParams,
     "lora-adapter-churn": LoraAdapterChurnParams,
     "client-abort-storm": ClientAbortStormParams,
+    "tokenizer-stress": TokenizerStressParams,
+    "batch-shock": BatchShockParams,
+    "prefix-cache-thrash": PrefixCacheThrashParams,
 }
 
 # Types whose params are all optional: `params` may be left out.
 PARAMS_OPTIONAL = {"pod-kill", "pod-failure", "container-kill", "stress-cpu"}
 
 # Faults the load generator performs itself; they create no cluster object.
-TRAFFIC_SIDE_TYPES = {"long-context-burst", "lora-adapter-churn", "client-abort-storm"}
+TRAFFIC_SIDE_TYPES = {
+    "long-context-burst",
+    "lora-adapter-churn",
+    "client-abort-storm",
+    "tokenizer-stress",
+    "batch-shock",
+    "prefix-cache-thrash",
+}

@@ -181,3 +181,7 @@ def client_abort_storm(fault: TrafficFault, settings: ReplaySettings) -> FaultRe
                         client=client,
                     ),
                 )
+
+
+# The serving-chain faults register themselves on import (they use register, api_path and repeat_starts above).
+from kfchaos.traffic import faults_chain  # noqa: E402,F401
