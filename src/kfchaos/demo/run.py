@@ -10,11 +10,15 @@ scenario's baseline from Prometheus after a short fault-free replay, run the exp
 kfp.local (faults applied by the local backend through the proxy), and collect the run's artifacts into
 runs/<run-id>/ (the kfchaos.rundir layout: verdict.json, report.html, report.md, records.parquet,
 metrics.json, baseline.yaml, experiment.yaml, audit.json, ...).
+
+`kfchaos demo --scenario NAME` runs one experiment file, experiments/NAME.yaml, against the tuned server the
+same way, and expects the verdict its `# demo-expect: PASS|FAIL` line names (one file per demo fault).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -28,7 +32,8 @@ from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettin
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
 
-DEMO_EXPERIMENT = Path(__file__).with_name("experiments") / "demo-llm-chaos.yaml"
+EXPERIMENTS_DIR = Path(__file__).with_name("experiments")
+DEMO_EXPERIMENT = EXPERIMENTS_DIR / "demo-llm-chaos.yaml"
 SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
     "unsafe": (
         "--max-num-seqs 256 --gpu-memory-utilization 0.95",
@@ -51,6 +56,75 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
         ),
     ),
 }
+EXPECTED = {"unsafe": "FAIL", "tuned": "PASS"}
+# The line a demo experiment file names its expected verdict on (issue 15's convention).
+EXPECT_LINE = re.compile(r"^#\s*demo-expect:\s*(?P<value>.*?)\s*$")
+EXPECT_VALUES = ("PASS", "FAIL")
+SCENARIO_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One experiment against one server setting, and the verdict it is designed to give."""
+
+    name: str
+    experiment: Path
+    flags: str
+    settings: ServerSettings
+    expect: str
+
+
+def builtin(name: str) -> Scenario:
+    flags, settings = SCENARIOS[name]
+    return Scenario(name, DEMO_EXPERIMENT, flags, settings, EXPECTED[name])
+
+
+def read_expectation(path: Path) -> str:
+    """The verdict on the file's `# demo-expect:` line; KfchaosError naming the file and line otherwise."""
+    found: list[tuple[int, str]] = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines()[:200], start=1):
+        match = EXPECT_LINE.match(line.strip())
+        if match:
+            found.append((number, match["value"]))
+    if not found:
+        raise KfchaosError(f"{path}: no `# demo-expect: PASS|FAIL` line (a demo scenario names its expected verdict)")
+    if len(found) > 1:
+        raise KfchaosError(f"{path}:{found[1][0]}: demo-expect: given twice (first on line {found[0][0]})")
+    number, value = found[0]
+    if value not in EXPECT_VALUES:
+        raise KfchaosError(f"{path}:{number}: demo-expect: {value[:40]!r} is not one of {', '.join(EXPECT_VALUES)}")
+    return value
+
+
+def file_scenario(name: str, directory: Path = EXPERIMENTS_DIR) -> Scenario:
+    """experiments/NAME.yaml against the tuned server, expecting its `# demo-expect:` verdict."""
+    path = directory / f"{name}.yaml"
+    if not SCENARIO_NAME.match(name) or not path.is_file():
+        choices = ", ".join([*SCENARIOS, *sorted(p.stem for p in directory.glob("*.yaml"))])
+        raise KfchaosError(f"unknown demo scenario {name[:100]!r}; choose from {choices} (kfchaos demo --list)")
+    flags, settings = SCENARIOS["tuned"]
+    return Scenario(name, path, flags, settings, read_expectation(path))
+
+
+def resolve(name: str, directory: Path = EXPERIMENTS_DIR) -> Scenario:
+    return builtin(name) if name in SCENARIOS else file_scenario(name, directory)
+
+
+def scenario_lines(directory: Path = EXPERIMENTS_DIR) -> list[str]:
+    """`kfchaos demo --list`: one line per scenario (the default pair first), with its expected verdict."""
+    rows = [(name, EXPECTED[name], f"{DEMO_EXPERIMENT.name} on {flags} (default `kfchaos demo`)")
+            for name, (flags, _) in SCENARIOS.items()]  # fmt: skip
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            expect = read_expectation(path)
+            document = yaml.safe_load(path.read_text())
+            about = str(((document or {}).get("metadata") or {}).get("description") or "")
+        except (KfchaosError, yaml.YAMLError, AttributeError) as exc:
+            rows.append((path.stem, "-", f"not runnable: {exc}"))
+            continue
+        rows.append((path.stem, expect, f"{about} (tuned server)".strip()))
+    width = max(len(name) for name, _, _ in rows)
+    return [f"{name:<{width}}  {expect:<4}  {about}" for name, expect, about in rows]
 
 
 @dataclass
@@ -61,13 +135,21 @@ class ScenarioResult:
     run_dir: Path
     reasons: list[str]
     oom_kills: int
+    expected: str = ""
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.expected:
+            self.expected = EXPECTED.get(self.scenario, "PASS")
 
 
 def log(message: str) -> None:
     print(f"[demo {datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, seconds: float) -> Path:
+def _capture_baseline(
+    stack: DemoStack, experiment_path: Path, out: Path, seconds: float, stages: list[int] | None = None
+) -> Path:
     """A control baseline (a fault-free replay at each stage rate, measured from its records: what the drift
     is compared with) while Prometheus scrapes, then the production figures captured from Prometheus, in
     one baseline file."""
@@ -87,6 +169,7 @@ def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, second
         out.with_name(f"{out.stem}.control.parquet"),
         base_dir=experiment_path.parent,
         duration=max(seconds, experiment.spec.traffic.stage_duration),
+        stages=stages,
     )
     time.sleep(3)  # two scrapes after the last request
     baseline = capture(
@@ -101,11 +184,15 @@ def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, second
     return attach(baseline, control).write(out)
 
 
-def _scenario_experiment(workdir: Path, baseline: Path) -> Path:
-    """The demo experiment with its baseline pointing at this scenario's freshly captured one."""
-    document = yaml.safe_load(DEMO_EXPERIMENT.read_text())
+def _scenario_experiment(workdir: Path, baseline: Path, source: Path = DEMO_EXPERIMENT) -> Path:
+    """The experiment with its baseline pointing at this scenario's freshly captured one (and a recorded
+    traffic file, which is relative to the experiment file, made absolute: the copy lives elsewhere)."""
+    document = yaml.safe_load(source.read_text())
     document["spec"]["baseline"] = {"file": str(baseline)}
-    path = workdir / DEMO_EXPERIMENT.name
+    traffic = document["spec"].get("traffic") or {}
+    if isinstance(traffic.get("file"), str) and not Path(traffic["file"]).is_absolute():
+        traffic["file"] = str((source.parent / traffic["file"]).resolve())
+    path = workdir / source.name
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
@@ -127,6 +214,10 @@ def headline_reasons(document: dict[str, Any], limit: int = 6) -> list[str]:
                 ranked.append(
                     (rank, f"{check['status']} stage {stage.get('stage')}%: {check['name']}: {check['reason']}")
                 )
+    for check in document.get("checks", []):  # experiment-wide: recovery, fault verification, ...
+        rank = {"FAIL": 0, "INCONCLUSIVE": 1}.get(check.get("status", ""))
+        if rank is not None and check.get("gating", True):
+            ranked.append((rank, f"{check['status']} {check['name']}: {check['reason']}"))
     reasons = [text for _, text in sorted(ranked, key=lambda item: item[0])]
     return reasons[:limit] or list(document.get("reasons", []))[:limit] or ["all checks passed"]
 
@@ -149,19 +240,22 @@ def _run_pipeline(
     )
 
 
-def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: float) -> ScenarioResult:
-    flags, settings = SCENARIOS[name]
-    log(f"scenario {name}: demo LLM server with {flags}")
+def run_scenario(scenario: Scenario | str, repo_root: Path, runs_root: Path, baseline_seconds: float) -> ScenarioResult:
+    if isinstance(scenario, str):
+        scenario = resolve(scenario)
+    name, flags, source = scenario.name, scenario.flags, scenario.experiment
+    started = time.monotonic()
+    log(f"scenario {name}: {source.name} against the demo LLM server with {flags}")
     # Logs (server, proxy, Prometheus, pipeline) stay next to the runs, where a user looks for them.
     workdir = runs_root / ".work" / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    with DemoStack(settings, workdir=workdir) as stack:
+    with DemoStack(scenario.settings, workdir=workdir) as stack:
         log(f"  stack up: target {stack.target_url} (fault proxy), Prometheus {stack.prometheus_url}")
         from kfchaos.spec import load_experiment
 
-        stages = ", ".join(f"{p}%" for p in load_experiment(DEMO_EXPERIMENT).spec.traffic.stages)
+        stages = ", ".join(f"{p}%" for p in load_experiment(source).spec.traffic.stages)
         log(f"  recording the control baseline: fault-free replay at each stage rate ({stages}), then Prometheus")
-        baseline = _capture_baseline(stack, DEMO_EXPERIMENT, workdir / "baseline.yaml", baseline_seconds)
-        experiment = _scenario_experiment(workdir, baseline)
+        baseline = _capture_baseline(stack, source, workdir / "baseline.yaml", baseline_seconds)
+        experiment = _scenario_experiment(workdir, baseline, source)
         log("  running the compiled pipeline with kfp.local (each task is a subprocess)")
         env = {
             "KFCHAOS_FAULT_BACKEND": "local",
@@ -171,21 +265,29 @@ def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: 
         }
         outcome = _run_pipeline(experiment, repo_root, stack.target_url, runs_root / ".kfp", env, workdir)
         oom_kills = int(json.loads(stack.state_file.read_text()).get("oom_kills", 0))
+
+    def result(status: str, run_dir: Path, reasons: list[str]) -> ScenarioResult:
+        seconds = time.monotonic() - started
+        return ScenarioResult(name, flags, status, run_dir, reasons, oom_kills, scenario.expect, seconds)
+
     try:
         destination = _collect(outcome.run_dir, runs_root)
     except KfchaosError as exc:
         log(f"  {name}: no run folder: {exc}")
-        return ScenarioResult(name, flags, outcome.status, outcome.run_dir, [outcome.message], oom_kills)
+        return result(outcome.status, outcome.run_dir, [outcome.message])
     verdict_file = destination / "verdict.json"
     reasons = headline_reasons(json.loads(verdict_file.read_text())) if verdict_file.is_file() else [outcome.message]
     log(f"  {name}: {outcome.status} -> {destination}")
-    return ScenarioResult(name, flags, outcome.status, destination, reasons, oom_kills)
+    return result(outcome.status, destination, reasons)
 
 
 def summary_table(results: list[ScenarioResult]) -> str:
     lines = ["", "kfchaos demo: long-context traffic + 200 ms network delay against the demo LLM server", ""]
+    if any(r.scenario not in SCENARIOS for r in results):
+        lines[1] = "kfchaos demo: " + ", ".join(r.scenario for r in results) + " against the demo LLM server"
     for result in results:
         lines.append(f"  {result.scenario:<7} {result.status:<13} {result.settings}")
+        lines.append(f"          expected {result.expected}; took {result.seconds:.0f}s")
         lines.append(f"          OOM kills during the run: {result.oom_kills}")
         for reason in result.reasons[:6]:
             lines.append(f"          - {reason}")
@@ -195,38 +297,39 @@ def summary_table(results: list[ScenarioResult]) -> str:
     return "\n".join(lines)
 
 
-def main(scenarios: list[str], repo_root: Path, runs_root: Path, baseline_seconds: float = 15.0) -> int:
-    unknown = [s for s in scenarios if s not in SCENARIOS]
-    if unknown:
-        raise KfchaosError(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
+def main(
+    scenarios: list[str],
+    repo_root: Path,
+    runs_root: Path,
+    baseline_seconds: float = 15.0,
+    directory: Path = EXPERIMENTS_DIR,
+) -> int:
+    chosen = [resolve(name, directory) for name in scenarios]  # every name checked before anything starts
     if not (repo_root / "pipelines" / "chaos_experiment.py").is_file():
         raise KfchaosError(
             f"{repo_root} is not a kfchaos checkout (no pipelines/chaos_experiment.py); run from its root"
         )
     started = time.monotonic()
-    results = [run_scenario(name, repo_root, runs_root.resolve(), baseline_seconds) for name in scenarios]
+    results = [run_scenario(scenario, repo_root, runs_root.resolve(), baseline_seconds) for scenario in chosen]
     print(summary_table(results))
     print(f"demo finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
     surprises = surprise_lines(results)
     for line in surprises:
         print(line, file=sys.stderr)
     if not surprises:
-        print("kfchaos demo: both scenarios turned out as designed (unsafe FAIL, tuned PASS)", file=sys.stderr)
+        designed = ", ".join(f"{r.scenario} {r.expected}" for r in results)
+        print(f"kfchaos demo: every scenario turned out as designed ({designed})", file=sys.stderr)
     return 1 if surprises else 0
-
-
-EXPECTED = {"unsafe": "FAIL", "tuned": "PASS"}
 
 
 def surprise_lines(results: list[ScenarioResult]) -> list[str]:
     """One line per scenario that did not turn out as designed, with the verdict's own first reason."""
     lines = []
     for result in results:
-        expected = EXPECTED[result.scenario]
-        if result.status != expected:
+        if result.status != result.expected:
             because = "; ".join(result.reasons[:2]) or "no reason recorded"
             lines.append(
-                f"kfchaos demo: {result.scenario}: expected {expected}, got {result.status} because {because} "
+                f"kfchaos demo: {result.scenario}: expected {result.expected}, got {result.status} because {because} "
                 f"(run folder {result.run_dir})"
             )
     return lines
