@@ -41,7 +41,7 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
             max_num_seqs=256,
             gpu_memory_utilization=0.95,
             enable_prefix_caching=False,
-            decode_step_ms=360,
+            decode_step_ms=330,
             connect_retry_s=10,
         ),
     ),
@@ -51,7 +51,7 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
             max_num_seqs=128,
             gpu_memory_utilization=0.85,
             enable_prefix_caching=True,
-            decode_step_ms=360,
+            decode_step_ms=330,
             connect_retry_s=10,
         ),
     ),
@@ -77,6 +77,21 @@ class Scenario:
 def builtin(name: str) -> Scenario:
     flags, settings = SCENARIOS[name]
     return Scenario(name, DEMO_EXPERIMENT, flags, settings, EXPECTED[name])
+
+
+def control_stages(scenario: Scenario) -> list[int] | None:
+    """The stage rates whose control baseline the scenario records (None: all of them).
+
+    The unsafe scenario records only its first stage: its ramp cannot get further by construction -- the first
+    long-context burst OOM-kills it (tests/demo/test_design.py checks the arithmetic) and the abort rule
+    `oom_kills above 0` stops the ramp there. Were it to reach a later stage anyway, that stage's drift would be
+    judged against the production histogram or be INCONCLUSIVE (kfchaos.verdict.drift), never against a guess.
+    """
+    if scenario.name == "unsafe" and scenario.experiment == DEMO_EXPERIMENT:
+        from kfchaos.spec import load_experiment
+
+        return list(load_experiment(DEMO_EXPERIMENT).spec.traffic.stages[:1])
+    return None
 
 
 def read_expectation(path: Path) -> str:
@@ -252,9 +267,11 @@ def run_scenario(scenario: Scenario | str, repo_root: Path, runs_root: Path, bas
         log(f"  stack up: target {stack.target_url} (fault proxy), Prometheus {stack.prometheus_url}")
         from kfchaos.spec import load_experiment
 
-        stages = ", ".join(f"{p}%" for p in load_experiment(source).spec.traffic.stages)
+        stages = ", ".join(f"{p}%" for p in control_stages(scenario) or load_experiment(source).spec.traffic.stages)
         log(f"  recording the control baseline: fault-free replay at each stage rate ({stages}), then Prometheus")
-        baseline = _capture_baseline(stack, source, workdir / "baseline.yaml", baseline_seconds)
+        baseline = _capture_baseline(
+            stack, source, workdir / "baseline.yaml", baseline_seconds, control_stages(scenario)
+        )
         experiment = _scenario_experiment(workdir, baseline, source)
         log("  running the compiled pipeline with kfp.local (each task is a subprocess)")
         env = {
