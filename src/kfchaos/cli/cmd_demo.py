@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kfchaos.cli import EXIT_PASS
+from kfchaos.errors import KfchaosError
 
 
 def register(subparsers: Any) -> None:
@@ -27,9 +28,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--scenario",
         action="append",
-        choices=["unsafe", "tuned"],
-        help="run only this scenario (repeatable); default: both. With `up`: the server settings (default tuned)",
+        metavar="NAME",
+        help="run only this scenario (repeatable): unsafe, tuned, or an experiment file "
+        "src/kfchaos/demo/experiments/NAME.yaml run against the tuned server and expected to give the verdict on "
+        "its `# demo-expect:` line (see --list); default: unsafe and tuned. With `up`: the server settings, "
+        "unsafe or tuned (default tuned)",
     )
+    parser.add_argument("--list", action="store_true", help="list the scenarios, one line each, and exit")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where run folders go (default: runs/)")
     parser.add_argument("--root", type=Path, default=Path("."), help="the kfchaos checkout (default: .)")
     parser.add_argument(
@@ -43,10 +48,20 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        from kfchaos.demo.run import scenario_lines
+
+        print("\n".join(scenario_lines()))
+        return EXIT_PASS
     if args.action == "up":
+        from kfchaos.demo.run import SCENARIOS
         from kfchaos.demo.up import up
 
         scenario = (args.scenario or ["tuned"])[-1]
+        if scenario not in SCENARIOS:
+            raise KfchaosError(
+                f"demo up --scenario takes the server settings {' or '.join(SCENARIOS)}, not {scenario!r}"
+            )
         state = up(args.runs, scenario, args.baseline_seconds, with_baseline=not args.no_baseline)
         print(state.instructions())
         return EXIT_PASS

@@ -79,6 +79,15 @@ def run_child(
         raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}") from None
 
 
+def child_run_folder(log_path: Path) -> tuple[str | None, str | None]:
+    """(run folder, "report: ..." line): the child writes the run folder (kfchaos.rundir) and names it and its
+    report on its last lines."""
+    tail = [line.strip() for line in log_path.read_text(errors="replace").splitlines()[-20:]]
+    folder = next((line.removeprefix("run folder: ") for line in tail if line.startswith("run folder: ")), None)
+    report = next((line for line in tail if line.startswith("report: ")), None)
+    return folder, report
+
+
 def verdict_table(document: dict[str, Any]) -> str:
     """Stage x check, status and reason: what an SRE reads first."""
     rows = [("stage", "check", "status", "reason")]
@@ -109,10 +118,7 @@ def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path, runs
         on_task=progress,
         extra=["--runs", str(runs_root)],
     )
-    # The child writes the run folder (kfchaos.rundir) and names it and its report on its last lines.
-    tail = [line.strip() for line in log_path.read_text(errors="replace").splitlines()[-20:]]
-    folder = next((line.removeprefix("run folder: ") for line in tail if line.startswith("run folder: ")), None)
-    report = next((line for line in tail if line.startswith("report: ")), None)
+    folder, report = child_run_folder(log_path)
     verdict_file = Path(folder) / "verdict.json" if folder else None
     if verdict_file is not None and verdict_file.is_file():
         import json

@@ -10,13 +10,20 @@ scenario's baseline from Prometheus after a short fault-free replay, run the exp
 kfp.local (faults applied by the local backend through the proxy), and collect the run's artifacts into
 runs/<run-id>/ (the kfchaos.rundir layout: verdict.json, report.html, report.md, records.parquet,
 metrics.json, baseline.yaml, experiment.yaml, audit.json, ...).
+
+`kfchaos demo --scenario NAME` runs one experiment file, experiments/NAME.yaml, against the tuned server the
+same way, and expects the verdict its `# demo-expect: PASS|FAIL` line names (one file per demo fault).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,11 +31,12 @@ from typing import Any
 
 import yaml
 
-from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings
+from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, _raise_interrupt
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
 
-DEMO_EXPERIMENT = Path(__file__).with_name("experiments") / "demo-llm-chaos.yaml"
+EXPERIMENTS_DIR = Path(__file__).with_name("experiments")
+DEMO_EXPERIMENT = EXPERIMENTS_DIR / "demo-llm-chaos.yaml"
 SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
     "unsafe": (
         "--max-num-seqs 256 --gpu-memory-utilization 0.95",
@@ -36,7 +44,7 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
             max_num_seqs=256,
             gpu_memory_utilization=0.95,
             enable_prefix_caching=False,
-            decode_step_ms=360,
+            decode_step_ms=330,
             connect_retry_s=10,
         ),
     ),
@@ -46,11 +54,95 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
             max_num_seqs=128,
             gpu_memory_utilization=0.85,
             enable_prefix_caching=True,
-            decode_step_ms=360,
+            decode_step_ms=330,
             connect_retry_s=10,
         ),
     ),
 }
+EXPECTED = {"unsafe": "FAIL", "tuned": "PASS"}
+# The line a demo experiment file names its expected verdict on (issue 15's convention).
+EXPECT_LINE = re.compile(r"^#\s*demo-expect:\s*(?P<value>.*?)\s*$")
+EXPECT_VALUES = ("PASS", "FAIL")
+SCENARIO_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One experiment against one server setting, and the verdict it is designed to give."""
+
+    name: str
+    experiment: Path
+    flags: str
+    settings: ServerSettings
+    expect: str
+
+
+def builtin(name: str) -> Scenario:
+    flags, settings = SCENARIOS[name]
+    return Scenario(name, DEMO_EXPERIMENT, flags, settings, EXPECTED[name])
+
+
+def control_stages(scenario: Scenario) -> list[int] | None:
+    """The stage rates whose control baseline the scenario records (None: all of them).
+
+    The unsafe scenario records only its first stage: its ramp cannot get further by construction -- the first
+    long-context burst OOM-kills it (tests/demo/test_design.py checks the arithmetic) and the abort rule
+    `oom_kills above 0` stops the ramp there. Were it to reach a later stage anyway, that stage's drift would be
+    judged against the production histogram or be INCONCLUSIVE (kfchaos.verdict.drift), never against a guess.
+    """
+    if scenario.name == "unsafe" and scenario.experiment == DEMO_EXPERIMENT:
+        from kfchaos.spec import load_experiment
+
+        return list(load_experiment(DEMO_EXPERIMENT).spec.traffic.stages[:1])
+    return None
+
+
+def read_expectation(path: Path) -> str:
+    """The verdict on the file's `# demo-expect:` line; KfchaosError naming the file and line otherwise."""
+    found: list[tuple[int, str]] = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines()[:200], start=1):
+        match = EXPECT_LINE.match(line.strip())
+        if match:
+            found.append((number, match["value"]))
+    if not found:
+        raise KfchaosError(f"{path}: no `# demo-expect: PASS|FAIL` line (a demo scenario names its expected verdict)")
+    if len(found) > 1:
+        raise KfchaosError(f"{path}:{found[1][0]}: demo-expect: given twice (first on line {found[0][0]})")
+    number, value = found[0]
+    if value not in EXPECT_VALUES:
+        raise KfchaosError(f"{path}:{number}: demo-expect: {value[:40]!r} is not one of {', '.join(EXPECT_VALUES)}")
+    return value
+
+
+def file_scenario(name: str, directory: Path = EXPERIMENTS_DIR) -> Scenario:
+    """experiments/NAME.yaml against the tuned server, expecting its `# demo-expect:` verdict."""
+    path = directory / f"{name}.yaml"
+    if not SCENARIO_NAME.match(name) or not path.is_file():
+        choices = ", ".join([*SCENARIOS, *sorted(p.stem for p in directory.glob("*.yaml"))])
+        raise KfchaosError(f"unknown demo scenario {name[:100]!r}; choose from {choices} (kfchaos demo --list)")
+    flags, settings = SCENARIOS["tuned"]
+    return Scenario(name, path, flags, settings, read_expectation(path))
+
+
+def resolve(name: str, directory: Path = EXPERIMENTS_DIR) -> Scenario:
+    return builtin(name) if name in SCENARIOS else file_scenario(name, directory)
+
+
+def scenario_lines(directory: Path = EXPERIMENTS_DIR) -> list[str]:
+    """`kfchaos demo --list`: one line per scenario (the default pair first), with its expected verdict."""
+    rows = [(name, EXPECTED[name], f"{DEMO_EXPERIMENT.name} on {flags} (default `kfchaos demo`)")
+            for name, (flags, _) in SCENARIOS.items()]  # fmt: skip
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            expect = read_expectation(path)
+            document = yaml.safe_load(path.read_text())
+            about = str(((document or {}).get("metadata") or {}).get("description") or "")
+        except (KfchaosError, yaml.YAMLError, AttributeError) as exc:
+            rows.append((path.stem, "-", f"not runnable: {exc}"))
+            continue
+        rows.append((path.stem, expect, f"{about} (tuned server)".strip()))
+    width = max(len(name) for name, _, _ in rows)
+    return [f"{name:<{width}}  {expect:<4}  {about}" for name, expect, about in rows]
 
 
 @dataclass
@@ -61,13 +153,21 @@ class ScenarioResult:
     run_dir: Path
     reasons: list[str]
     oom_kills: int
+    expected: str = ""
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.expected:
+            self.expected = EXPECTED.get(self.scenario, "PASS")
 
 
 def log(message: str) -> None:
     print(f"[demo {datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, seconds: float) -> Path:
+def _capture_baseline(
+    stack: DemoStack, experiment_path: Path, out: Path, seconds: float, stages: list[int] | None = None
+) -> Path:
     """A control baseline (a fault-free replay at each stage rate, measured from its records: what the drift
     is compared with) while Prometheus scrapes, then the production figures captured from Prometheus, in
     one baseline file."""
@@ -87,6 +187,7 @@ def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, second
         out.with_name(f"{out.stem}.control.parquet"),
         base_dir=experiment_path.parent,
         duration=max(seconds, experiment.spec.traffic.stage_duration),
+        stages=stages,
     )
     time.sleep(3)  # two scrapes after the last request
     baseline = capture(
@@ -101,11 +202,15 @@ def _capture_baseline(stack: DemoStack, experiment_path: Path, out: Path, second
     return attach(baseline, control).write(out)
 
 
-def _scenario_experiment(workdir: Path, baseline: Path) -> Path:
-    """The demo experiment with its baseline pointing at this scenario's freshly captured one."""
-    document = yaml.safe_load(DEMO_EXPERIMENT.read_text())
+def _scenario_experiment(workdir: Path, baseline: Path, source: Path = DEMO_EXPERIMENT) -> Path:
+    """The experiment with its baseline pointing at this scenario's freshly captured one (and a recorded
+    traffic file, which is relative to the experiment file, made absolute: the copy lives elsewhere)."""
+    document = yaml.safe_load(source.read_text())
     document["spec"]["baseline"] = {"file": str(baseline)}
-    path = workdir / DEMO_EXPERIMENT.name
+    traffic = document["spec"].get("traffic") or {}
+    if isinstance(traffic.get("file"), str) and not Path(traffic["file"]).is_absolute():
+        traffic["file"] = str((source.parent / traffic["file"]).resolve())
+    path = workdir / source.name
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
@@ -115,6 +220,17 @@ def _collect(run_dir: Path, runs_root: Path) -> Path:
     from kfchaos import rundir
 
     return rundir.from_local_pipeline(run_dir, runs_root, source="demo").path
+
+
+def _run_folder(kfp_run_dir: Path, runs_root: Path, log_path: Path) -> Path:
+    """The run folder the child `run --local` wrote (it names it on its last lines), else one made here from
+    the kfp.local outputs: writing it twice would only render the same report again."""
+    from kfchaos.demo.localrun import child_run_folder
+
+    folder, _ = child_run_folder(log_path) if log_path.is_file() else (None, None)
+    if folder and (Path(folder) / "verdict.json").is_file() and Path(folder).name == kfp_run_dir.name:
+        return Path(folder)
+    return _collect(kfp_run_dir, runs_root)
 
 
 def headline_reasons(document: dict[str, Any], limit: int = 6) -> list[str]:
@@ -127,12 +243,22 @@ def headline_reasons(document: dict[str, Any], limit: int = 6) -> list[str]:
                 ranked.append(
                     (rank, f"{check['status']} stage {stage.get('stage')}%: {check['name']}: {check['reason']}")
                 )
+    for check in document.get("checks", []):  # experiment-wide: recovery, fault verification, ...
+        rank = {"FAIL": 0, "INCONCLUSIVE": 1}.get(check.get("status", ""))
+        if rank is not None and check.get("gating", True):
+            ranked.append((rank, f"{check['status']} {check['name']}: {check['reason']}"))
     reasons = [text for _, text in sorted(ranked, key=lambda item: item[0])]
     return reasons[:limit] or list(document.get("reasons", []))[:limit] or ["all checks passed"]
 
 
 def _run_pipeline(
-    experiment: Path, repo_root: Path, target: str, pipeline_root: Path, env: dict[str, str], workdir: Path
+    experiment: Path,
+    repo_root: Path,
+    target: str,
+    pipeline_root: Path,
+    env: dict[str, str],
+    workdir: Path,
+    on_task: Callable[[str, str], None],
 ) -> LocalOutcome:
     """`kfchaos run --local` in a child process: kfp.local's own logs go to a file, progress to the terminal."""
     from kfchaos.demo.localrun import run_child
@@ -144,48 +270,158 @@ def _run_pipeline(
         pipeline_root=pipeline_root,
         log_path=workdir / "pipeline.log",
         env=env,
-        on_task=lambda task, status: log(f"    {task:<22} {status}"),
+        on_task=on_task,
         extra=["--runs", str(pipeline_root.parent)],  # the child's run folder lands where ours does
     )
 
 
-def run_scenario(name: str, repo_root: Path, runs_root: Path, baseline_seconds: float) -> ScenarioResult:
-    flags, settings = SCENARIOS[name]
-    log(f"scenario {name}: demo LLM server with {flags}")
+@dataclass
+class Prepared:
+    """A scenario's stack, up, with its control baseline recorded and the experiment pointing at it."""
+
+    scenario: Scenario
+    stack: DemoStack
+    workdir: Path
+    experiment: Path
+    started: float
+
+
+def prepare(scenario: Scenario, runs_root: Path, baseline_seconds: float, stacks: list[DemoStack]) -> Prepared:
+    """Start the scenario's stack (appended to `stacks`, which the caller stops) and record its baseline."""
+    from kfchaos.spec import load_experiment
+
+    name, source = scenario.name, scenario.experiment
+    started = time.monotonic()
+    log(f"scenario {name}: {source.name} against the demo LLM server with {scenario.flags}")
     # Logs (server, proxy, Prometheus, pipeline) stay next to the runs, where a user looks for them.
     workdir = runs_root / ".work" / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    with DemoStack(settings, workdir=workdir) as stack:
-        log(f"  stack up: target {stack.target_url} (fault proxy), Prometheus {stack.prometheus_url}")
-        from kfchaos.spec import load_experiment
+    stack = DemoStack(scenario.settings, workdir=workdir)
+    stacks.append(stack)
+    stack.start()
+    log(f"  {name}: stack up: target {stack.target_url} (fault proxy), Prometheus {stack.prometheus_url}")
+    stages = ", ".join(f"{p}%" for p in control_stages(scenario) or load_experiment(source).spec.traffic.stages)
+    log(f"  {name}: recording the control baseline: fault-free replay at each stage rate ({stages}), then Prometheus")
+    baseline = _capture_baseline(stack, source, workdir / "baseline.yaml", baseline_seconds, control_stages(scenario))
+    return Prepared(scenario, stack, workdir, _scenario_experiment(workdir, baseline, source), started)
 
-        stages = ", ".join(f"{p}%" for p in load_experiment(DEMO_EXPERIMENT).spec.traffic.stages)
-        log(f"  recording the control baseline: fault-free replay at each stage rate ({stages}), then Prometheus")
-        baseline = _capture_baseline(stack, DEMO_EXPERIMENT, workdir / "baseline.yaml", baseline_seconds)
-        experiment = _scenario_experiment(workdir, baseline)
-        log("  running the compiled pipeline with kfp.local (each task is a subprocess)")
-        env = {
-            "KFCHAOS_FAULT_BACKEND": "local",
-            "KFCHAOS_FAULT_PROXY": stack.control_url,
-            "KFCHAOS_DEMO_STATE": str(stack.state_file),
-            "KFCHAOS_PROMETHEUS_URL": stack.prometheus_url or "",
-        }
-        outcome = _run_pipeline(experiment, repo_root, stack.target_url, runs_root / ".kfp", env, workdir)
-        oom_kills = int(json.loads(stack.state_file.read_text()).get("oom_kills", 0))
+
+def execute(
+    prepared: Prepared, repo_root: Path, runs_root: Path, on_task: Callable[[str, str], None] | None = None
+) -> ScenarioResult:
+    """Run the prepared scenario's pipeline, stop its stack, and read its run folder."""
+    scenario, stack, workdir = prepared.scenario, prepared.stack, prepared.workdir
+    name = scenario.name
+    log(f"  {name}: running the compiled pipeline with kfp.local (each task is a subprocess)")
+    env = {
+        "KFCHAOS_FAULT_BACKEND": "local",
+        "KFCHAOS_FAULT_PROXY": stack.control_url,
+        "KFCHAOS_DEMO_STATE": str(stack.state_file),
+        "KFCHAOS_PROMETHEUS_URL": stack.prometheus_url or "",
+    }
+
+    def progress(task: str, status: str) -> None:
+        log(f"    {name:<7} {task:<22} {status}")
+        if on_task:
+            on_task(task, status)
+
     try:
-        destination = _collect(outcome.run_dir, runs_root)
+        outcome = _run_pipeline(
+            prepared.experiment, repo_root, stack.target_url, runs_root / ".kfp", env, workdir, progress
+        )
+        oom_kills = int(json.loads(stack.state_file.read_text()).get("oom_kills", 0))
+    finally:
+        stack.stop()
+
+    def result(status: str, run_dir: Path, reasons: list[str]) -> ScenarioResult:
+        seconds = time.monotonic() - prepared.started
+        return ScenarioResult(name, scenario.flags, status, run_dir, reasons, oom_kills, scenario.expect, seconds)
+
+    try:
+        destination = _run_folder(outcome.run_dir, runs_root, workdir / "pipeline.log")
     except KfchaosError as exc:
         log(f"  {name}: no run folder: {exc}")
-        return ScenarioResult(name, flags, outcome.status, outcome.run_dir, [outcome.message], oom_kills)
+        return result(outcome.status, outcome.run_dir, [outcome.message])
     verdict_file = destination / "verdict.json"
     reasons = headline_reasons(json.loads(verdict_file.read_text())) if verdict_file.is_file() else [outcome.message]
     log(f"  {name}: {outcome.status} -> {destination}")
-    return ScenarioResult(name, flags, outcome.status, destination, reasons, oom_kills)
+    return result(outcome.status, destination, reasons)
+
+
+def run_scenario(scenario: Scenario | str, repo_root: Path, runs_root: Path, baseline_seconds: float) -> ScenarioResult:
+    """One scenario on its own: prepare, execute, and stop its stack whatever happens."""
+    stacks: list[DemoStack] = []
+    try:
+        prepared = prepare(
+            resolve(scenario) if isinstance(scenario, str) else scenario, runs_root, baseline_seconds, stacks
+        )
+        return execute(prepared, repo_root, runs_root)
+    finally:
+        for stack in stacks:
+            stack.stop()
+
+
+class _Preparing(threading.Thread):
+    """The next scenario prepared in the background (its stack up, its control baseline recorded)."""
+
+    def __init__(
+        self, scenario: Scenario, runs_root: Path, baseline_seconds: float, stacks: list[DemoStack], after: Scenario
+    ) -> None:
+        super().__init__(name=f"prepare-{scenario.name}", daemon=True)
+        self.arguments = (scenario, runs_root, baseline_seconds, stacks)
+        self.after = after
+        self.last_gate = _gate_count(after)  # the gate after the last stage: remove-faults and the report follow
+        self.gates = 0
+        self.triggered = False
+        self.prepared: Prepared | None = None
+        self.error: BaseException | None = None
+
+    def on_task(self, task: str, status: str) -> None:
+        """Start once `after`'s ramp is over (its last gate has run)."""
+        self.gates += task.startswith("stage-gate")
+        if self.gates >= self.last_gate and not self.triggered:
+            self.triggered = True
+            log(f"  preparing {self.arguments[0].name} while {self.after.name} removes its faults and reports")
+            self.start()
+
+    def run(self) -> None:
+        try:
+            self.prepared = prepare(*self.arguments)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            self.error = exc
+
+    def result(self) -> Prepared:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        assert self.prepared is not None
+        return self.prepared
+
+
+def run_order(scenarios: list[Scenario]) -> list[Scenario]:
+    """Scenarios expected to PASS first: only a scenario expected to FAIL may record its control baseline while
+    the one before it finishes (see `main`)."""
+    return sorted(scenarios, key=lambda s: s.expect == "FAIL")
+
+
+def may_prepare_during(current: Scenario, following: Scenario) -> bool:
+    """Whether `following` may record its control baseline while `current`'s recovery probe and report run.
+
+    A control recorded on a busier machine is slower, so the drift limit drawn from it is more lenient: that can
+    never turn a PASS into a FAIL, only hide a FAIL. So only a scenario designed to FAIL overlaps, and only when
+    its FAIL does not rest on the drift: the unsafe scenario's rests on OOM kills, counted from the restart and
+    OOM series (tests/demo/test_design.py: its first burst is bound to OOM-kill it). The scenario expected to
+    PASS records its control and runs its stages with nothing else of the demo running.
+    """
+    return following.expect == "FAIL" and following.name == "unsafe" and current.expect == "PASS"
 
 
 def summary_table(results: list[ScenarioResult]) -> str:
     lines = ["", "kfchaos demo: long-context traffic + 200 ms network delay against the demo LLM server", ""]
+    if any(r.scenario not in SCENARIOS for r in results):
+        lines[1] = "kfchaos demo: " + ", ".join(r.scenario for r in results) + " against the demo LLM server"
     for result in results:
         lines.append(f"  {result.scenario:<7} {result.status:<13} {result.settings}")
+        lines.append(f"          expected {result.expected}; took {result.seconds:.0f}s")
         lines.append(f"          OOM kills during the run: {result.oom_kills}")
         for reason in result.reasons[:6]:
             lines.append(f"          - {reason}")
@@ -195,38 +431,68 @@ def summary_table(results: list[ScenarioResult]) -> str:
     return "\n".join(lines)
 
 
-def main(scenarios: list[str], repo_root: Path, runs_root: Path, baseline_seconds: float = 15.0) -> int:
-    unknown = [s for s in scenarios if s not in SCENARIOS]
-    if unknown:
-        raise KfchaosError(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
+def main(
+    scenarios: list[str],
+    repo_root: Path,
+    runs_root: Path,
+    baseline_seconds: float = 15.0,
+    directory: Path = EXPERIMENTS_DIR,
+) -> int:
+    # Every name checked before anything starts; each scenario once.
+    chosen = [resolve(name, directory) for name in dict.fromkeys(scenarios)]
     if not (repo_root / "pipelines" / "chaos_experiment.py").is_file():
         raise KfchaosError(
             f"{repo_root} is not a kfchaos checkout (no pipelines/chaos_experiment.py); run from its root"
         )
     started = time.monotonic()
-    results = [run_scenario(name, repo_root, runs_root.resolve(), baseline_seconds) for name in scenarios]
+    runs_root = runs_root.resolve()
+    stacks: list[DemoStack] = []
+    done: dict[str, ScenarioResult] = {}
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM tears down like Ctrl-C
+    try:
+        order = run_order(chosen)
+        prepared = prepare(order[0], runs_root, baseline_seconds, stacks)
+        for index, scenario in enumerate(order):
+            following = order[index + 1] if index + 1 < len(order) else None
+            helper: _Preparing | None = None
+            if following is not None and may_prepare_during(scenario, following):
+                helper = _Preparing(following, runs_root, baseline_seconds, stacks, after=scenario)
+            done[scenario.name] = execute(prepared, repo_root, runs_root, helper.on_task if helper else None)
+            if following is not None:
+                if helper is not None and helper.triggered:
+                    prepared = helper.result()
+                else:
+                    prepared = prepare(following, runs_root, baseline_seconds, stacks)
+    finally:
+        for stack in stacks:
+            stack.stop()
+        signal.signal(signal.SIGTERM, previous)
+    results = [done[scenario.name] for scenario in chosen]
     print(summary_table(results))
     print(f"demo finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
     surprises = surprise_lines(results)
     for line in surprises:
         print(line, file=sys.stderr)
     if not surprises:
-        print("kfchaos demo: both scenarios turned out as designed (unsafe FAIL, tuned PASS)", file=sys.stderr)
+        designed = ", ".join(f"{r.scenario} {r.expected}" for r in results)
+        print(f"kfchaos demo: every scenario turned out as designed ({designed})", file=sys.stderr)
     return 1 if surprises else 0
 
 
-EXPECTED = {"unsafe": "FAIL", "tuned": "PASS"}
+def _gate_count(scenario: Scenario) -> int:
+    from kfchaos.spec import load_experiment
+
+    return len(load_experiment(scenario.experiment).spec.traffic.stages) + 1
 
 
 def surprise_lines(results: list[ScenarioResult]) -> list[str]:
     """One line per scenario that did not turn out as designed, with the verdict's own first reason."""
     lines = []
     for result in results:
-        expected = EXPECTED[result.scenario]
-        if result.status != expected:
+        if result.status != result.expected:
             because = "; ".join(result.reasons[:2]) or "no reason recorded"
             lines.append(
-                f"kfchaos demo: {result.scenario}: expected {expected}, got {result.status} because {because} "
+                f"kfchaos demo: {result.scenario}: expected {result.expected}, got {result.status} because {because} "
                 f"(run folder {result.run_dir})"
             )
     return lines

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -79,6 +80,8 @@ class DemoStack:
     proxy_port: int = 0
     control_port: int = 0
     prometheus_port: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopped: bool = False
 
     @property
     def target_url(self) -> str:
@@ -101,10 +104,17 @@ class DemoStack:
         return self.workdir / "server-state.json"
 
     def _spawn(self, command: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        with open(self.workdir / log, "ab") as out:
-            # A new session: the whole group can be signalled, and Ctrl-C at the terminal reaches only us.
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        self.processes.append(process)
+        # A stack may be started in another thread (the demo prepares its next scenario in the background): one
+        # stopped meanwhile starts nothing more, so no process outlives the demo.
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the demo stack was stopped while it started")
+            with open(self.workdir / log, "ab") as out:
+                # A new session: the whole group can be signalled, and Ctrl-C at the terminal reaches only us.
+                process = subprocess.Popen(
+                    command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+                )
+            self.processes.append(process)
         return process
 
     def start(self) -> DemoStack:
@@ -158,6 +168,8 @@ class DemoStack:
         wait_http(f"{self.prometheus_url}/-/ready", 30, prometheus)
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
         for process in reversed(self.processes):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
