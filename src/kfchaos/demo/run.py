@@ -189,7 +189,8 @@ def _capture_baseline(
         duration=max(seconds, experiment.spec.traffic.stage_duration),
         stages=stages,
     )
-    time.sleep(3)  # two scrapes after the last request
+    # Two scrapes after the last request (1 s apart): rate() needs the sample after the burst's last counts.
+    stack.wait_scraped(after=time.time() + 1.0)
     baseline = capture(
         experiment.metadata.name,
         PrometheusClient(stack.prometheus_url),

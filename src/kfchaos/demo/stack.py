@@ -166,6 +166,28 @@ class DemoStack:
             "prometheus.log",
         )  # fmt: skip
         wait_http(f"{self.prometheus_url}/-/ready", 30, prometheus)
+        # Ready is not scraped: a counter whose first sample already holds a burst's requests shows no
+        # increase, so rate() over that burst is empty. The first scrape comes before any traffic.
+        self.wait_scraped(after=time.time())
+
+    def wait_scraped(self, after: float, timeout: float = 30.0) -> None:
+        """Until Prometheus holds a scrape of the demo server taken after `after` (epoch seconds): the
+        series then cover everything sent before it. A busy machine delays scrapes by seconds."""
+        from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError
+
+        if not self.prometheus_url:
+            return
+        client = PrometheusClient(self.prometheus_url)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                samples = client.instant('timestamp(up{job="demo-llm"} == 1)')
+            except PrometheusError:
+                samples = []
+            if any(sample.value >= after for sample in samples):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"Prometheus at {self.prometheus_url} took no scrape of the demo server in {timeout:g}s")
 
     def stop(self) -> None:
         with self._lock:
