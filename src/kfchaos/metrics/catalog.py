@@ -121,6 +121,18 @@ def standard_queries(scope: Scope, window: float = 300.0) -> dict[str, CatalogQu
             "KV-cache usage 0..1 (vllm:gpu_cache_usage_perc before 0.9.2)",
         ),
         CatalogQuery(
+            names.PREFIX_CACHE_HIT_RATE,
+            # vLLM v1 counts prompt tokens looked up in / found in the prefix cache (vllm-project/vllm
+            # docs/design/metrics.md: vllm:prefix_cache_queries, vllm:prefix_cache_hits, "in terms of number of
+            # queried/cached tokens"); their ratio per interval is the hit rate, empty
+            # when no prompt arrived (0/0) rather than a made-up 0 or 1.
+            f"sum(increase(vllm:prefix_cache_hits_total{{{sel}}}[{w}]))"
+            f" / sum(increase(vllm:prefix_cache_queries_total{{{sel}}}[{w}]))",
+            "gauge",
+            "fraction",
+            "prefix-cache hit rate 0..1: prompt tokens found in the cache over tokens looked up, per interval",
+        ),
+        CatalogQuery(
             names.OOM_KILLS,
             # Restarts whose last terminated reason is OOMKilled (kube-state-metrics; see kfchaos.metrics.oom):
             # increase() per container series first, then the sum, so a pod that disappears subtracts nothing.

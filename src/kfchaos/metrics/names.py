@@ -5,6 +5,7 @@ from __future__ import annotations
 OOM_KILLS = "oom_kills"  # counter: OOM kill events of the target's containers
 RESTARTS = "restarts"  # counter: container restarts of the target's pods
 KV_CACHE_USAGE = "kv_cache_usage"  # gauge 0..1: vLLM KV-cache usage
+PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"  # 0..1: prompt tokens found in the prefix cache, per interval
 REQUESTS_WAITING = "requests_waiting"  # gauge: vLLM queue length
 REQUESTS_RUNNING = "requests_running"
 PREEMPTIONS = "preemptions"  # counter: vLLM preemptions (KV cache full)

@@ -90,9 +90,17 @@ def timeline(
     metrics: Any,
 ) -> go.Figure | None:
     """One figure, one shared time axis: latency, token latencies, request rate, errors, send lag, cluster."""
-    from kfchaos.metrics.names import GPU_MEMORY_USED, KV_CACHE_USAGE, OOM_KILLS, PREEMPTIONS, RESTARTS
+    from kfchaos.metrics.names import (
+        GPU_MEMORY_USED,
+        KV_CACHE_USAGE,
+        OOM_KILLS,
+        PREEMPTIONS,
+        PREFIX_CACHE_HIT_RATE,
+        RESTARTS,
+    )
 
     kv = series_points(metrics, KV_CACHE_USAGE)
+    prefix_hits = series_points(metrics, PREFIX_CACHE_HIT_RATE)
     gpu = series_points(metrics, GPU_MEMORY_USED)
     preempt = counter_events(series_points(metrics, PREEMPTIONS))
     oom = counter_events(series_points(metrics, OOM_KILLS))
@@ -105,7 +113,7 @@ def timeline(
         "Request rate: intended vs achieved, req/s",
         "Errors per window, by kind",
         "Send lag P99 (sent − intended), ms",
-        "KV-cache usage (%) and GPU memory used (MiB)",
+        "KV-cache usage and prefix-cache hit rate (%), GPU memory used (MiB)",
         "Preemptions, restarts and OOM kills",
     ]
     heights = [0.22, 0.13, 0.12, 0.13, 0.1, 0.16, 0.14]
@@ -236,6 +244,19 @@ def timeline(
     if kv is not None:
         fig.add_trace(
             go.Scatter(x=_dt(kv[0]), y=kv[1] * 100, mode="lines", name="KV-cache usage %", line={"color": "#ff7f0e"}),
+            row=6,
+            col=1,
+            secondary_y=False,
+        )
+    if prefix_hits is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=_dt(prefix_hits[0]),
+                y=prefix_hits[1] * 100,
+                mode="lines",
+                name="prefix-cache hit rate %",
+                line={"color": "#2ca02c"},
+            ),
             row=6,
             col=1,
             secondary_y=False,
