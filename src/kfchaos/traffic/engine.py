@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import math
 import resource
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,6 +200,11 @@ class _Stage:
         reporter = (
             asyncio.ensure_future(self._every(progress.interval, lambda: self._show(progress))) if progress else None
         )
+        # The schedule's first request is made before the clock starts: a generator's set-up (a workload's
+        # length fits import scipy, ~1 s) would otherwise land on the first requests as send lag.
+        schedule = self.plan.schedule()
+        first = next(schedule, None)
+        planned_requests = schedule if first is None else itertools.chain((first,), schedule)
         # Everything alive now (modules, the plan's settings) is moved out of the collector's view, so a
         # full collection during the stage scans only the stage's own objects: fewer multi-ms pauses.
         gc.collect()
@@ -209,7 +215,7 @@ class _Stage:
             # time. A shard that starts after it sends its first requests late, and that shows as send lag.
             self.start = start_at - self.epoch
         try:
-            await self._send_all(stop)
+            await self._send_all(stop, planned_requests)
             if not self.stopped:
                 end = self.clock() + self.settings.timeout + 2 * SWEEP
                 while self.in_flight and self.clock() < end and not (stop and stop.is_set()):
@@ -225,13 +231,13 @@ class _Stage:
                 self._show(progress)
                 progress.end()
 
-    async def _send_all(self, stop: asyncio.Event | None) -> None:
+    async def _send_all(self, stop: asyncio.Event | None, planned_requests: Iterator[Planned]) -> None:
         clock, start = self.clock, self.start
         since_yield = 0
         sleep = asyncio.sleep
         # The plan ends at the duration; this is the engine's own bound on it, whatever a source yields.
         end = self.settings.duration if self.settings.duration is not None else math.inf
-        for planned in self.plan.schedule():
+        for planned in planned_requests:
             if not planned.offset < end:
                 return
             if self.scheduled >= MAX_REQUESTS:  # records are held in memory: their count is bounded too

@@ -48,8 +48,6 @@ MAX_WARMUP_CONVERSATIONS = 200_000  # about 2 s of generation
 
 def expected_length(spec: TokenLengths) -> float:
     """E[clip(rint(X), min, max)] for X drawn as kfchaos.traffic.synthetic.draw_lengths draws it."""
-    from scipy import stats  # here, not at import: the replay command starts without scipy.stats
-
     lo, hi = spec.min, spec.max
     if spec.distribution == "fixed" or (spec.stddev == 0 and spec.distribution != "empirical"):
         return float(np.clip(np.rint(spec.mean), lo, hi))
@@ -59,6 +57,8 @@ def expected_length(spec: TokenLengths) -> float:
         q = np.asarray(spec.quantiles, dtype=np.float64)
         values = np.interp(u * (len(q) - 1), np.arange(len(q)), q)
         return float(np.clip(np.rint(values), lo, hi).mean())
+    from scipy import stats  # here, not at import, and only when needed: the import takes ~1 s
+
     if spec.distribution == "uniform":
         half = spec.stddev * math.sqrt(3.0)
         dist = stats.uniform(spec.mean - half, 2 * half)
