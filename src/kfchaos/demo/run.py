@@ -189,7 +189,7 @@ def _capture_baseline(
         duration=max(seconds, experiment.spec.traffic.stage_duration),
         stages=stages,
     )
-    # Two scrapes after the last request (1 s apart): rate() needs the sample after the burst's last counts.
+    # A scrape at least one interval (1 s) after the last request: rate() needs the sample after its last counts.
     stack.wait_scraped(after=time.time() + 1.0)
     baseline = capture(
         experiment.metadata.name,

@@ -241,26 +241,15 @@ def timeline(
                 row=5,
                 col=1,
             )
-    if kv is not None:
-        fig.add_trace(
-            go.Scatter(x=_dt(kv[0]), y=kv[1] * 100, mode="lines", name="KV-cache usage %", line={"color": "#ff7f0e"}),
-            row=6,
-            col=1,
-            secondary_y=False,
-        )
-    if prefix_hits is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=_dt(prefix_hits[0]),
-                y=prefix_hits[1] * 100,
-                mode="lines",
-                name="prefix-cache hit rate %",
-                line={"color": "#2ca02c"},
-            ),
-            row=6,
-            col=1,
-            secondary_y=False,
-        )
+    fractions = ((kv, "KV-cache usage %", "#ff7f0e"), (prefix_hits, "prefix-cache hit rate %", "#2ca02c"))
+    for fraction, label, color in fractions:
+        if fraction is not None:
+            fig.add_trace(
+                go.Scatter(x=_dt(fraction[0]), y=fraction[1] * 100, mode="lines", name=label, line={"color": color}),
+                row=6,
+                col=1,
+                secondary_y=False,
+            )
     if gpu is not None:
         fig.add_trace(
             go.Scatter(x=_dt(gpu[0]), y=gpu[1], mode="lines", name="GPU memory used MiB", line={"color": "#7f7f7f"}),

@@ -203,8 +203,8 @@ class _Stage:
         # The schedule's first request is made before the clock starts: a generator's set-up (a workload's
         # length fits import scipy, ~1 s) would otherwise land on the first requests as send lag.
         schedule = self.plan.schedule()
-        first = next(schedule, None)
-        planned_requests = schedule if first is None else itertools.chain((first,), schedule)
+        first = tuple(itertools.islice(schedule, 1))  # made now; empty when the plan is
+        planned_requests = itertools.chain(first, schedule)
         # Everything alive now (modules, the plan's settings) is moved out of the collector's view, so a
         # full collection during the stage scans only the stage's own objects: fewer multi-ms pauses.
         gc.collect()
