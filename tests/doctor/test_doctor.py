@@ -68,7 +68,16 @@ def _registry(exported: bool) -> CollectorRegistry:
         gauge = Gauge(metric, metric, labels, registry=registry)
         for pod in PODS:
             gauge.labels(NAMESPACE, pod).set(1)
-    for metric in ("vllm:num_preemptions", "container_oom_events", "kube_pod_container_status_restarts"):
+    # vLLM v1 registers the prefix-cache counters unconditionally in PrometheusStatLogger.__init__
+    # (vllm-project/vllm vllm/v1/metrics/loggers.py: vllm:prefix_cache_queries, vllm:prefix_cache_hits).
+    counters = (
+        "vllm:num_preemptions",
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
+        "container_oom_events",
+        "kube_pod_container_status_restarts",
+    )
+    for metric in counters:
         counter = Counter(metric, metric, labels, registry=registry)
         for pod in PODS:
             counter.labels(NAMESPACE, pod).inc(0)
