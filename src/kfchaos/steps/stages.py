@@ -19,12 +19,17 @@ def _judge(
     baseline_path: str,
     valid: Any,
     fault_windows: list[dict[str, Any]] | None = None,
+    fault_free: bool = False,
 ) -> tuple[Any, Any]:
-    """(StageResult, GateResult) of one stage's records: one evaluation, whose stage gate is the gate."""
+    """(StageResult, GateResult) of one stage's records: one evaluation, whose stage gate is the gate.
+    `fault_free`: a probe replayed without any fault (seams.replay_stage leaves them out of its plan) is judged
+    as the experiment without faults, so no planned fault is looked for in it."""
     from kfchaos.faults.activity import FaultActivity
     from kfchaos.verdict import evaluate, load_requests
 
     experiment = experiment_from_text(experiment_text)
+    if fault_free:
+        experiment = experiment.model_copy(update={"spec": experiment.spec.model_copy(update={"faults": []})})
     requests = load_requests(records_path)
     baseline = load_optional_baseline(baseline_path)
     window = (float(requests.intended.min()), float(requests.intended.max())) if len(requests) else (0.0, 0.0)
@@ -60,7 +65,7 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
         summary = seams.replay_stage(
             experiment, first, experiment_dir, target, records, duration=probe, fault_active=False
         )
-        stage_result, gate_result = _judge(experiment_text, first, records, baseline_path, None)
+        stage_result, gate_result = _judge(experiment_text, first, records, baseline_path, None, fault_free=True)
     # Proceed unless the probe clearly failed: a short probe often lacks samples or metrics, which the final
     # verdict reports as INCONCLUSIVE anyway; a FAIL (not at baseline, abort rule hit) means do not inject.
     failed = [c for c in stage_result.checks if c.gating and c.status.value == "FAIL"]

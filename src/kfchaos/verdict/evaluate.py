@@ -21,6 +21,7 @@ from kfchaos.spec import Experiment, Slo
 from kfchaos.verdict import drift
 from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
+from kfchaos.verdict.delivery import fault_requests_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
 from kfchaos.verdict.recovery import RECOVERY_WINDOW, recovery_check
@@ -28,7 +29,7 @@ from kfchaos.verdict.requests import Requests, load_requests
 
 FaultsVerified = bool | Mapping[str, bool] | None
 # Besides the abort rules (abort.*), the checks that decide whether the ramp may go on after a stage.
-GATE_CHECKS = ("replay", "fault_active")
+GATE_CHECKS = ("replay", "fault_active", "fault_requests")  # a fault not seen working stops the ramp
 
 
 def _tail_sample(requests: Requests, column: np.ndarray) -> tuple[np.ndarray, int]:
@@ -228,7 +229,6 @@ def evaluate(
         in_stage = requests.stage == percent
         # Requests a traffic-side fault sent (long-context bursts, ...) are the fault itself; the SLOs judge what
         # they do to the other traffic.
-        burst = int(np.count_nonzero(in_stage & requests.injected))
         mask = in_stage & ~requests.injected
         if not mask.any():
             check = Check("records", Status.INCONCLUSIVE, "no records for this stage (not run, or skipped by a gate)")
@@ -238,12 +238,9 @@ def evaluate(
         valid = (stage_valid or {}).get(percent)
         activity = (fault_coverage or {}).get(percent)
         checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity)
-        if burst:
-            reason = (
-                f"{burst} request(s) sent by traffic-side faults (long-context bursts, ...) left out of the SLO "
-                "and replay-fidelity checks: they are the fault"
-            )
-            checks.append(Check("fault_requests", Status.PASS, reason, float(burst), samples=burst, gating=False))
+        delivered = fault_requests_check(experiment, percent, requests.where(in_stage))
+        if delivered is not None:
+            checks.append(delivered)
         if any(f.type == "client-abort-storm" and percent in experiment.fault_stages(f) for f in spec.faults):
             checks.append(abort_recovery_check(requests.where(in_stage & requests.injected), metrics))
         stage_gate = gate_of(percent, checks)

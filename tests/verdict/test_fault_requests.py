@@ -1,0 +1,73 @@
+"""A traffic-side fault whose requests never reached the server, or that the server refused, did nothing: the
+stage is INCONCLUSIVE, not PASS (kfchaos.verdict.delivery)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kfchaos.verdict import Status, evaluate
+from tests.verdict.builders import concat, experiment, records
+from tests.verdict.fixtures import baseline, exponential
+
+THRASH = (
+    "[{name: rotation, type: prefix-cache-thrash, stages: [10], params: {prefixes: 64, prefix_tokens: 1024, rate: 5}}]"
+)
+TOKENIZER = "[{name: odd, type: tokenizer-stress, stages: [10], params: {max_model_len: 4096, requests: 3}}]"
+
+
+def judge(faults: str, fault_rows: int, status: float, error: str | None = None):
+    spec = experiment("p99_drift_max: 15%", stages=[10], faults=faults)
+    table = records(10, exponential(1.0, 5000))
+    if fault_rows:
+        fault = records(
+            10, np.full(fault_rows, 0.05), start=1_000_010.0, fault_request="f",
+            status=np.full(fault_rows, status), error=[error] * fault_rows,
+        )  # fmt: skip
+        table = concat(table, fault)
+    return evaluate(table, spec, baseline=baseline()).stage(10)
+
+
+def test_a_load_fault_the_server_served_passes_and_is_left_out_of_the_slos() -> None:
+    stage = judge(THRASH, 100, 200.0)
+    check = stage.check("fault_requests")
+    assert check.status is Status.PASS and not check.gating
+    assert stage.gate is not None and stage.gate.proceed  # the ramp goes on
+    assert "100 planned, 100 sent, 100 answered (100 2xx)" in check.reason
+
+
+def test_a_load_fault_the_server_refused_every_time_is_inconclusive_not_pass() -> None:
+    # vLLM answers a prompt over --max-model-len with 400 before scheduling it: no KV cache, no prefix cache.
+    stage = judge(THRASH, 100, 400.0, "http")
+    check = stage.check("fault_requests")
+    assert check.status is Status.INCONCLUSIVE and "accepted none" in check.reason
+    assert stage.gate is not None and not stage.gate.proceed  # the ramp stops: the fault was never in effect
+
+
+@pytest.mark.parametrize("faults", [THRASH, TOKENIZER])
+def test_a_planned_fault_that_sent_nothing_or_reached_nobody_is_inconclusive(faults: str) -> None:
+    assert judge(faults, 0, 200.0).check("fault_requests").status is Status.INCONCLUSIVE
+    unreachable = judge(faults, 50, float("nan"), "connect").check("fault_requests")
+    assert unreachable.status is Status.INCONCLUSIVE and "none of its requests reached the server" in unreachable.reason
+
+
+def test_tokenizer_stress_is_answered_by_400s_by_design_and_passes() -> None:
+    # Over-limit prompts get vLLM's 400: the tokenizer did the work, which is the fault.
+    assert judge(TOKENIZER, 30, 400.0, "http").check("fault_requests").status is Status.PASS
+
+
+def test_the_steady_state_probe_is_judged_without_the_faults_it_leaves_out(tmp_path) -> None:
+    """The probe before injection replays no fault (seams.replay_stage drops them from its plan), so it must not
+    be asked for fault requests: found by the prefix-cache-thrash demo, whose probe stopped the run."""
+    import pyarrow.parquet as pq
+
+    from kfchaos.steps.stages import _judge
+    from tests.verdict.builders import experiment_text
+
+    text = experiment_text("p99_drift_max: 15%", stages=[10], faults=THRASH)
+    path = tmp_path / "probe.parquet"
+    pq.write_table(records(10, exponential(1.0, 500)), path)
+    _, probe_gate = _judge(text, 10, str(path), "", None, fault_free=True)
+    assert probe_gate.proceed
+    _, stage_gate = _judge(text, 10, str(path), "", None)  # the same records as a stage under the fault: not proven
+    assert not stage_gate.proceed
