@@ -216,7 +216,7 @@ def test_fault_windows_are_read_from_the_documented_shape_and_shaded_applied_the
     red = [s for s in timeline["layout"]["shapes"] if s.get("fillcolor") == "rgba(220,40,40,0.16)"]
     assert all((s["xref"], s["yref"], s["y0"], s["y1"]) == ("x", "paper", 0, 1) for s in red)
     assert any(a["text"] == "⚡ delay" for a in timeline["layout"]["annotations"])
-    assert "from the records' fault_active" not in page
+    assert "the pipeline recorded no fault windows" not in page
 
 
 def test_the_control_baseline_travels_with_the_run_folder_and_is_drawn_on_the_cdf(tmp_path: Path) -> None:
@@ -250,3 +250,26 @@ def test_a_fault_with_thousands_of_verified_windows_is_drawn_with_a_bounded_numb
     assert 1 <= len(red) <= MAX_FAULT_SHADES + 1
     assert merge_close([(0, 1), (1.2, 2), (5, 6)], 0.5) == [(0, 2), (5, 6)]
     assert merge_close([(5, 6), (0, 1)], 0.5) == [(0, 1), (5, 6)]
+
+
+def test_a_traffic_side_fault_without_recorded_windows_is_shaded_by_name_over_its_answered_requests() -> None:
+    import pandas as pd
+
+    from kfchaos.report.data import fault_windows
+
+    start = 1_764_800_000.0
+    base = pd.DataFrame({"stage": 10, "fault_active": False, "intended": start + np.arange(300) * 0.1,
+                         "sent": start + np.arange(300) * 0.1, "status": 200.0, "latency": 1.0,
+                         "fault_request": None})  # fmt: skip
+    # The fault's requests interleave with the traffic from 5 s to 25 s; the last two were never answered.
+    times = start + 5 + np.arange(40) * 0.5
+    answered = [200.0] * 38 + [np.nan] * 2
+    fault = pd.DataFrame({"stage": 10, "fault_active": True, "intended": times, "sent": times,
+                          "status": answered, "latency": 2.0, "fault_request": "rotation"})  # fmt: skip
+    frame = pd.concat([base, fault], ignore_index=True)
+    (window,) = fault_windows({}, {}, frame)
+    assert window.name == "rotation" and window.source == "records"
+    assert window.verified == ((start + 5, start + 5 + 37 * 0.5 + 2.0),)
+    # Nobody answered: nothing was seen in effect, so nothing is shaded for it.
+    frame.loc[frame["fault_request"] == "rotation", "status"] = np.nan
+    assert fault_windows({}, {}, frame) == []

@@ -410,7 +410,10 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
     )
     source = {f.source for f in faults}
     if source == {"records"}:
-        legend += " (from the records' fault_active flag: the pipeline recorded no fault windows)"
+        legend += (
+            " (from the records: a traffic-side fault from its first request sent to its last answered, else the"
+            " fault_active flag; the pipeline recorded no fault windows)"
+        )
     elif not faults:
         legend += " (no fault window recorded)"
     parts.append(legend + ". Drag to zoom, double-click to reset, hover for values.</small></p>")

@@ -353,14 +353,32 @@ def _merge(a: FaultWindow, b: FaultWindow) -> FaultWindow:
 
 
 def _windows_from_records(frame: pd.DataFrame | None) -> list[FaultWindow]:
+    """Without recorded windows: each traffic-side fault by name, over the span in each stage from the first of
+    its requests sent to the last one answered (a request the server answered is the fault seen in effect);
+    then the spans of any other rows the records mark fault_active."""
     if frame is None or "fault_active" not in frame or not frame["fault_active"].any():
         return []
-    ordered = frame.sort_values("intended")
+    out = []
+    by_fault = frame["fault_request"].notna() if "fault_request" in frame else pd.Series(False, index=frame.index)
+    for name, rows in frame[by_fault].groupby("fault_request", sort=True):
+        spans = []
+        for _, stage_rows in rows.groupby("stage", sort=True):
+            answered = stage_rows[stage_rows["status"].notna()] if "status" in stage_rows else stage_rows.iloc[:0]
+            sent = answered["sent"].where(answered["sent"].notna(), answered["intended"])
+            done = (sent + answered["latency"].fillna(0.0)).max()
+            if len(answered) and math.isfinite(float(done)):
+                spans.append((float(sent.min()), float(done)))
+        if spans:
+            out.append(FaultWindow(str(name), None, tuple(sorted(spans)), None, "records"))
+    rest = frame[~by_fault]
+    if not rest["fault_active"].any():
+        return out
+    ordered = rest.sort_values("intended")
     active = ordered["fault_active"].to_numpy(dtype=bool)
     times = ordered["intended"].to_numpy(dtype=float)
     edges = np.flatnonzero(np.diff(np.concatenate([[False], active, [False]]).astype(int)))
-    spans = tuple((float(times[a]), float(times[b - 1])) for a, b in zip(edges[::2], edges[1::2], strict=True))
-    return [FaultWindow("fault active (records)", None, spans, None, "records")]
+    marked = tuple((float(times[a]), float(times[b - 1])) for a, b in zip(edges[::2], edges[1::2], strict=True))
+    return [*out, FaultWindow("fault active (records)", None, marked, None, "records")]
 
 
 # --- baseline ------------------------------------------------------------------------------------------------
