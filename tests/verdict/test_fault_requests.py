@@ -16,15 +16,15 @@ THRASH = (
 TOKENIZER = "[{name: odd, type: tokenizer-stress, stages: [10], params: {max_model_len: 4096, requests: 3}}]"
 
 
-def judge(faults: str, fault_rows: int, status: float, error: str | None = None):
+def fault_rows(name: str, n: int, status: float, error: str | None = None, start: float = 1_000_010.0):
+    return records(10, np.full(n, 0.05), start=start, fault_request=name, status=np.full(n, status), error=[error] * n)
+
+
+def judge(faults: str, n: int, status: float, error: str | None = None):
     spec = experiment("p99_drift_max: 15%", stages=[10], faults=faults)
     table = records(10, exponential(1.0, 5000))
-    if fault_rows:
-        fault = records(
-            10, np.full(fault_rows, 0.05), start=1_000_010.0, fault_request="f",
-            status=np.full(fault_rows, status), error=[error] * fault_rows,
-        )  # fmt: skip
-        table = concat(table, fault)
+    if n:
+        table = concat(table, fault_rows("rotation" if "rotation" in faults else "odd", n, status, error))
     return evaluate(table, spec, baseline=baseline()).stage(10)
 
 
@@ -71,3 +71,17 @@ def test_the_steady_state_probe_is_judged_without_the_faults_it_leaves_out(tmp_p
     assert probe_gate.proceed
     _, stage_gate = _judge(text, 10, str(path), "", None)  # the same records as a stage under the fault: not proven
     assert not stage_gate.proceed
+
+
+def test_each_fault_is_judged_on_its_own_requests() -> None:
+    both = THRASH[:-1] + ", " + TOKENIZER[1:]
+    spec = experiment("p99_drift_max: 15%", stages=[10], faults=both)
+    # The tokenizer stress sent nothing: the thrash's answered requests do not stand in for it.
+    table = concat(records(10, exponential(1.0, 5000)), fault_rows("rotation", 50, 200.0))
+    check = evaluate(table, spec, baseline=baseline()).stage(10).check("fault_requests")
+    assert check.status is Status.INCONCLUSIVE
+    assert check.reason.startswith("odd (tokenizer-stress): none of its requests reached the server: 0 planned")
+    assert "rotation" not in check.reason
+    table = concat(table, fault_rows("odd", 7, 400.0, "http", start=1_000_020.0))
+    check = evaluate(table, spec, baseline=baseline()).stage(10).check("fault_requests")
+    assert check.status is Status.PASS and "rotation (prefix-cache-thrash): 50 planned" in check.reason

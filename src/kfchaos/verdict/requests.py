@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +26,8 @@ TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT = (
     _KIND_CODE[k] for k in ("timeout", "connect", "http", "protocol", "dropped", "cancelled", "client_abort")
 )
 
+
+_NOT_ROWS = ("_masks", "fault_names")  # fields that are not one value per record
 
 __all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
 
@@ -46,6 +49,10 @@ class Requests:
     # Sent by a traffic-side fault (records' fault_request, or long_context from a long-context burst): part of the
     # fault, not the traffic, so left out of the traffic's figures.
     injected: NDArray[np.bool_]
+    # Which traffic-side fault sent each request: an index into fault_names, -1 for none (records' fault_request,
+    # dictionary-encoded: four bytes a record, not a string).
+    fault_code: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    fault_names: tuple[str, ...] = ()
     # The class masks below are asked for many times per stage; computed once each.
     _masks: dict[str, NDArray[np.bool_]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -53,7 +60,16 @@ class Requests:
         return len(self.stage)
 
     def where(self, mask: NDArray[np.bool_]) -> Requests:
-        return Requests(**{f.name: getattr(self, f.name)[mask] for f in fields(self) if f.name != "_masks"})
+        arrays: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_ROWS}
+        if len(self.fault_code) != len(self):
+            arrays["fault_code"] = np.full(len(self), -1, dtype=np.int32)
+        return Requests(**{k: v[mask] for k, v in arrays.items()}, fault_names=self.fault_names)
+
+    def sent_by(self, fault: str) -> NDArray[np.bool_]:
+        """Rows the named traffic-side fault sent (none when the records do not say which fault sent what)."""
+        if fault not in self.fault_names or len(self.fault_code) != len(self):
+            return np.zeros(len(self), dtype=np.bool_)
+        return self.fault_code == self.fault_names.index(fault)
 
     def _mask(self, name: str, compute: Callable[[], NDArray[np.bool_]]) -> NDArray[np.bool_]:
         if name not in self._masks:
@@ -139,7 +155,20 @@ def from_table(table: pa.Table, source: str = "records", request_ids: IdReader |
         tpot=_float(table, "tpot"),
         fault_active=np.asarray(table.column("fault_active").fill_null(False).to_numpy(), dtype=np.bool_),
         injected=injected_mask(table),
+        fault_code=(faults := _fault_codes(table))[0],
+        fault_names=faults[1],
     )
+
+
+def _fault_codes(table: pa.Table) -> tuple[NDArray[np.int32], tuple[str, ...]]:
+    """fault_code and fault_names from the records' fault_request column (absent in older records)."""
+    if "fault_request" not in table.column_names:
+        return np.full(table.num_rows, -1, dtype=np.int32), ()
+    # Through strings: chunks may carry different dictionaries.
+    column = table.column("fault_request").cast(pa.string()).combine_chunks().dictionary_encode()
+    names = tuple(str(v) for v in column.dictionary.to_pylist())
+    codes = np.asarray(column.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int32)
+    return codes, names
 
 
 def injected_mask(table: pa.Table) -> NDArray[np.bool_]:
