@@ -161,14 +161,24 @@ def from_table(table: pa.Table, source: str = "records", request_ids: IdReader |
 
 
 def _fault_codes(table: pa.Table) -> tuple[NDArray[np.int32], tuple[str, ...]]:
-    """fault_code and fault_names from the records' fault_request column (absent in older records)."""
+    """fault_code and fault_names from the records' fault_request column (absent in older records), chunk by
+    chunk as _error_codes: each chunk's dictionary mapped to one list of names, never materializing strings."""
+    out = np.full(table.num_rows, -1, dtype=np.int32)
     if "fault_request" not in table.column_names:
-        return np.full(table.num_rows, -1, dtype=np.int32), ()
-    # Through strings: chunks may carry different dictionaries.
-    column = table.column("fault_request").cast(pa.string()).combine_chunks().dictionary_encode()
-    names = tuple(str(v) for v in column.dictionary.to_pylist())
-    codes = np.asarray(column.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int32)
-    return codes, names
+        return out, ()
+    names: dict[str, int] = {}
+    offset = 0
+    for chunk in table.column("fault_request").chunks:
+        if chunk.null_count == len(chunk):
+            offset += len(chunk)
+            continue
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = chunk.cast(pa.string()).dictionary_encode()
+        lookup = np.array([names.setdefault(str(v), len(names)) for v in chunk.dictionary.to_pylist()] + [-1])
+        indices = chunk.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
+        out[offset : offset + len(chunk)] = lookup[indices]
+        offset += len(chunk)
+    return out, tuple(names)
 
 
 def injected_mask(table: pa.Table) -> NDArray[np.bool_]:
