@@ -85,3 +85,16 @@ def test_each_fault_is_judged_on_its_own_requests() -> None:
     table = concat(table, fault_rows("odd", 7, 400.0, "http", start=1_000_020.0))
     check = evaluate(table, spec, baseline=baseline()).stage(10).check("fault_requests")
     assert check.status is Status.PASS and "rotation (prefix-cache-thrash): 50 planned" in check.reason
+
+
+def test_fault_names_are_read_across_chunks_with_different_dictionaries() -> None:
+    from kfchaos.verdict.requests import from_table
+
+    # Each shard's (or stage's) file has its own dictionary; concatenated, the chunks disagree on codes.
+    table = concat(
+        records(10, exponential(1.0, 5)), fault_rows("a", 3, 200.0), fault_rows("b", 2, 200.0, start=1_000_020.0)
+    )
+    requests = from_table(table)
+    assert set(requests.fault_names) == {"a", "b"}
+    assert requests.sent_by("a").sum() == 3 and requests.sent_by("b").sum() == 2 and not requests.sent_by("c").any()
+    assert requests.where(requests.injected).sent_by("b").sum() == 2
