@@ -98,3 +98,16 @@ def test_fault_names_are_read_across_chunks_with_different_dictionaries() -> Non
     assert set(requests.fault_names) == {"a", "b"}
     assert requests.sent_by("a").sum() == 3 and requests.sent_by("b").sum() == 2 and not requests.sent_by("c").any()
     assert requests.where(requests.injected).sent_by("b").sum() == 2
+
+
+def test_records_naming_more_faults_than_the_schema_holds_are_refused() -> None:
+    import pyarrow as pa
+
+    from kfchaos.records import RecordsError
+    from kfchaos.verdict.requests import MAX_FAULT_NAMES, from_table
+
+    table = records(10, exponential(1.0, MAX_FAULT_NAMES + 1))
+    names = pa.array([f"f{i}" for i in range(table.num_rows)]).dictionary_encode()  # a hand-made file
+    table = table.set_column(table.column_names.index("fault_request"), "fault_request", names)
+    with pytest.raises(RecordsError, match="fault_request names over 32767 distinct faults"):
+        from_table(table)

@@ -27,6 +27,7 @@ TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT = (
 )
 
 
+MAX_FAULT_NAMES = 2**15 - 1  # records.REQUEST_SCHEMA keeps fault_request as a dictionary with int16 indices
 _NOT_ROWS = ("_masks", "fault_names")  # fields that are not one value per record
 
 __all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
@@ -174,6 +175,11 @@ def _fault_codes(table: pa.Table) -> tuple[NDArray[np.int32], tuple[str, ...]]:
             continue
         if not pa.types.is_dictionary(chunk.type):
             chunk = chunk.cast(pa.string()).dictionary_encode()
+        if len(names) + len(chunk.dictionary) > MAX_FAULT_NAMES:
+            raise RecordsError(
+                f"column fault_request names over {MAX_FAULT_NAMES} distinct faults (the records schema's int16 "
+                "dictionary); a replay's records name only the experiment's faults"
+            )
         lookup = np.array([names.setdefault(str(v), len(names)) for v in chunk.dictionary.to_pylist()] + [-1])
         indices = chunk.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
         out[offset : offset + len(chunk)] = lookup[indices]
