@@ -44,23 +44,22 @@ def _problem(fault: FaultBase, mine: Requests) -> tuple[str | None, str]:
     return None, summary
 
 
-def fault_requests_check(experiment: Experiment, stage: int, stage_requests: Requests) -> Check | None:
-    """The stage's fault_requests check: for each traffic-side fault planned for it, how many requests it sent
-    and the server answered; None when the stage has none planned and none were sent."""
+def fault_requests_check(experiment: Experiment, stage: int, fault_requests: Requests) -> Check | None:
+    """The stage's fault_requests check from the requests its traffic-side faults sent: for each fault planned
+    for it, how many it sent and the server answered; None when the stage has none planned and none were sent."""
     planned = [f for f in experiment.spec.faults if f.type in REQUEST_FAULTS and stage in experiment.fault_stages(f)]
-    injected = stage_requests.injected
-    if not planned and not injected.any():
+    total = len(fault_requests)
+    if not planned and not total:
         return None
-    named = bool(stage_requests.fault_names) or not injected.any()
+    named = bool(fault_requests.fault_names) or not total
     problems, lines = [], []
     for fault in planned:
-        mine = stage_requests.where(stage_requests.sent_by(fault.name) if named else injected)
+        mine = fault_requests.where(fault_requests.sent_by(fault.name)) if named else fault_requests
         problem, summary = _problem(fault, mine)
         label = f"{fault.name} ({fault.type})" + ("" if named else ", traffic-side faults counted together")
         lines.append(f"{label}: {summary}")
         if problem:
             problems.append(f"{label}: {problem}: {summary}")
-    total = int(np.count_nonzero(injected))
     if problems:
         return Check("fault_requests", Status.INCONCLUSIVE, "; ".join(problems), float(total), samples=total)
     reason = "; ".join(lines) or f"{total} request(s) sent by traffic-side faults"

@@ -238,11 +238,12 @@ def evaluate(
         valid = (stage_valid or {}).get(percent)
         activity = (fault_coverage or {}).get(percent)
         checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity)
-        delivered = fault_requests_check(experiment, percent, requests.where(in_stage))
+        fault_requests = requests.where(in_stage & requests.injected)  # a few rows: copied once, not the stage
+        delivered = fault_requests_check(experiment, percent, fault_requests)
         if delivered is not None:
             checks.append(delivered)
         if any(f.type == "client-abort-storm" and percent in experiment.fault_stages(f) for f in spec.faults):
-            checks.append(abort_recovery_check(requests.where(in_stage & requests.injected), metrics))
+            checks.append(abort_recovery_check(fault_requests, metrics))
         stage_gate = gate_of(percent, checks)
         stages.append(StageResult(percent, status_of(checks), len(subset), window, checks, stage_gate))
 

@@ -57,18 +57,20 @@ class Requests:
     # The class masks below are asked for many times per stage; computed once each.
     _masks: dict[str, NDArray[np.bool_]] = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        if len(self.fault_code) != len(self.stage):  # built without fault codes: no request names its fault
+            object.__setattr__(self, "fault_code", np.full(len(self.stage), -1, dtype=np.int32))
+
     def __len__(self) -> int:
         return len(self.stage)
 
     def where(self, mask: NDArray[np.bool_]) -> Requests:
-        arrays: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_ROWS}
-        if len(self.fault_code) != len(self):
-            arrays["fault_code"] = np.full(len(self), -1, dtype=np.int32)
-        return Requests(**{k: v[mask] for k, v in arrays.items()}, fault_names=self.fault_names)
+        rows = {f.name: getattr(self, f.name)[mask] for f in fields(self) if f.name not in _NOT_ROWS}
+        return Requests(**rows, fault_names=self.fault_names)
 
     def sent_by(self, fault: str) -> NDArray[np.bool_]:
         """Rows the named traffic-side fault sent (none when the records do not say which fault sent what)."""
-        if fault not in self.fault_names or len(self.fault_code) != len(self):
+        if fault not in self.fault_names:
             return np.zeros(len(self), dtype=np.bool_)
         return self.fault_code == self.fault_names.index(fault)
 
@@ -105,18 +107,27 @@ def _float(table: pa.Table, name: str) -> NDArray[np.float64]:
     return np.asarray(column.to_numpy(), dtype=np.float64)
 
 
-def _error_codes(column: pa.ChunkedArray) -> NDArray[np.int8]:
-    """Dictionary-encoded error kinds -> small ints, chunk by chunk, never materializing the strings."""
-    out = np.full(len(column), NO_ERROR, dtype=np.int8)
+def _dictionary_codes(
+    column: pa.ChunkedArray, code_of: Callable[[str], int], missing: int, dtype: type[np.signedinteger[Any]]
+) -> NDArray[Any]:
+    """A string column -> small ints, chunk by chunk through each chunk's dictionary (chunks may carry
+    different ones), never materializing the strings; null and all-null chunks get `missing`."""
+    out = np.full(len(column), missing, dtype=dtype)
     offset = 0
     for chunk in column.chunks:
-        if not pa.types.is_dictionary(chunk.type):
-            chunk = chunk.cast(pa.string()).dictionary_encode()
-        lookup = np.array([_KIND_CODE.get(str(v), HTTP) for v in chunk.dictionary.to_pylist()] + [NO_ERROR])
-        indices = chunk.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
-        out[offset : offset + len(chunk)] = lookup[indices].astype(np.int8)
+        if chunk.null_count < len(chunk):
+            if not pa.types.is_dictionary(chunk.type):
+                chunk = chunk.cast(pa.string()).dictionary_encode()
+            lookup = np.array([code_of(str(v)) for v in chunk.dictionary.to_pylist()] + [missing])
+            indices = chunk.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
+            out[offset : offset + len(chunk)] = lookup[indices].astype(dtype)
         offset += len(chunk)
     return out
+
+
+def _error_codes(column: pa.ChunkedArray) -> NDArray[np.int8]:
+    """Error kinds -> their index in ERROR_KINDS (an unknown kind counts as an HTTP error)."""
+    return _dictionary_codes(column, lambda kind: _KIND_CODE.get(kind, HTTP), NO_ERROR, np.int8)
 
 
 def from_table(table: pa.Table, source: str = "records", request_ids: IdReader | None = None) -> Requests:
@@ -162,29 +173,20 @@ def from_table(table: pa.Table, source: str = "records", request_ids: IdReader |
 
 
 def _fault_codes(table: pa.Table) -> tuple[NDArray[np.int32], tuple[str, ...]]:
-    """fault_code and fault_names from the records' fault_request column (absent in older records), chunk by
-    chunk as _error_codes: each chunk's dictionary mapped to one list of names, never materializing strings."""
-    out = np.full(table.num_rows, -1, dtype=np.int32)
+    """fault_code and fault_names from the records' fault_request column (absent in older records)."""
     if "fault_request" not in table.column_names:
-        return out, ()
+        return np.full(table.num_rows, -1, dtype=np.int32), ()
     names: dict[str, int] = {}
-    offset = 0
-    for chunk in table.column("fault_request").chunks:
-        if chunk.null_count == len(chunk):
-            offset += len(chunk)
-            continue
-        if not pa.types.is_dictionary(chunk.type):
-            chunk = chunk.cast(pa.string()).dictionary_encode()
-        if len(names) + len(chunk.dictionary) > MAX_FAULT_NAMES:
+
+    def code_of(name: str) -> int:
+        if name not in names and len(names) >= MAX_FAULT_NAMES:
             raise RecordsError(
                 f"column fault_request names over {MAX_FAULT_NAMES} distinct faults (the records schema's int16 "
                 "dictionary); a replay's records name only the experiment's faults"
             )
-        lookup = np.array([names.setdefault(str(v), len(names)) for v in chunk.dictionary.to_pylist()] + [-1])
-        indices = chunk.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
-        out[offset : offset + len(chunk)] = lookup[indices]
-        offset += len(chunk)
-    return out, tuple(names)
+        return names.setdefault(name, len(names))
+
+    return _dictionary_codes(table.column("fault_request"), code_of, -1, np.int32), tuple(names)
 
 
 def injected_mask(table: pa.Table) -> NDArray[np.bool_]:
