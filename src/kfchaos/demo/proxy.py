@@ -201,8 +201,14 @@ class FaultProxy:
         deadline = time.monotonic() + self.connect_retry_s
         while True:
             try:
+                # A proxy hands a redirect back to its client, never follows it: the client's credentials are
+                # for the upstream alone (aiohttp follows redirects by default).
                 upstream = await self._session.request(
-                    request.method, self.upstream + request.rel_url.path_qs, headers=headers, data=body
+                    request.method,
+                    self.upstream + request.rel_url.path_qs,
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
                 )
                 break
             except aiohttp.ClientConnectorError as exc:

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from kfchaos import kubeconnect, netsafe
 from kfchaos.doctor import cluster, kfpcheck, series
 from kfchaos.doctor.model import Report, Status
 from kfchaos.kfp.client import RUN_SERVICE_ACCOUNT, TOKEN_ENV
@@ -58,7 +59,7 @@ def backend_tag(host: str, token: str | None) -> str:
     for prefix in ("v2beta1", "v1beta1"):
         request = urllib.request.Request(f"{host.rstrip('/')}/apis/{prefix}/healthz", headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as answer:
+            with netsafe.urlopen(request, timeout=HTTP_TIMEOUT) as answer:
                 body = json.loads(answer.read(MAX_ANSWER) or b"{}")
         except (urllib.error.URLError, OSError, ValueError) as exc:
             last = str(getattr(exc, "reason", exc))[:200]
@@ -149,9 +150,8 @@ def check_prometheus(report: Report, options: Options, experiment: Experiment, p
 
 
 def kube_client(options: Options) -> Any:
-    import kubernetes
-
-    return kubernetes.config.new_client_from_config(config_file=options.kubeconfig, context=options.kube_context)
+    # the default kubeconfig when none is named, not in-cluster config: doctor runs where the operator is
+    return kubeconnect.api_client(options.kubeconfig, options.kube_context, in_cluster=False)
 
 
 def diagnose(options: Options, api_client: Any | None = None) -> Report:

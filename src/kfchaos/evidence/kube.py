@@ -84,18 +84,15 @@ class ClusterKube:
     @classmethod
     def from_environment(cls) -> ClusterKube | None:
         try:
-            from kubernetes import client, config
             from kubernetes.config.config_exception import ConfigException
+
+            from kfchaos import kubeconnect
         except ImportError:
             return None
         try:
-            config.load_incluster_config()
-        except ConfigException:
-            try:
-                config.load_kube_config()
-            except (ConfigException, OSError, TypeError, ValueError):
-                return None
-        return cls(client.ApiClient())
+            return cls(kubeconnect.api_client())
+        except (ConfigException, OSError, TypeError, ValueError):
+            return None
 
     def _json(self, call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         # Untyped JSON: the typed models refuse fields a newer API server adds; we read a few keys.

@@ -19,6 +19,7 @@ import kubernetes.config
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from kfchaos import kubeconnect
 from kfchaos.faults import clustercheck
 from kfchaos.faults.backend import (
     AdmissionDenied,
@@ -122,22 +123,14 @@ class ChaosMeshBackend:
     ) -> ChaosMeshBackend:
         """An explicit host (no credentials; for a proxy such as `kubectl proxy`), a kubeconfig (file and/or
         context), or else in-cluster config (a pipeline step's service account), falling back to ~/.kube/config."""
-        if host is not None:
-            configuration = kubernetes.client.Configuration()
-            configuration.host = host
-            return cls(kubernetes.client.ApiClient(configuration), **options)
-        if kubeconfig is not None or context is not None:
-            return cls(kubernetes.config.new_client_from_config(config_file=kubeconfig, context=context), **options)
+        if host is not None or kubeconfig is not None or context is not None:
+            return cls(kubeconnect.api_client(kubeconfig, context, host), **options)
         try:
-            kubernetes.config.load_incluster_config()
-        except kubernetes.config.ConfigException:
-            try:
-                kubernetes.config.load_kube_config()
-            except (kubernetes.config.ConfigException, OSError) as exc:
-                raise BackendError(
-                    f"no cluster access: not in a pod and no usable kubeconfig ({exc}); give --host or --kubeconfig"
-                ) from None
-        return cls(kubernetes.client.ApiClient(), **options)
+            return cls(kubeconnect.api_client(), **options)
+        except (kubernetes.config.ConfigException, OSError) as exc:
+            raise BackendError(
+                f"no cluster access: not in a pod and no usable kubeconfig ({exc}); give --host or --kubeconfig"
+            ) from None
 
     @classmethod
     def from_environment(cls, experiment: Experiment, run_id: str, **options: Any) -> ChaosMeshBackend:

@@ -115,7 +115,15 @@ class LoraClient:
         """(status, answer text up to `limit` bytes, error); status 0 when nothing came back."""
         try:
             with self.session.request(
-                method, self.base + path, json=body, headers=self.headers, timeout=self.timeout, stream=True
+                method,
+                self.base + path,
+                json=body,
+                headers=self.headers,
+                timeout=self.timeout,
+                stream=True,
+                # requests drops only Authorization on a redirect to another host (sessions.py
+                # `rebuild_auth`); a credential in spec.target.auth.header would follow: no redirect is followed
+                allow_redirects=False,
             ) as response:
                 data = b""
                 for chunk in response.iter_content(8192):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kfchaos import netsafe
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.versioning import LockEntry
 
@@ -29,16 +30,30 @@ class Connection:
     kube_context: str | None = None
 
 
-def connect(connection: Connection) -> Any:
-    """A `kfp.Client` for the connection; the constructor checks /apis/v2beta1/healthz."""
+def _client_class() -> type:
+    """`kfp.Client` whose REST layer refuses a redirect to another origin (kfchaos.netsafe): the SDK builds its
+    kfp_server_api Configuration in `Client._load_config` (kfp/client/client.py) and the generated REST client
+    passes `configuration.retries` to urllib3 (kfp_server_api/rest.py). Built on first use: importing kfp
+    takes a second that commands without KFP should not pay."""
     import kfp
 
+    class Client(kfp.Client):
+        def _load_config(self, *args: Any, **kwargs: Any) -> Any:
+            config = super()._load_config(*args, **kwargs)
+            config.retries = netsafe.retry()
+            return config
+
+    return Client
+
+
+def connect(connection: Connection) -> Any:
+    """A `kfp.Client` for the connection; the constructor checks /apis/v2beta1/healthz."""
     token = connection.token or os.environ.get(TOKEN_ENV) or None
     try:
         with warnings.catch_warnings():
             # "This client only works with KFP v2.0.0-beta.2 and later": true of every server we support.
             warnings.simplefilter("ignore", FutureWarning)
-            return kfp.Client(
+            return _client_class()(
                 host=connection.host,
                 existing_token=token,
                 namespace=connection.namespace,

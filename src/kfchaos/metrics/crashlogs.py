@@ -42,8 +42,10 @@ def kubernetes_reader() -> CrashLogReader | None:
     """The pod log API through the kubernetes client (in-cluster config, else kubeconfig), configured on the
     first crash to read: a run without crashes talks to no API server. None without the client."""
     try:
-        from kubernetes import client, config
+        from kubernetes import client
         from kubernetes.config.config_exception import ConfigException
+
+        from kfchaos import kubeconnect
     except ImportError:
         return None
     api: list[object] = []
@@ -51,13 +53,9 @@ def kubernetes_reader() -> CrashLogReader | None:
     def connect() -> object | None:
         if not api:
             try:
-                config.load_incluster_config()
-            except ConfigException:
-                try:
-                    config.load_kube_config()
-                except (ConfigException, OSError, TypeError, ValueError):
-                    return None
-            api.append(client.CoreV1Api())
+                api.append(client.CoreV1Api(kubeconnect.api_client()))
+            except (ConfigException, OSError, TypeError, ValueError):
+                return None
         return api[0]
 
     def read(namespace: str, pod: str, container: str) -> str | None:

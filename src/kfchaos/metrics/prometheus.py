@@ -18,6 +18,7 @@ import urllib3
 import yaml
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from kfchaos import netsafe
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.source import RangeSeries, Sample
 from kfchaos.units import parse_duration
@@ -73,7 +74,7 @@ class PrometheusClient:
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
-        retry = urllib3.Retry(
+        retry = netsafe.retry(  # a redirect to another origin is refused: the headers may carry a credential
             total=retries,
             connect=retries,
             read=retries,

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 import time
 import urllib.error
-import urllib.request
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from kfchaos import netsafe
 from kfchaos.metrics.prometheus import PrometheusUnreachable, PromQLError
 from kfchaos.metrics.source import RangeSeries, Sample
 
@@ -48,7 +48,7 @@ class ScrapeSource:
     def scrape(self, at: float | None = None) -> int:
         """Fetch and parse the endpoint once; returns the number of samples read."""
         try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
+            with netsafe.urlopen(self.url, timeout=self.timeout) as response:
                 text = response.read().decode("utf-8", errors="replace")
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
