@@ -8,6 +8,7 @@ so a step that crashed, was killed or retried leaves nothing behind that the exi
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -252,6 +253,9 @@ class ChaosMeshBackend:
     def _kw(self) -> dict[str, Any]:
         return {"_request_timeout": self.request_timeout}
 
+    def _raw_kw(self) -> dict[str, Any]:
+        return {**self._kw(), "_preload_content": False}
+
     # ------------------------------------------------------------ generic object access (chaos kinds and pods)
 
     def _create(self, manifest: Manifest, dry_run: bool = False) -> dict[str, Any] | ApiException:
@@ -319,12 +323,14 @@ class ChaosMeshBackend:
 
         def call() -> list[dict[str, Any]]:
             if plural == "pods":
+                # Raw JSON, not the typed V1PodList: the client's model raises ValueError on a list without
+                # `items` (kubernetes/client/models/v1_pod_list.py), which a proxy or a broken server can send.
                 pods = (
-                    self.core.list_namespaced_pod(namespace, label_selector=selector, **self._kw())
+                    self.core.list_namespaced_pod(namespace, label_selector=selector, **self._raw_kw())
                     if namespace
-                    else self.core.list_pod_for_all_namespaces(label_selector=selector, **self._kw())
+                    else self.core.list_pod_for_all_namespaces(label_selector=selector, **self._raw_kw())
                 )
-                return list(self.api_client.sanitize_for_serialization(pods).get("items", []))
+                return _items(pods.data)
             if namespace:
                 listed = self.custom.list_namespaced_custom_object(
                     GROUP, VERSION, namespace, plural, label_selector=selector, **self._kw()
@@ -333,7 +339,7 @@ class ChaosMeshBackend:
                 listed = self.custom.list_cluster_custom_object(
                     GROUP, VERSION, plural, label_selector=selector, **self._kw()
                 )
-            return list(listed.get("items", []))
+            return _items(listed)
 
         result = self._call("list", plural, group, namespace, None, call, ok_statuses=(404,))
         return None if isinstance(result, ApiException) else result
@@ -525,9 +531,9 @@ class ChaosMeshBackend:
 
         def call() -> list[dict[str, Any]]:
             listed = self.core.list_namespaced_event(
-                handle.namespace, field_selector=f"involvedObject.name={handle.name}", **self._kw()
+                handle.namespace, field_selector=f"involvedObject.name={handle.name}", **self._raw_kw()
             )
-            return list(self.api_client.sanitize_for_serialization(listed).get("items", []))
+            return _items(listed.data)
 
         result = self._call("list", "events", "", handle.namespace, handle.name, call, ok_statuses=(403, 404))
         if isinstance(result, ApiException):
@@ -728,6 +734,21 @@ def _is_admission_denial(message: str) -> bool:
     pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr); an RBAC 403 reads 'USER cannot VERB
     resource ...' (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/errors.go)."""
     return message.startswith("admission webhook ") and "denied the request" in message
+
+
+def _items(listed: Any) -> list[dict[str, Any]]:
+    """The objects of a list answer (a dict, or the raw JSON bytes): a list without `items`, or with `items`
+    null, is an empty list; an answer that is not a JSON object, or entries that are not objects, are
+    refused or skipped (a list is all the caller reads)."""
+    if isinstance(listed, bytes | bytearray):
+        try:
+            listed = json.loads(listed or b"{}")
+        except (ValueError, RecursionError):
+            raise BackendError("the API server's list answer is not JSON") from None
+    if not isinstance(listed, dict):
+        raise BackendError("the API server's list answer is not a JSON object")
+    items = listed.get("items") or []
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
 
 def _message(exc: ApiException) -> str:
