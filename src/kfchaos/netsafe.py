@@ -11,6 +11,7 @@ redirect within the same origin is still followed: the credential goes where it 
 
 from __future__ import annotations
 
+import re
 import urllib.error
 import urllib.request
 from http.client import HTTPMessage
@@ -98,3 +99,27 @@ _OPENER = urllib.request.build_opener(_SameOriginRedirects)
 def urlopen(request: urllib.request.Request | str, timeout: float) -> Any:
     """`urllib.request.urlopen` that refuses a redirect to another origin (an HTTPError saying so)."""
     return _OPENER.open(request, timeout=timeout)
+
+
+# C0 and C1 controls and DEL (ESC starts ANSI/OSC sequences: clear the screen, retitle the terminal, write
+# the clipboard with OSC 52), and the Unicode bidirectional overrides and isolates that reorder what is shown.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+_UNPRINTABLE_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+def printable(text: object) -> str:
+    """Text from outside (a server's answer, a file) made safe to print or log: each control character is shown
+    as an escape (`\\x1b`, `\\n`), never sent to the terminal. One line whatever came in."""
+    return _UNPRINTABLE.sub(_escape, str(text))
+
+
+def for_terminal(text: object) -> str:
+    """A whole message about to be printed (kfchaos's own lines around outside text): as `printable`, but its
+    line breaks and tabs kept. The last guard before stderr; outside text is made `printable` where it enters."""
+    return _UNPRINTABLE_BUT_LINES.sub(_escape, str(text))

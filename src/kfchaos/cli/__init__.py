@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from kfchaos import __version__
 from kfchaos.errors import KfchaosError
+from kfchaos.netsafe import for_terminal
 from kfchaos.redact import redact
 
 EXIT_PASS = 0
@@ -71,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         code: int = args.func(args)
     except KfchaosError as exc:
-        print(f"kfchaos: {exc}", file=sys.stderr)
+        print(f"kfchaos: {for_terminal(exc)}", file=sys.stderr)  # the message may quote a server or a file
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kfchaos: interrupted", file=sys.stderr)

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
+from kfchaos.netsafe import printable
+
 
 class Status(StrEnum):
     PASS = "PASS"
@@ -26,7 +28,8 @@ class Report:
     checks: list[Check] = field(default_factory=list)
 
     def add(self, name: str, status: Status, detail: str, fix: str = "") -> Check:
-        check = Check(name, status, detail, "" if status is Status.PASS else fix)
+        # details quote servers (Prometheus errors, Kubernetes messages, the target): one printable line each
+        check = Check(name, status, printable(detail), "" if status is Status.PASS else printable(fix))
         self.checks.append(check)
         return check
 

@@ -16,12 +16,14 @@ GPU series are only required when a target pod requests `nvidia.com/gpu`.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from kfchaos.doctor.model import Report, Status
 from kfchaos.metrics.catalog import Scope, standard_queries
 from kfchaos.metrics.prometheus import PrometheusClient
+from kfchaos.metrics.source import Sample
 
 EVENT_ONLY = {"kube_pod_container_status_last_terminated_reason", "kube_pod_container_status_terminated_reason"}
 EVENT_MATCHERS = {"reason"}  # any other series the catalog selects by a termination reason: also event-only
@@ -58,18 +60,27 @@ def _exported(selector: str) -> str:
     return re.sub(r"\b(namespace|pod)(=~|=)", r"exported_\1\2", selector)
 
 
+def _count(found: list[Sample]) -> int:
+    """The value of a `count(...)` answer: a whole number >= 0 (none: 0). Anything else (-7, 2.5, NaN, +Inf) is
+    not what PromQL's count returns, so the server is not to be believed: ValueError, and the check is UNKNOWN."""
+    if not found:
+        return 0
+    value = found[0].value
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise ValueError(f"count answered {value!r}, not a whole number >= 0: not a Prometheus count")
+    return int(value)
+
+
 def check_series(report: Report, client: PrometheusClient, scope: Scope, gpu_pods: bool) -> None:
     for series in catalog_series(scope):
         name = f"series {series.metric}"
         if series.gpu and not gpu_pods:
             continue  # no target pod requests a GPU: DCGM has nothing to report for it
         try:
-            found = client.instant(series.query)
-            count = int(found[0].value) if found else 0
+            count = _count(client.instant(series.query))
             relabelled = 0
             if not count and series.gpu:
-                again = client.instant(f"count({series.metric}{{{_exported(series.selector)}}})")
-                relabelled = int(again[0].value) if again else 0
+                relabelled = _count(client.instant(f"count({series.metric}{{{_exported(series.selector)}}})"))
         except Exception as exc:
             report.add(name, Status.UNKNOWN, f"Prometheus {client.url}: {str(exc)[:200]}",
                        "check spec.baseline.capture.prometheus / --prometheus")  # fmt: skip

@@ -114,10 +114,10 @@ class PrometheusClient:
             body = {}
         if response.status in (400, 422) or body.get("errorType") == "bad_data":
             message = body.get("error") or data[:200].decode(errors="replace")
-            raise PromQLError(f"Prometheus at {self.url} rejected query {query!r}: {message}")
+            raise PromQLError(f"Prometheus at {self.url} rejected query {query!r}: {netsafe.printable(message)[:500]}")
         if response.status != 200 or body.get("status") != "success":
             message = body.get("error") or f"HTTP {response.status}"
-            raise PrometheusError(f"Prometheus at {self.url} failed on {query!r}: {message}")
+            raise PrometheusError(f"Prometheus at {self.url} failed on {query!r}: {netsafe.printable(message)[:500]}")
         if not isinstance(body.get("data"), dict):
             raise PrometheusError(f"Prometheus at {self.url}: malformed answer to {query!r} (no data object)")
         return body["data"]
