@@ -20,6 +20,7 @@ import yaml
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kfchaos import safefile
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.metrics import oom, releases
 from kfchaos.metrics.catalog import Scope, standard_queries, with_user_queries
@@ -203,7 +204,7 @@ class Baseline(StrictModel):
     def write(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.sealed().to_yaml())
+        safefile.write_text(path, self.sealed().to_yaml())
         return path
 
     def summary(self) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from kfchaos import safefile
 from kfchaos.errors import KfchaosError
 
 LAYOUT_VERSION = 1
@@ -171,12 +172,12 @@ def write(
 
     run = RunDir(Path(path))
     run.path.mkdir(parents=True, exist_ok=True)
-    run.file(EXPERIMENT).write_text(experiment_text)
+    safefile.write_text(run.file(EXPERIMENT), experiment_text)
     if baseline_text and baseline_text.strip():
-        run.file(BASELINE).write_text(baseline_text)
+        safefile.write_text(run.file(BASELINE), baseline_text)
         control = _control_records(baseline_text, baseline_path)
         if control is not None:
-            shutil.copyfile(control, run.file(CONTROL_RECORDS))
+            safefile.replace_with(run.file(CONTROL_RECORDS), lambda temporary: shutil.copyfile(control, temporary))
     if isinstance(records, pa.Table):
         table = records
     elif isinstance(records, list):
@@ -186,7 +187,7 @@ def write(
         table = pq.read_table(records)
     if table is None:
         raise RunDirError(f"{run.path}: the run has no request records")
-    pq.write_table(table, run.file(RECORDS))
+    safefile.replace_with(run.file(RECORDS), lambda temporary: pq.write_table(table, temporary))
     info = dict(info or {})
     if info.get("started_at") is None and "intended" in table.column_names and table.num_rows:
         # No pipeline to say when the run began and ended: the first request's send and the last response.
@@ -197,27 +198,27 @@ def write(
         info["finished_at"] = pc.max(ends).as_py() or pc.max(table["intended"]).as_py()
     if metrics is not None:
         data = metrics if isinstance(metrics, dict) else metrics.to_dict()
-        run.file(METRICS).write_text(json.dumps(data, indent=1) + "\n")
+        safefile.write_text(run.file(METRICS), json.dumps(data, indent=1) + "\n")
     if run_state:
-        run.file(RUN_STATE).write_text(json.dumps(run_state, indent=2) + "\n")
+        safefile.write_text(run.file(RUN_STATE), json.dumps(run_state, indent=2) + "\n")
     if stages is not None:
-        run.file(STAGES).write_text(json.dumps(stages, indent=2) + "\n")
+        safefile.write_text(run.file(STAGES), json.dumps(stages, indent=2) + "\n")
         actions = [a for step in stages for a in (step.get("detail") or {}).get("fault_actions") or []]
         if actions:
-            run.file(FAULT_ACTIONS).write_text("".join(json.dumps(a, sort_keys=True) + "\n" for a in actions))
+            safefile.write_text(run.file(FAULT_ACTIONS), "".join(json.dumps(a, sort_keys=True) + "\n" for a in actions))
     if audit is not None:
-        run.file(AUDIT).write_text(json.dumps(audit, indent=2) + "\n")
+        safefile.write_text(run.file(AUDIT), json.dumps(audit, indent=2) + "\n")
     _write_evidence(run, evidence)
     verdict = {**verdict, "run_id": run.run_id}
-    run.file(VERDICT).write_text(json.dumps(verdict, indent=2) + "\n")
+    safefile.write_text(run.file(VERDICT), json.dumps(verdict, indent=2) + "\n")
     manifest = _manifest(run, experiment_text, verdict, info)
-    run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
     rejudged = _rejudge(run)
     manifest["rejudged"] = rejudged
-    run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
     render_reports(run)
     manifest["files"] = sorted(name for name in FILES if run.has(name))
-    run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
     return run
 
 
@@ -293,8 +294,8 @@ def render_reports(run: RunDir) -> None:
 
     context = report_context(run)
     document = run.verdict()
-    run.file(REPORT_MD).write_text(markdown(document, context))
-    run.file(REPORT_HTML).write_text(html(document, context))
+    safefile.write_text(run.file(REPORT_MD), markdown(document, context))
+    safefile.write_text(run.file(REPORT_HTML), html(document, context))
 
 
 def report_context(run: RunDir) -> dict[str, Any]:

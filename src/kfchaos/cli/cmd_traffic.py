@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
+from kfchaos import safefile
 from kfchaos.cli import EXIT_PASS, EXIT_USAGE
 
 
@@ -50,7 +50,7 @@ def run_fit(args: argparse.Namespace) -> int:
         raise KfchaosError(f"--rate: {exc.errors()[0]['msg']}") from None
     block = fitted_yaml(suggested(spec, fit))
     if args.out:
-        Path(args.out).write_text(block)
+        safefile.write_text(args.out, block)
     if args.json:
         import yaml
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kfchaos import safefile
 from kfchaos.evidence.model import Bundle
 
 FOLDER = "evidence"
@@ -15,7 +16,7 @@ MAX_FILE_BYTES = 1 << 20  # an item file read back into the report: never more t
 
 
 def write(bundle: Bundle, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+    safefile.subfolder(folder)
     index = bundle.to_dict()
     for item, entry in zip(bundle.items, index["items"], strict=True):
         entry.pop("data", None)
@@ -23,10 +24,10 @@ def write(bundle: Bundle, folder: Path) -> Path:
             continue
         path = folder / item.file
         if isinstance(item.data, str):
-            path.write_text(item.data)
+            safefile.write_text(path, item.data)
         else:
-            path.write_text(json.dumps(item.data, indent=1, default=str) + "\n")
-    (folder / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+            safefile.write_text(path, json.dumps(item.data, indent=1, default=str) + "\n")
+    safefile.write_text(folder / INDEX, json.dumps(index, indent=2) + "\n")
     return folder / INDEX
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kfchaos import safefile
 from kfchaos.baseline import Baseline, ControlBaseline, ControlStage, format_time
 from kfchaos.errors import KfchaosError
 from kfchaos.spec import Experiment
@@ -110,7 +111,7 @@ def record_control(
         rates[percent] = result.table.num_rows / duration
     table = pa.concat_tables(tables, promote_options="default")
     records_out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, records_out)
+    safefile.replace_with(records_out, lambda temporary: pq.write_table(table, temporary))
     requests = load_requests(records_out)
     measured = []
     for percent in percents:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from kfchaos import safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.jsonsource import load_json
 
@@ -115,7 +116,7 @@ class MetricsSnapshot:
         }
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        safefile.write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def from_dict(cls, data: Any, source_file: str = "metrics") -> MetricsSnapshot:

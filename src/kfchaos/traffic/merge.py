@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kfchaos import safefile
 from kfchaos.records import RecordsError
 from kfchaos.traffic.plan import ReplayPlan, ReplaySettings
 from kfchaos.traffic.recorder import read_records
@@ -61,7 +62,7 @@ def merge_records(parts: Sequence[str | Path], out: str | Path | None = None) ->
         merged = merged.sort_by(MERGE_ORDER).drop_columns(["_part"])
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(merged, out)
+        safefile.replace_with(out, lambda temporary: pq.write_table(merged, temporary))
     return merged
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kfchaos import safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA
 
@@ -165,7 +166,7 @@ class Recorder:
 def write_parquet(table: pa.Table, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
+    safefile.replace_with(path, lambda temporary: pq.write_table(table, temporary))
     return path
 
 

@@ -1,0 +1,42 @@
+"""Writes stay in their folder: a symlink planted in an output folder is replaced, never written through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kfchaos import rundir, safefile
+from kfchaos.cli import main
+from tests.report.sample import write_sample
+
+
+def test_verdict_out_never_writes_through_a_planted_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sample = write_sample(tmp_path / "in")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "runs" / "run-7"
+    out.mkdir(parents=True)
+    names = (rundir.VERDICT, rundir.MANIFEST, rundir.REPORT_HTML, rundir.REPORT_MD, rundir.EXPERIMENT, rundir.RECORDS)
+    for name in names:
+        (out / name).symlink_to(victim)
+    assert main([*sample.verdict_argv(), "--out", str(out)]) == 1
+    assert victim.read_text() == "precious\n"
+    for name in names:
+        assert not (out / name).is_symlink() and (out / name).is_file(), name
+    assert rundir.open_run(out).verdict()["status"] == "FAIL"
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "out.json"
+    target.write_text("old")
+
+    def fail(path: Path) -> None:
+        path.write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        safefile.replace_with(target, fail)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
