@@ -149,7 +149,15 @@ def _iso(epoch: float | None) -> str | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def write(
+def write(path: str | Path, **parts: Any) -> RunDir:
+    """Write a whole run folder (see `_write`), holding the folder's lock: two writers never interleave."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    with safefile.locked(folder):
+        return _write(folder, **parts)
+
+
+def _write(
     path: str | Path,
     *,
     experiment_text: str,

@@ -8,10 +8,14 @@ crash: a reader sees the old file or the new one, never a cut one.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
+
+from kfchaos.errors import KfchaosError
 
 
 def replace_with(path: str | Path, write: Callable[[Path], object]) -> None:
@@ -49,3 +53,49 @@ def subfolder(path: str | Path) -> Path:
         raise FileExistsError(f"{path} is a symlink; kfchaos writes into its own folders only")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+class FolderBusy(KfchaosError):
+    """Another live process holds the folder's lock."""
+
+
+def unique_folder(parent: str | Path, prefix: str) -> Path:
+    """A new folder `<prefix>-<local time to the second>-<random>` under `parent`: readable by a person, and
+    never shared by two runs started in the same second (mkdtemp creates it with O_EXCL semantics)."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-{stamp}-", dir=parent))
+
+
+def lock_folder(path: str | Path) -> int:
+    """Take the folder's lock (flock(2) on the folder itself: no lock file joins its contents) for as long as
+    the returned descriptor is open; the kernel releases it when the process ends, however it ends.
+    FolderBusy when another process holds it."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FolderBusy(f"{path} is in use by another kfchaos process") from None
+    return fd
+
+
+def in_use(path: str | Path) -> bool:
+    """Whether a live process holds the folder's lock."""
+    try:
+        os.close(lock_folder(path))
+    except FolderBusy:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+@contextlib.contextmanager
+def locked(path: str | Path) -> Iterator[None]:
+    fd = lock_folder(path)
+    try:
+        yield
+    finally:
+        os.close(fd)

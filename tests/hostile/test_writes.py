@@ -40,3 +40,15 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
         safefile.replace_with(target, fail)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_run_folder_being_written_is_refused_to_a_second_writer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = write_sample(tmp_path / "in")
+    out = tmp_path / "runs" / "run-8"
+    out.mkdir(parents=True)
+    with safefile.locked(out):
+        assert main([*sample.verdict_argv(), "--out", str(out)]) == 3
+    assert "in use by another kfchaos process" in capsys.readouterr().err
+    assert not list(out.iterdir())

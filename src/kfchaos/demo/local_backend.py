@@ -109,6 +109,7 @@ class LocalFaultBackend:
             "type": fault.type,
             "duration_s": fault_duration(self.experiment, fault),
             "labels": {"run_id": self.run_id, "experiment": self.experiment.metadata.name},
+            "owner_pid": os.getpid(),  # the proxy ends the fault if this process dies before removing it
         }
         if fault.type == "network-delay":
             body.update(latency_s=params.latency, jitter_s=params.jitter)

@@ -18,15 +18,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 PROXY_FAULT_TYPES = ("network-delay", "network-loss", "http-abort", "http-delay")
+OWNER_CHECK_S = 0.5
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "content-length", "host"}
 
 
@@ -40,6 +43,9 @@ class ProxyFault:
     jitter_s: float = 0.0
     share: float = 1.0  # share of requests affected (loss, abort, http delay)
     code: int = 503
+    # The process that asked for the fault (its controller, on this host): the fault ends when it dies, as a
+    # fault whose controller is gone has no one left to remove it (a SIGKILLed run), not only when it expires.
+    owner_pid: int | None = None
     created_at: float = field(default_factory=time.time)
     hits: int = 0
 
@@ -49,6 +55,9 @@ class ProxyFault:
 
     def expired(self, now: float | None = None) -> bool:
         return (now or time.time()) >= self.expires_at
+
+    def orphaned(self) -> bool:
+        return self.owner_pid is not None and process_gone(self.owner_pid)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -70,6 +79,9 @@ def parse_fault(name: str, body: dict[str, Any]) -> ProxyFault:
     labels = body.get("labels") or {}
     if not isinstance(labels, dict):
         raise ValueError("labels must be a mapping")
+    owner = body.get("owner_pid")
+    if owner is not None and (not isinstance(owner, int) or isinstance(owner, bool) or owner <= 0):
+        raise ValueError("owner_pid must be a process id")
     return ProxyFault(
         name=name,
         type=fault_type,
@@ -79,7 +91,23 @@ def parse_fault(name: str, body: dict[str, Any]) -> ProxyFault:
         jitter_s=float(body.get("jitter_s", 0.0)),
         share=share,
         code=int(body.get("code", 503)),
+        owner_pid=owner,
     )
+
+
+def process_gone(pid: int) -> bool:
+    """No such process, or a zombie (dead, not yet reaped by its parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # no /proc: alive as far as we can tell
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 class FaultProxy:
@@ -90,11 +118,16 @@ class FaultProxy:
         self.connect_retry_s = connect_retry_s
         self.faults: dict[str, ProxyFault] = {}
         self.random = random.Random(seed)
+        self._owners_checked = 0.0
         self._session: aiohttp.ClientSession | None = None
 
     def active(self) -> list[ProxyFault]:
         now = time.time()
-        for name in [n for n, f in self.faults.items() if f.expired(now)]:
+        # Owners are looked at twice a second, not on every request the proxy forwards.
+        owners = now - self._owners_checked >= OWNER_CHECK_S
+        if owners:
+            self._owners_checked = now
+        for name in [n for n, f in self.faults.items() if f.expired(now) or (owners and f.orphaned())]:
             del self.faults[name]
         return list(self.faults.values())
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from kfchaos import safefile
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, _raise_interrupt
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
@@ -295,7 +296,7 @@ def prepare(scenario: Scenario, runs_root: Path, baseline_seconds: float, stacks
     started = time.monotonic()
     log(f"scenario {name}: {source.name} against the demo LLM server with {scenario.flags}")
     # Logs (server, proxy, Prometheus, pipeline) stay next to the runs, where a user looks for them.
-    workdir = runs_root / ".work" / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    workdir = safefile.unique_folder(runs_root / ".work", name)
     stack = DemoStack(scenario.settings, workdir=workdir)
     stacks.append(stack)
     stack.start()

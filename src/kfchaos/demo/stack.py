@@ -1,10 +1,13 @@
 """The embedded demo's processes: demo LLM server (under its supervisor), fault proxy, and Prometheus when
 a binary is available. Started together, torn down together -- on normal exit, on an exception, on
-Ctrl-C and on SIGTERM -- so no process, port or fault is left behind.
+Ctrl-C and on SIGTERM -- so no process, port or fault is left behind. On SIGKILL, which nothing can catch,
+the processes die with their parent (kfchaos.demo.lifetime), and the stack record (stack.json in the work
+folder, whose lock the live stack holds) lets `kfchaos demo down` end whatever a platform without that left.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,6 +24,10 @@ from types import FrameType, TracebackType
 
 import yaml
 
+from kfchaos import safefile
+from kfchaos.demo import lifetime
+
+RECORD_NAME = "stack.json"
 DEMO_NAMESPACE = "demo"
 DEMO_POD = "demo-llm-0"
 
@@ -75,6 +82,9 @@ class DemoStack:
     settings: ServerSettings
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kfchaos-demo-")))
     with_prometheus: bool = True
+    # Tied: every process dies with this one (kfchaos.demo.lifetime) and the work folder is locked while it runs.
+    # `kfchaos demo up` starts an untied stack, which outlives it until `kfchaos demo down`.
+    tied: bool = True
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     server_port: int = 0
     proxy_port: int = 0
@@ -82,6 +92,7 @@ class DemoStack:
     prometheus_port: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopped: bool = False
+    _folder_lock: int | None = field(default=None, repr=False)
 
     @property
     def target_url(self) -> str:
@@ -111,14 +122,27 @@ class DemoStack:
                 raise RuntimeError("the demo stack was stopped while it started")
             with open(self.workdir / log, "ab") as out:
                 # A new session: the whole group can be signalled, and Ctrl-C at the terminal reaches only us.
-                process = subprocess.Popen(
-                    command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+                process = lifetime.spawn(
+                    command, tied=self.tied, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
                 )
             self.processes.append(process)
+            self._write_record()
         return process
+
+    @property
+    def record_file(self) -> Path:
+        return self.workdir / RECORD_NAME
+
+    def _write_record(self) -> None:
+        """What this stack started, for `kfchaos demo down` when this process is gone without stopping it."""
+        record = {"owner": os.getpid(), "tied": self.tied, "pids": [p.pid for p in self.processes],
+                  "server_state": str(self.state_file)}  # fmt: skip
+        safefile.write_text(self.record_file, json.dumps(record) + "\n")
 
     def start(self) -> DemoStack:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.tied and self._folder_lock is None:
+            self._folder_lock = safefile.lock_folder(self.workdir)
         self.server_port, self.proxy_port, self.control_port = free_port(), free_port(), free_port()
         python = sys.executable
         server = self._spawn(
@@ -204,14 +228,17 @@ class DemoStack:
                 process.wait(timeout=5)
         # The supervisor's child is in the supervisor's session; if the supervisor died hard, end it too.
         try:
-            import json
-
             pid = json.loads(self.state_file.read_text()).get("pid")
             if pid:
                 os.kill(int(pid), signal.SIGKILL)
         except (OSError, ValueError):
             pass
         self.processes.clear()
+        if self.tied:
+            self.record_file.unlink(missing_ok=True)
+        if self._folder_lock is not None:
+            os.close(self._folder_lock)
+            self._folder_lock = None
 
     def __enter__(self) -> DemoStack:
         self._previous = signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from kfchaos.demo import lora
+from kfchaos.demo import lifetime, lora
 from kfchaos.demo.server import add_engine_arguments
 
 
@@ -96,7 +96,14 @@ class Supervisor:
             command += ["--last-terminated-reason", self.last_reason, "--last-exit-code", str(self.last_exit_code)]
         env = dict(os.environ, KFCHAOS_DEMO_OOM_MARKER=str(self.oom_marker))
         log = self.workdir / f"container-{self.restarts}.log"
-        self.child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # The server dies with the supervisor, however the supervisor ends (its main thread forks it).
+        self.child = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lifetime.die_with_parent(),
+        )
         self.started_at = time.time()
         self._event("Created", "Created container vllm")
         self._event("Started", "Started container vllm")

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
-from kfchaos.demo.stack import DemoStack
+from kfchaos import safefile
+from kfchaos.demo.stack import RECORD_NAME, DemoStack
 from kfchaos.errors import KfchaosError
 
 STATE_NAME = "demo-up.json"
@@ -95,8 +96,8 @@ def up(runs_root: Path, scenario: str, baseline_seconds: float, with_baseline: b
         log(f"a demo stack is already up (started {existing.started}); `kfchaos demo down` stops it")
         return existing
     _, settings = SCENARIOS[scenario]
-    workdir = runs_root.resolve() / ".work" / f"up-{scenario}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    stack = DemoStack(settings, workdir=workdir)
+    workdir = safefile.unique_folder(runs_root.resolve() / ".work", f"up-{scenario}")
+    stack = DemoStack(settings, workdir=workdir, tied=False)  # it outlives `up`, until `demo down`
     try:
         stack.start()
         experiment = DEMO_EXPERIMENT
@@ -131,12 +132,32 @@ def _stages() -> list[int]:
     return list(load_experiment(DEMO_EXPERIMENT).spec.traffic.stages)
 
 
+def _orphans(runs_root: Path) -> tuple[list[int], list[Path]]:
+    """Process groups named by the records of tied stacks whose owner is gone (their folder's lock is free):
+    a `kfchaos demo` killed where its children could not die with it. Their records, to remove after."""
+    pids: list[int] = []
+    records: list[Path] = []
+    for record in sorted((runs_root / ".work").glob(f"*/{RECORD_NAME}")):
+        if safefile.in_use(record.parent):
+            continue  # a live demo's stack
+        records.append(record)
+        try:
+            data = json.loads(record.read_text()[: 1 << 16])
+            if data.get("tied"):  # an untied stack is `demo up`'s, named in its state file
+                pids += [int(pid) for pid in data.get("pids", [])]
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return pids, records
+
+
 def down(runs_root: Path, grace_s: float = 10.0) -> int:
-    """Stop what `up` started; the number of processes that were still running."""
+    """Stop what `up` started, and what a killed `kfchaos demo` left (its stack record); the number of processes
+    that were still running."""
+    orphans, records = _orphans(runs_root)
     state = read_state(runs_root)
     if state is None:
-        return 0
-    running = [pid for pid in state.pids if _alive(pid)]
+        state = UpState("", "", [], "", "", "", "", "", "")
+    running = [pid for pid in [*state.pids, *orphans] if _alive(pid)]
     for pid in running:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
@@ -149,10 +170,12 @@ def down(runs_root: Path, grace_s: float = 10.0) -> int:
                 os.killpg(pid, signal.SIGKILL)
     # The supervisor's child (the server) is in the supervisor's session; end it too if it outlived it.
     try:
-        child = json.loads(Path(state.server_state).read_text()).get("pid")
+        child = json.loads(Path(state.server_state).read_text()).get("pid") if state.server_state else None
         if child and _alive(int(child)):
             os.kill(int(child), signal.SIGKILL)
     except (OSError, ValueError):
         pass
     state_path(runs_root).unlink(missing_ok=True)
+    for record in records:
+        record.unlink(missing_ok=True)
     return len(running)
