@@ -17,7 +17,11 @@ from kfchaos import netsafe
 
 def _client(configuration: Any) -> Any:
     configuration.retries = netsafe.retry()
-    return kubernetes.client.ApiClient(configuration)
+    api_client = kubernetes.client.ApiClient(configuration)
+    # Each API request bounded as a whole (connect and every read), not per read: kubernetes/client/rest.py
+    # keeps its urllib3 PoolManager as `rest_client.pool_manager`, whose pools are made on first use.
+    netsafe.watch_pools(api_client.rest_client.pool_manager, netsafe.DEFAULT_DEADLINE_S)
+    return api_client
 
 
 def api_client(

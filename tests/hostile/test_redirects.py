@@ -159,7 +159,7 @@ def test_a_redirect_within_the_same_origin_is_still_followed() -> None:
 
     with (
         redirect_pair() as pair,
-        netsafe.urlopen(urllib.request.Request(pair.second + "/hop"), timeout=10) as answer,
     ):
+        answer = netsafe.fetch(urllib.request.Request(pair.second + "/hop"), 10, 1 << 20)
         assert answer.status == 200
     assert [s.path for s in pair.seen_second] == ["/hop", "/healthz"]

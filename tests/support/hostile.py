@@ -45,6 +45,10 @@ def hostile_server(
                 self.rfile.read(length)
             state.seen.append((self.command, self.path))
             status, headers, body = answer(self.command, self.path)
+            if status == 0:  # raw: the body is the whole answer, status line and headers included
+                self.close_connection = True
+                self._drip(body if not isinstance(body, bytes) else [body])
+                return
             self.send_response(status)
             for name, value in headers.items():
                 self.send_header(name, value)
@@ -55,6 +59,10 @@ def hostile_server(
                 return
             self.send_header("Connection", "close")
             self.end_headers()
+            self._drip(body)
+            self.close_connection = True
+
+        def _drip(self, body: Iterable[bytes]) -> None:
             began = time.monotonic()
             try:
                 for chunk in body:
@@ -65,7 +73,6 @@ def hostile_server(
                     state.stopping.wait(drip_pause_s)
             except OSError:  # the client gave up: what the test wants
                 pass
-            self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _any
 

@@ -59,9 +59,9 @@ def backend_tag(host: str, token: str | None) -> str:
     for prefix in ("v2beta1", "v1beta1"):
         request = urllib.request.Request(f"{host.rstrip('/')}/apis/{prefix}/healthz", headers=headers)
         try:
-            with netsafe.urlopen(request, timeout=HTTP_TIMEOUT) as answer:
-                body = json.loads(answer.read(MAX_ANSWER) or b"{}")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            # HTTP_TIMEOUT bounds the whole exchange (connect and every read), not each read
+            body = json.loads(netsafe.fetch(request, HTTP_TIMEOUT, MAX_ANSWER).body[:MAX_ANSWER] or b"{}")
+        except (urllib.error.URLError, OSError, ValueError, RecursionError) as exc:
             last = str(getattr(exc, "reason", exc))[:200]
             continue
         tag = body.get("tag_name") or body.get("apiServerTagName") if isinstance(body, dict) else None

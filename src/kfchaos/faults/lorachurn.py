@@ -40,6 +40,7 @@ from typing import Any
 
 import requests
 
+from kfchaos import netsafe
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import FaultActivity
 from kfchaos.faults.params import ADAPTER_PREFIX, LoraAdapterChurnParams, LoraAdapterRef
@@ -97,6 +98,11 @@ class LoraClient:
         self.timeout = min(max(timeout, 1.0), MAX_CALL_S)
         self.session = requests.Session()
         self.session.trust_env = False  # loopback and in-cluster targets: never through a proxy from the env
+        # `timeout` bounds each call as a whole (kfchaos.netsafe), not each read as requests' own timeout does.
+        adapter = requests.adapters.HTTPAdapter()
+        netsafe.watch_pools(adapter.poolmanager, self.timeout)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
 
     @classmethod
     def for_experiment(cls, experiment: Experiment, target: str = "") -> LoraClient:
@@ -114,22 +120,27 @@ class LoraClient:
     ) -> tuple[int, str, str | None]:
         """(status, answer text up to `limit` bytes, error); status 0 when nothing came back."""
         try:
-            with self.session.request(
-                method,
-                self.base + path,
-                json=body,
-                headers=self.headers,
-                timeout=self.timeout,
-                stream=True,
-                # requests drops only Authorization on a redirect to another host (sessions.py
-                # `rebuild_auth`); a credential in spec.target.auth.header would follow: no redirect is followed
-                allow_redirects=False,
-            ) as response:
+            with (
+                netsafe.Deadline(self.timeout) as deadline,
+                self.session.request(
+                    method,
+                    self.base + path,
+                    json=body,
+                    headers=self.headers,
+                    timeout=self.timeout,
+                    stream=True,
+                    # requests drops only Authorization on a redirect to another host (sessions.py
+                    # `rebuild_auth`); a credential in spec.target.auth.header would follow: no redirect is followed
+                    allow_redirects=False,
+                ) as response,
+            ):
                 data = b""
                 for chunk in response.iter_content(8192):
                     data += chunk
                     if len(data) >= limit:
                         break
+                if deadline.expired:  # a body cut by the deadline can look whole
+                    return 0, "", f"no whole answer within {self.timeout:g}s (whole-call deadline)"
                 return response.status_code, data[:limit].decode("utf-8", "replace"), None
         except requests.RequestException as exc:
             # The exception's text can carry the URL but never the headers: no credential in it.

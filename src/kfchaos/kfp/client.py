@@ -53,7 +53,7 @@ def connect(connection: Connection) -> Any:
         with warnings.catch_warnings():
             # "This client only works with KFP v2.0.0-beta.2 and later": true of every server we support.
             warnings.simplefilter("ignore", FutureWarning)
-            return _client_class()(
+            client = _client_class()(
                 host=connection.host,
                 existing_token=token,
                 namespace=connection.namespace,
@@ -61,6 +61,12 @@ def connect(connection: Connection) -> Any:
             )
     except Exception as exc:  # the SDK raises many kinds; all mean "cannot reach or authenticate"
         raise KfchaosError(f"cannot connect to KFP at {connection.host or '(in cluster)'}: {exc}") from None
+    # Every later API request bounded as a whole (kfp_server_api/rest.py: `rest_client.pool_manager`); the pools
+    # the constructor's own healthz call made are dropped so that new, watched ones replace them.
+    pool_manager = client._healthz_api.api_client.rest_client.pool_manager
+    netsafe.watch_pools(pool_manager, netsafe.DEFAULT_DEADLINE_S)
+    pool_manager.clear()
+    return client
 
 
 def _filter(key: str, value: str) -> str:

@@ -84,22 +84,37 @@ class PrometheusClient:
             allowed_methods=frozenset({"GET", "POST"}),
             raise_on_status=False,
         )
-        self._pool = urllib3.PoolManager(retries=retry, timeout=urllib3.Timeout(total=timeout), headers=headers)
+        self._pool = netsafe.watch_pools(
+            urllib3.PoolManager(retries=retry, timeout=urllib3.Timeout(total=timeout), headers=headers), timeout
+        )
 
     def _call(self, path: str, fields: dict[str, str]) -> Any:
         url = f"{self.url}{path}"
-        try:
-            # POST form: long PromQL (many pods in a regex) would overflow a GET URL. Status endpoints are GET.
-            if fields:
-                response = self._pool.request("POST", url, fields=fields, encode_multipart=False, preload_content=False)
-            else:
-                response = self._pool.request("GET", url, preload_content=False)
-            # Bounded in memory whatever the server sends: read one byte past the cap to know it was exceeded.
-            data = response.read(MAX_ANSWER_BYTES + 1)
-            response.release_conn()
-        except Urllib3Error as exc:
-            reason = getattr(exc, "reason", None) or exc
-            raise PrometheusUnreachable(f"Prometheus at {self.url} unreachable: {reason}") from None
+        # `timeout` bounds the whole call -- connect, retries, headers and every read of the body -- not each read
+        # (a server dripping a byte a second would otherwise hold the call for as long as it drips).
+        with netsafe.Deadline(self.timeout) as deadline:
+            try:
+                # POST form: long PromQL (many pods in a regex) would overflow a GET URL. Status endpoints are GET.
+                if fields:
+                    response = self._pool.request(
+                        "POST", url, fields=fields, encode_multipart=False, preload_content=False
+                    )
+                else:
+                    response = self._pool.request("GET", url, preload_content=False)
+                # Bounded in memory whatever the server sends: read one byte past the cap to know it was exceeded.
+                data = response.read(MAX_ANSWER_BYTES + 1)
+                response.release_conn()
+            except (Urllib3Error, OSError) as exc:
+                if deadline.expired:
+                    raise PrometheusUnreachable(
+                        f"Prometheus at {self.url}: no whole answer within {self.timeout:g}s (whole-call deadline)"
+                    ) from None
+                reason = getattr(exc, "reason", None) or exc
+                raise PrometheusUnreachable(f"Prometheus at {self.url} unreachable: {reason}") from None
+            if deadline.expired:  # a body cut by the deadline can look whole
+                raise PrometheusUnreachable(
+                    f"Prometheus at {self.url}: no whole answer within {self.timeout:g}s (whole-call deadline)"
+                )
         query = fields.get("query", "")
         if len(data) > MAX_ANSWER_BYTES:
             raise PrometheusError(

@@ -21,6 +21,8 @@ _SELECTOR = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
 _MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
+# A vLLM /metrics page is tens of kilobytes (a few hundred series); a page past this is not one to keep.
+MAX_PAGE_BYTES = 16 << 20
 
 
 def parse_selector(query: str) -> tuple[str, dict[str, str]]:
@@ -48,11 +50,14 @@ class ScrapeSource:
     def scrape(self, at: float | None = None) -> int:
         """Fetch and parse the endpoint once; returns the number of samples read."""
         try:
-            with netsafe.urlopen(self.url, timeout=self.timeout) as response:
-                text = response.read().decode("utf-8", errors="replace")
+            # the timeout bounds the whole scrape (connect and every read), not each read
+            answer = netsafe.fetch(self.url, self.timeout, MAX_PAGE_BYTES)
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PrometheusUnreachable(f"metrics endpoint {self.url} unreachable: {reason}") from None
+        if len(answer.body) > MAX_PAGE_BYTES:
+            raise PrometheusUnreachable(f"metrics endpoint {self.url}: page larger than {MAX_PAGE_BYTES >> 20} MiB")
+        text = answer.body.decode("utf-8", errors="replace")
         now = time.time() if at is None else at
         count = 0
         for family in text_string_to_metric_families(text):
