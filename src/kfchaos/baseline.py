@@ -161,7 +161,24 @@ class ControlBaseline(StrictModel):
         return next((s for s in self.stages if s.stage == percent), None)
 
 
-OPTIONAL_SECTIONS = ("latency_histogram", "control")  # left out of the hash while absent: older files verify
+class SenseBounds(StrictModel):
+    """The bounds every value from Prometheus was checked against before this baseline was sealed: a server's
+    answer outside them (a latency of 1e300 s, a rate of 3, a point dated 2100) is refused at capture."""
+
+    latency_max_s: float = Field(gt=0, description="no latency beyond the request timeout (spec.target.timeout)")
+    latency_min_s: float = Field(0.0, description="no negative latency")
+    points_from: str = Field(description="no point before the window's start less one step")
+    points_to: str = Field(description="no point after the window's end plus one step")
+    rate_max: float = Field(1.0, description="an error rate is a share: [0, 1]")
+    count_min: float = Field(0.0, description="request, error and OOM-kill counts are never negative")
+
+    _times = field_validator("points_from", "points_to")(classmethod(lambda cls, v: _rfc3339(v)))
+
+
+# Without spec.target.timeout (a direct `capture()` call): an hour is past any request an LLM server answers.
+DEFAULT_LATENCY_MAX_S = 3600.0
+
+OPTIONAL_SECTIONS = ("latency_histogram", "control", "sense")  # left out of the hash while absent: older files verify
 
 
 class Baseline(StrictModel):
@@ -175,9 +192,26 @@ class Baseline(StrictModel):
     warnings: list[str] = Field(default_factory=list, description="caveats found at capture (e.g. wide buckets)")
     latency_histogram: LatencyHistogram | None = None
     control: ControlBaseline | None = Field(None, description="`kfchaos baseline control`: the drift reference")
+    sense: SenseBounds | None = Field(None, description="the bounds the captured values were checked against")
     content_hash: str = ""
 
     _captured = field_validator("captured_at")(classmethod(lambda cls, v: _rfc3339(v)))
+
+    def nonsense(self) -> str | None:
+        """Why the figures make no sense, if they do not: latencies negative, out of order or beyond the bound
+        the file states; more errors than requests. A hash anyone can recompute proves no sense, so a loaded
+        file is checked too, not only a capture."""
+        most = self.sense.latency_max_s if self.sense else math.inf
+        for name in LATENCY_SERIES:
+            stat = self.series.get(name)
+            if stat is not None and not 0 <= stat.p10 <= stat.median <= stat.p90 <= most:
+                return (
+                    f"series.{name}: need 0 <= p10 <= median <= p90 <= {most:g}s (got {stat.p10:g}, "
+                    f"{stat.median:g}, {stat.p90:g}): not a latency"
+                )
+        if self.totals.errors is not None and self.totals.errors > self.totals.requests:
+            return f"totals: {self.totals.errors:g} errors out of {self.totals.requests:g} requests: not a rate"
+        return None
 
     def p99(self, name: str = "latency_p99") -> float | None:
         stat = self.series.get(name)
@@ -253,6 +287,9 @@ def load_baseline(
             f"{path}: content does not match content_hash (edited after capture?); "
             f"recorded {baseline.content_hash}, computed {baseline.computed_hash()}. Capture it again."
         )
+    nonsense = baseline.nonsense()
+    if nonsense:
+        raise BaselineError(f"{path}: {nonsense}; capture it again")
     warnings = []
     try:
         captured = parse_time(baseline.captured_at)
@@ -270,6 +307,36 @@ def load_baseline(
 # ---------------------------------------------------------------- capture
 
 LATENCY_SERIES = ("latency_p99", "ttft_p99", "itl_p99")
+
+
+def _refuse_nonsense(name: str, times: NDArray[np.float64], values: NDArray[np.float64], sense: SenseBounds,
+                     window: tuple[float, float], latency: bool) -> None:  # fmt: skip
+    """Values from Prometheus checked before they are kept: a point outside the capture window (plus one step
+    each side), a latency outside [0, the request timeout] (+Inf too: the quantile fell past the histogram's
+    last finite bucket, which a baseline cannot summarise), or a count below zero or infinite. NaN is
+    Prometheus's "no data in this interval" and is left to the statistics, which skip it."""
+    low, high = window
+    outside = (times < low) | (times > high) | ~np.isfinite(times)
+    if outside.any():
+        at = float(times[np.argmax(outside)])
+        raise BaselineError(
+            f"{name}: Prometheus answered a point at {at!r} (epoch s), outside the capture window "
+            f"{sense.points_from}..{sense.points_to}: not an answer to this query; refusing to seal it"
+        )
+    known = values[~np.isnan(values)]
+    if latency:
+        bad = (known < sense.latency_min_s) | (known > sense.latency_max_s)
+        what = f"a latency outside [0, {sense.latency_max_s:g}s] (the request timeout)"
+    else:
+        bad = (known < sense.count_min) | ~np.isfinite(known)
+        what = "a count below zero or infinite"
+    if bad.any():
+        raise BaselineError(
+            f"{name}: Prometheus answered {float(known[np.argmax(bad)])!r}, {what}; refusing to seal a baseline "
+            "from it (check the query and the server)"
+        )
+
+
 MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal sample
 
 
@@ -310,11 +377,19 @@ def capture(
     user_queries: dict[str, str] | None = None,
     drift: float = 0.15,
     now: datetime | None = None,
+    request_timeout: float | None = None,
 ) -> Baseline:
     """A baseline over `days` ending at `end`, release windows (+/- margin) excluded. Raises BaselineError
-    when the latency series has no data at all: an empty baseline would pass anything."""
+    when the latency series has no data at all (an empty baseline would pass anything), and when a value from
+    Prometheus makes no sense (SenseBounds; latencies bounded by `request_timeout`, spec.target.timeout)."""
     start = end - timedelta(days=days)
     t0, t1 = start.timestamp(), end.timestamp()
+    sense = SenseBounds(
+        latency_max_s=request_timeout or DEFAULT_LATENCY_MAX_S,
+        points_from=format_time(start - timedelta(seconds=step)),
+        points_to=format_time(end + timedelta(seconds=step)),
+    )
+    window = (t0 - step, t1 + step)
     catalog = with_user_queries(standard_queries(scope, window=step), user_queries or {})
     used: dict[str, str] = {}
     exclusions = [
@@ -350,6 +425,7 @@ def capture(
             else (source.range(query.promql, t0, t1, step))
         )
         times, values = as_series(ranged)
+        _refuse_nonsense(name, times, values, sense, window, latency=name in LATENCY_SERIES)
         keep = kept_intervals(times, step, excluded)
         return times[keep], values[keep]
 
@@ -367,10 +443,17 @@ def capture(
     _, error_values = fetch("errors")
     errors = float(np.nansum(error_values)) if len(error_values) else None
     oom_kills = _oom_kills(source, scope, t0, t1, step, excluded, used)
+    if errors is not None and errors > requests:
+        raise BaselineError(
+            f"Prometheus counts {errors:g} errors out of {requests:g} requests: an error rate above "
+            f"{sense.rate_max:g} is not a rate; refusing to seal it (check the errors and requests queries)"
+        )
+    if oom_kills is not None and not 0 <= oom_kills < math.inf:
+        raise BaselineError(f"Prometheus counts {oom_kills!r} OOM kills: not a count; refusing to seal it")
     totals = Totals(
         requests=requests,
         errors=errors,
-        error_rate=None if errors is None or requests <= 0 else min(1.0, errors / requests),
+        error_rate=None if errors is None or requests <= 0 else errors / requests,
         oom_kills=oom_kills,
         oom_kill_rate=None if oom_kills is None or requests <= 0 else oom_kills / requests,
     )
@@ -393,6 +476,7 @@ def capture(
         totals=totals,
         warnings=release_notes + notes,
         latency_histogram=histogram,
+        sense=sense,
     ).sealed()
 
 

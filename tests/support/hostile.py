@@ -24,6 +24,7 @@ def json_answer(body: Any, status: int = 200) -> Answer:
 class Hostile:
     url: str
     seen: list[tuple[str, str]] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)  # the request bodies, in order (a PromQL form, a JSON)
     stopping: threading.Event = field(default_factory=threading.Event)
 
 
@@ -41,8 +42,7 @@ def hostile_server(
 
         def _any(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
+            state.bodies.append(self.rfile.read(length) if length else b"")
             state.seen.append((self.command, self.path))
             status, headers, body = answer(self.command, self.path)
             if status == 0:  # raw: the body is the whole answer, status line and headers included

@@ -108,6 +108,7 @@ def run_capture(args: argparse.Namespace) -> int:
             detect_releases=settings.detect_releases if settings else False,
             user_queries=_user_queries(args.query),
             drift=experiment.spec.slo.p99_drift_max,
+            request_timeout=experiment.spec.target.timeout,  # no baseline latency beyond it
         )
     except ValueError as exc:
         raise KfchaosError(str(exc)) from None

@@ -200,6 +200,7 @@ def _capture_baseline(
         days=1,
         step=5.0,
         drift=experiment.spec.slo.p99_drift_max,
+        request_timeout=experiment.spec.target.timeout,
     )
     return attach(baseline, control).write(out)
 
