@@ -24,6 +24,23 @@ sys.path.insert(0, str(ROOT / "scripts" / "cluster"))
 
 from localcluster import controlplane  # noqa: E402  (scripts/cluster is not an installed package)
 
+# (case, agrees, kfchaos admits, the real API server admits, who refused): filled by test_admission_agreement.
+AGREEMENT: list[tuple[str, bool, bool, bool, str]] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not AGREEMENT:
+        return
+    agreed = sum(1 for row in AGREEMENT if row[1])
+    terminalreporter.section("admission agreement (kfchaos validate vs the real Chaos Mesh webhooks)")
+    terminalreporter.write_line(f"{agreed} of {len(AGREEMENT)} fault specs agree")
+    for label, agrees, ours, real, by in AGREEMENT:
+        if not agrees:
+            terminalreporter.write_line(
+                f"  DISAGREE {label}: kfchaos {'admits' if ours else 'refuses'}, "
+                f"Chaos Mesh {'admits' if real else 'refuses'} ({by})"
+            )
+
 
 @dataclass(frozen=True)
 class RealCluster:

@@ -178,7 +178,9 @@ class Api:
         self.server = server
         self.context = context
 
-    def request(self, method: str, path: str, body: object | None = None, content_type: str = "application/json") -> object:
+    def request(
+        self, method: str, path: str, body: object | None = None, content_type: str = "application/json"
+    ) -> object:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.server + path, data=data, method=method)
         request.add_header("Content-Type", content_type)
@@ -227,7 +229,10 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
 
 def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: KeyPair) -> ClusterEnv:
     k8s = bins["kubernetes"]
-    ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus")}
+    ports = {
+        name: free_port()
+        for name in ("etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus")
+    }
     server = f"https://127.0.0.1:{ports['apiserver']}"
 
     # etcd: flags as controller-runtime's envtest starts it (kubernetes-sigs/controller-runtime,
@@ -254,7 +259,6 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
 
     # kube-apiserver (kubernetes/kubernetes, cmd/kube-apiserver/app/options and
     # staging/src/k8s.io/apiserver/pkg/server/options: every flag below is defined there).
-    pki = ca.directory
     serving = ca.issue(
         "apiserver",
         "kube-apiserver",
@@ -431,7 +435,12 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     # Ready means: every Chaos Mesh CRD established, the webhook server answering TLS, the nodes Ready,
     # the serviceaccount controller working (the `default` ServiceAccount exists), kube-state-metrics serving.
     webhook_context = _tls_context(ca.cert)
-    _wait("Chaos Mesh's webhook server", lambda: _tls_accepts(ports["webhook"], webhook_context), state, "chaos-controller-manager")
+    _wait(
+        "Chaos Mesh's webhook server",
+        lambda: _tls_accepts(ports["webhook"], webhook_context),
+        state,
+        "chaos-controller-manager",
+    )
     _wait("the Chaos Mesh CRDs to be established", lambda: _crds_established(api), state, "kube-apiserver")
     _wait("the KWOK nodes to be Ready", lambda: _nodes_ready(api), state, "kwok")
     _wait(
@@ -440,7 +449,12 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         state,
         "kube-controller-manager",
     )
-    _wait("kube-state-metrics /healthz", lambda: _http_ok(f"http://127.0.0.1:{ports['ksm']}/healthz"), state, "kube-state-metrics")
+    _wait(
+        "kube-state-metrics /healthz",
+        lambda: _http_ok(f"http://127.0.0.1:{ports['ksm']}/healthz"),
+        state,
+        "kube-state-metrics",
+    )
 
     env = ClusterEnv(state, admin_kubeconfig, runner_kubeconfig, prometheus_url, server)
     env.env_file.write_text(
@@ -455,14 +469,19 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
 
 
 def _tls_accepts(port: int, context: ssl.SSLContext) -> bool:
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as raw, context.wrap_socket(raw, server_hostname="127.0.0.1"):
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1"),
+    ):
         return True
 
 
 def _start_prometheus(state: Path, port: int, target: str) -> str:
     binary = shutil.which("prometheus")
     if binary is None:
-        raise ClusterError("prometheus is not installed: run scripts/ensure-prometheus.sh (Debian package `prometheus`)")
+        raise ClusterError(
+            "prometheus is not installed: run scripts/ensure-prometheus.sh (Debian package `prometheus`)"
+        )
     directory = state / "prometheus"
     directory.mkdir()
     config = directory / "prometheus.yml"
@@ -519,11 +538,21 @@ def _register_webhooks(api: Api, ca: Path, port: int) -> None:
     kind = "admissionregistration.k8s.io/v1"
     api.apply(
         f"{group}/mutatingwebhookconfigurations",
-        {"apiVersion": kind, "kind": "MutatingWebhookConfiguration", "metadata": {"name": "chaos-mesh-mutation"}, "webhooks": mutating},
+        {
+            "apiVersion": kind,
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "chaos-mesh-mutation"},
+            "webhooks": mutating,
+        },
     )
     api.apply(
         f"{group}/validatingwebhookconfigurations",
-        {"apiVersion": kind, "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "chaos-mesh-validation"}, "webhooks": validating},
+        {
+            "apiVersion": kind,
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "chaos-mesh-validation"},
+            "webhooks": validating,
+        },
     )
     api.apply(
         f"{group}/validatingwebhookconfigurations",
@@ -586,7 +615,10 @@ def _crds_established(api: Api) -> bool:
     crds = api.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
     chaos = [c for c in crds["items"] if c["spec"]["group"] == "chaos-mesh.org"]  # type: ignore[index]
     return bool(chaos) and all(
-        any(cond["type"] == "Established" and cond["status"] == "True" for cond in c.get("status", {}).get("conditions", []))
+        any(
+            cond["type"] == "Established" and cond["status"] == "True"
+            for cond in c.get("status", {}).get("conditions", [])
+        )
         for c in chaos
     )
 

@@ -7,6 +7,7 @@ finds every process a half-finished start left behind. A recorded id is signalle
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,17 +66,13 @@ def log_tail(state: Path, name: str, chars: int = 3000) -> str:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def stop_all(state: Path, order: Sequence[str] = ()) -> list[str]:
@@ -106,10 +103,8 @@ def stop_all(state: Path, order: Sequence[str] = ()) -> list[str]:
         # Children that outlived their leader still carry the group id (and the marker).
         for member in _group_members(pgid):
             if _ours(state, member):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(member, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         path.unlink(missing_ok=True)
     return stopped
 
