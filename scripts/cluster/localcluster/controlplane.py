@@ -220,8 +220,11 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
     sa = service_account_keys(pki_dir)
     try:
         env = _start(state, bins, ca, sa)
-    except BaseException:
-        down(state)
+    except BaseException as error:
+        try:
+            down(state)
+        except ClusterError as also:
+            error.add_note(str(also))
         raise
     (state / "up-seconds").write_text(f"{time.monotonic() - started:.2f}\n")
     return env
@@ -684,5 +687,5 @@ def down(state: Path | None = None) -> list[str]:
     (state / "env").unlink(missing_ok=True)
     left = procs.leftovers(state)
     if left:
-        raise ClusterError(f"processes still running after cluster-down: {left}")
+        raise ClusterError(f"processes still running after cluster-down: {procs.describe(left)}")
     return stopped

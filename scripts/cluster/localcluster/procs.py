@@ -42,9 +42,12 @@ def start(state: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | 
 
 
 def _ours(state: Path, pid: int) -> bool:
+    """A live (not zombie) process started for this state directory."""
     try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return False
         environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
+    except (OSError, IndexError):
         return False
     return f"{MARKER}={state.resolve()}".encode() in environ.split(b"\0")
 
@@ -98,6 +101,10 @@ def stop_all(state: Path, order: Sequence[str] = ()) -> list[str]:
                 time.sleep(0.05)
             if _ours(state, pgid):
                 _signal_group(pgid, signal.SIGKILL)
+                deadline = time.monotonic() + STOP_GRACE
+                while _ours(state, pgid) and time.monotonic() < deadline:
+                    _reap(pgid)
+                    time.sleep(0.05)
             _reap(pgid)
             stopped.append(name)
         # Children that outlived their leader still carry the group id (and the marker).
@@ -131,3 +138,14 @@ def leftovers(state: Path) -> list[int]:
         if entry.name.isdigit() and _ours(state, int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+def describe(pids: Sequence[int]) -> str:
+    parts = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            command = "(gone)"
+        parts.append(f"{pid} {command.strip()}")
+    return "; ".join(parts)
