@@ -35,11 +35,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("admission agreement (kfchaos validate vs the real Chaos Mesh webhooks)")
     terminalreporter.write_line(f"{agreed} of {len(AGREEMENT)} fault specs agree")
     for label, agrees, ours, real, by in AGREEMENT:
-        if not agrees:
-            terminalreporter.write_line(
-                f"  DISAGREE {label}: kfchaos {'admits' if ours else 'refuses'}, "
-                f"Chaos Mesh {'admits' if real else 'refuses'} ({by})"
-            )
+        terminalreporter.write_line(
+            f"  {'agree   ' if agrees else 'DISAGREE'} {label}: kfchaos {'admits' if ours else 'refuses'}, "
+            f"Chaos Mesh {'admits' if real else 'refuses'}{f' ({by})' if by else ''}"
+        )
 
 
 @dataclass(frozen=True)

@@ -324,8 +324,10 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         [
             str(k8s / "kube-controller-manager"),
             f"--kubeconfig={kcm}",
+            # node-lifecycle-controller lifts the node.kubernetes.io/not-ready taint the API server's
+            # TaintNodesByCondition admission puts on every new Node, once KWOK reports it Ready.
             "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
-            "namespace-controller,serviceaccount-controller",
+            "namespace-controller,serviceaccount-controller,node-lifecycle-controller",
             "--use-service-account-credentials=true",
             "--leader-elect=false",
             "--secure-port=0",  # staging/src/k8s.io/apiserver/pkg/server/options/serving.go: 0 = don't serve
@@ -611,7 +613,12 @@ def _nodes_ready(api: Api) -> bool:
         for item in items
         if any(c["type"] == "Ready" and c["status"] == "True" for c in item.get("status", {}).get("conditions", []))
     }
-    return ready >= {name for name, _ in NODES}
+    untainted = {
+        item["metadata"]["name"]
+        for item in items
+        if not any(t["key"] == "node.kubernetes.io/not-ready" for t in item.get("spec", {}).get("taints", []))
+    }
+    return ready & untainted >= {name for name, _ in NODES}
 
 
 def _crds_established(api: Api) -> bool:
