@@ -14,9 +14,10 @@ from kubernetes import client as k8s
 from kubernetes import dynamic
 from kubernetes.client.rest import ApiException
 
-from kfchaos.faults.backend import AdmissionDenied, PermissionDenied, RetryPolicy
+from kfchaos.faults.backend import AdmissionDenied, PermissionDenied
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from kfchaos.faults.render import render_fault
+from kfchaos.faults.retry import RetryPolicy
 from kfchaos.kfp.identity import RUN_CALLS, Call
 from tests.cluster.conftest import RealCluster
 from tests.cluster.test_smoke import eventually
