@@ -86,7 +86,7 @@ build_one() {
   dir="$(component_dir "$c")"
   if [[ -f "$dir/.complete" ]]; then echo "$dir"; return; fi
   go="$(find_go)"
-  "$go" version >/dev/null 2>&1 || die "$go does not run"
+  "$go" version >/dev/null 2>&1 || die "no Go toolchain at $go: install Go >= 1.26 (https://go.dev/doc/install) or set GO=/path/to/go"
   mkdir -p "$cache"
   tmp="$(mktemp -d "$cache/.build-$c.XXXXXX")"
   trap 'rm -rf "$tmp"' RETURN
@@ -109,7 +109,7 @@ build_one() {
           /usr/bin/time -v -o "$tmp/$name.time" nice -n 10 \
           "$go" build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg") 2>"$tmp/$name.log"; then
       tail -n 30 "$tmp/$name.log" >&2
-      if grep -qE 'proxy|dial tcp|no such host|connection refused|403 Forbidden|i/o timeout' "$tmp/$name.log"; then
+      if grep -qiE 'proxy|dial tcp|no such host|connection refused|403 Forbidden|i/o timeout' "$tmp/$name.log"; then
         die "$c: the Go module proxy (GOPROXY=$("$go" env GOPROXY)) could not serve a module: see above"
       fi
       die "$c: go build $pkg failed: see above"
