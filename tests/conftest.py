@@ -30,6 +30,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     has_cluster = bool(os.environ.get("KUBECONFIG") or os.environ.get("KFCHAOS_E2E_CLUSTER"))
     skip = pytest.mark.skip(reason="needs a real Kubernetes cluster (set KUBECONFIG or KFCHAOS_E2E_CLUSTER)")
     for item in items:
+        if item.path.is_relative_to(ROOT / "tests" / "cluster"):
+            continue  # tests/cluster starts its own control plane (tests/cluster/conftest.py)
         if not has_cluster and ("cluster" in item.keywords or "e2e" in item.keywords):
             item.add_marker(skip)
 

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Build the local control plane's binaries (docs/cluster.md) from the wrapper modules under cluster/, through
+# the Go module proxy, CGO_ENABLED=0, -trimpath. Each component is cached under
+#   ${KFCHAOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kfchaos}/cluster/<component>-<version>-<sum>/
+# where <sum> hashes the wrapper's go.mod and go.sum, so a changed pin rebuilds and an unchanged one is skipped.
+# Usage: scripts/cluster/build.sh [component ...]    (default: all; prints each component's directory)
+# Builds run one after another under `nice -n 10`: the machine is shared.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cache="${KFCHAOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kfchaos}/cluster"
+all=(etcd kubernetes kwok chaos-mesh kube-state-metrics)
+
+die() { echo "cluster build: $*" >&2; exit 1; }
+
+# The binaries of each component: name=package (a package of the wrapper module or one it requires).
+binaries() {
+  case "$1" in
+    etcd) echo "etcd=." ;;
+    kubernetes) echo "kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver" \
+      "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager" \
+      "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler" ;;
+    kwok) echo "kwok=sigs.k8s.io/kwok/cmd/kwok" ;;
+    chaos-mesh) echo "chaos-controller-manager=github.com/chaos-mesh/chaos-mesh/cmd/chaos-controller-manager" ;;
+    kube-state-metrics) echo "kube-state-metrics=k8s.io/kube-state-metrics/v2" ;;
+    *) die "unknown component '$1' (known: ${all[*]})" ;;
+  esac
+}
+
+# The upstream module whose version names the component.
+main_module() {
+  case "$1" in
+    etcd) echo go.etcd.io/etcd/server/v3 ;;
+    kubernetes) echo k8s.io/kubernetes ;;
+    kwok) echo sigs.k8s.io/kwok ;;
+    chaos-mesh) echo github.com/chaos-mesh/chaos-mesh ;;
+    kube-state-metrics) echo k8s.io/kube-state-metrics/v2 ;;
+  esac
+}
+
+# The version go.mod requires of a module (a `require m v` line or a line inside a require block).
+module_version() {
+  awk -v m="$2" '$1 == "require" && $2 == m {print $3; exit} $1 == m && $2 ~ /^v/ {print $2; exit}' "$1"
+}
+
+# Print the cache directory of a component (built or not), from its wrapper's go.mod/go.sum alone.
+component_dir() {
+  local c="$1" mod="$root/cluster/$1/go.mod" version sum
+  [[ -f "$mod" ]] || die "cluster/$c/go.mod is missing"
+  version="$(module_version "$mod" "$(main_module "$c")")"
+  [[ -n "$version" ]] || die "cluster/$c/go.mod: no require line for $(main_module "$c")"
+  sum="$(cat "$mod" "$root/cluster/$c/go.sum" | sha256sum | cut -c1-10)"
+  echo "$cache/$c-$version-$sum"
+}
+
+# Data files the binaries need at run time, copied from the same module version (not committed here).
+extras() {
+  local c="$1" go="$2" out="$3" src
+  case "$c" in
+    kwok)
+      # The default Stages kwokctl hands to kwok (sigs.k8s.io/kwok, pkg/kwokctl/runtime/cluster.go,
+      # getDefaultNodeStages with a lease, getDefaultPodStages).
+      src="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+      mkdir -p "$out/stages"
+      cp "$src/kustomize/stage/node/fast/node-initialize.yaml" \
+        "$src/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+        "$src/kustomize/stage/pod/fast/pod-ready.yaml" "$src/kustomize/stage/pod/fast/pod-complete.yaml" \
+        "$src/kustomize/stage/pod/fast/pod-delete.yaml" "$out/stages/" ;;
+    chaos-mesh)
+      # The CRDs of the release the controller is built from (config/crd/bases in the module).
+      src="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' github.com/chaos-mesh/chaos-mesh)"
+      mkdir -p "$out/crds"
+      cp "$src"/config/crd/bases/chaos-mesh.org_*.yaml "$out/crds/" ;;
+  esac
+}
+
+find_go() {
+  if [[ -n "${GO:-}" ]]; then echo "$GO"; return; fi
+  if command -v go >/dev/null 2>&1; then command -v go; return; fi
+  if [[ -x /usr/local/go/bin/go ]]; then echo /usr/local/go/bin/go; return; fi
+  die "no Go toolchain: install Go >= 1.26 (https://go.dev/doc/install) or set GO=/path/to/go"
+}
+
+build_one() {
+  local c="$1" dir go tmp entry name pkg version ldflags
+  dir="$(component_dir "$c")"
+  if [[ -f "$dir/.complete" ]]; then echo "$dir"; return; fi
+  go="$(find_go)"
+  "$go" version >/dev/null 2>&1 || die "no Go toolchain at $go: install Go >= 1.26 (https://go.dev/doc/install) or set GO=/path/to/go"
+  mkdir -p "$cache"
+  tmp="$(mktemp -d "$cache/.build-$c.XXXXXX")"
+  trap 'rm -rf "$tmp"' RETURN
+  ldflags="-s -w"
+  if [[ "$c" == kubernetes ]]; then
+    # Without these the binaries call themselves v0.0.0-master+$Format:...$; upstream's build sets them the same
+    # way (kubernetes/kubernetes, hack/lib/version.sh, kube::version::ldflags).
+    version="$(module_version "$root/cluster/$c/go.mod" k8s.io/kubernetes)"
+    local major minor
+    major="${version#v}"; major="${major%%.*}"
+    minor="${version#v*.}"; minor="${minor%%.*}"
+    ldflags+=" -X k8s.io/component-base/version.gitVersion=$version"
+    ldflags+=" -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
+    ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  fi
+  for entry in $(binaries "$c"); do
+    name="${entry%%=*}"; pkg="${entry#*=}"
+    echo "cluster build: $c: $name ($pkg) ..." >&2
+    if ! (cd "$root/cluster/$c" && CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
+          /usr/bin/time -v -o "$tmp/$name.time" nice -n 10 \
+          "$go" build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg") 2>"$tmp/$name.log"; then
+      tail -n 30 "$tmp/$name.log" >&2
+      if grep -qiE 'proxy|dial tcp|no such host|connection refused|403 Forbidden|i/o timeout' "$tmp/$name.log"; then
+        die "$c: the Go module proxy (GOPROXY=$("$go" env GOPROXY)) could not serve a module: see above"
+      fi
+      die "$c: go build $pkg failed: see above"
+    fi
+  done
+  extras "$c" "$go" "$tmp"
+  mkdir -p "$(dirname "$dir")"
+  rm -rf "$dir"
+  mv "$tmp" "$dir"
+  trap - RETURN
+  touch "$dir/.complete"
+  echo "$dir"
+}
+
+if [[ "${1:-}" == "--dir" ]]; then shift; component_dir "${1:?usage: build.sh --dir COMPONENT}"; exit; fi
+if (($#)); then todo=("$@"); else todo=("${all[@]}"); fi
+for c in "${todo[@]}"; do build_one "$c"; done

@@ -1,0 +1,698 @@
+"""Start and stop the local control plane (docs/cluster.md): everything on 127.0.0.1, free ports, state in one dir.
+
+etcd → kube-apiserver → kube-controller-manager, kube-scheduler, KWOK, Chaos Mesh's controller-manager,
+kube-state-metrics → the real Prometheus scraping kube-state-metrics. Binaries come from
+scripts/cluster/build.sh's cache. Each component's flags are read from its upstream source (cited where set).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from . import procs
+from .pki import CertificateAuthority, KeyPair, service_account_keys
+
+ROOT = Path(__file__).resolve().parents[3]
+BUILD = ROOT / "scripts" / "cluster" / "build.sh"
+COMPONENTS = ("etcd", "kubernetes", "kwok", "chaos-mesh", "kube-state-metrics")
+# Stop order: the clients first, etcd last, so nothing logs a storm of connection errors on the way down.
+STOP_ORDER = (
+    "prometheus",
+    "kube-state-metrics",
+    "chaos-controller-manager",
+    "kwok",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kube-apiserver",
+    "etcd",
+)
+RUNNER_NAMESPACE = "kubeflow"  # manifests/base/serviceaccount.yaml
+RUNNER = "kfchaos-runner"
+CHAOS_NAMESPACE = "chaos-mesh"
+SERVICE_CIDR = "10.0.0.0/24"
+READY_TIMEOUT = float(os.environ.get("KFCHAOS_CLUSTER_READY_TIMEOUT", "90"))
+
+# The webhooks of Chaos Mesh's helm chart: one mutating and one validating per entry of values.yaml
+# `webhook.CRDS` (chaos-mesh/chaos-mesh, helm/chaos-mesh/values.yaml; templates/mutating-admission-webhooks.yaml
+# and validating-admission-webhooks.yaml: path /mutate-chaos-mesh-org-v1alpha1-<crd>, name m<crd>.kb.io;
+# /validate-chaos-mesh-org-v1alpha1-<crd>, v<crd>.kb.io; plus /validate-auth, vauth.kb.io, on every resource).
+WEBHOOK_CRDS = (
+    "podchaos",
+    "iochaos",
+    "timechaos",
+    "networkchaos",
+    "kernelchaos",
+    "stresschaos",
+    "awschaos",
+    "azurechaos",
+    "gcpchaos",
+    "dnschaos",
+    "jvmchaos",
+    "schedule",
+    "workflow",
+    "httpchaos",
+    "blockchaos",
+    "physicalmachinechaos",
+    "physicalmachine",
+    "statuscheck",
+    "remotecluster",
+)
+WEBHOOK_RESOURCE = {
+    "schedule": "schedules",
+    "workflow": "workflows",
+    "physicalmachine": "physicalmachines",
+    "statuscheck": "statuschecks",
+}
+WEBHOOK_TIMEOUT_SECONDS = 5  # values.yaml webhook.timeoutSeconds
+WEBHOOK_FAILURE_POLICY = "Fail"  # values.yaml webhook.FailurePolicy
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ClusterEnv:
+    state: Path
+    admin_kubeconfig: Path
+    runner_kubeconfig: Path
+    prometheus_url: str
+    api_url: str
+
+    @property
+    def env_file(self) -> Path:
+        return self.state / "env"
+
+
+def default_state() -> Path:
+    return Path(os.environ.get("KFCHAOS_CLUSTER_DIR", ROOT / ".cluster"))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def build() -> dict[str, Path]:
+    """Each component's binary directory (building what is not cached yet)."""
+    done = subprocess.run(["bash", str(BUILD), *COMPONENTS], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ClusterError(f"building the control plane failed:\n{done.stderr.strip()[-4000:]}")
+    dirs = [Path(line) for line in done.stdout.split()]
+    return dict(zip(COMPONENTS, dirs, strict=True))
+
+
+# --- kubeconfigs -----------------------------------------------------------------------------------------
+
+
+def _kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str], name: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kfchaos-local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": "kfchaos-local", "user": name}}],
+        "current-context": name,
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+def _cert_user(pair: KeyPair) -> dict[str, str]:
+    return {"client-certificate": str(pair.cert), "client-key": str(pair.key)}
+
+
+# --- waiting ---------------------------------------------------------------------------------------------
+
+
+def _wait(what: str, check: Callable[[], bool], state: Path, process: str | None) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if process is not None and not procs.alive(state, process):
+            raise ClusterError(f"{process} exited while waiting for {what}:\n{procs.log_tail(state, process)}")
+        try:
+            if check():
+                return
+        except (OSError, urllib.error.URLError, ssl.SSLError, ValueError):
+            pass
+        time.sleep(0.2)
+    tail = procs.log_tail(state, process) if process else ""
+    raise ClusterError(f"timed out after {READY_TIMEOUT:g}s waiting for {what}\n{tail}")
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    with urllib.request.urlopen(url, timeout=2, context=context) as response:
+        return bool(response.status == 200)
+
+
+def _tls_context(ca: Path, client: KeyPair | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca))
+    if client is not None:
+        context.load_cert_chain(str(client.cert), str(client.key))
+    return context
+
+
+class Api:
+    """The few admin calls cluster-up makes, over plain HTTPS with the admin certificate."""
+
+    def __init__(self, server: str, context: ssl.SSLContext) -> None:
+        self.server = server
+        self.context = context
+
+    def request(
+        self, method: str, path: str, body: object | None = None, content_type: str = "application/json"
+    ) -> object:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Content-Type", content_type)
+        request.add_header("Accept", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self.context) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            raise ClusterError(f"{method} {path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
+
+    def apply(self, path: str, body: dict[str, object], field_manager: str = "kfchaos-cluster-up") -> object:
+        """Server-side apply (PATCH application/apply-patch+yaml; JSON is YAML)."""
+        name = body["metadata"]["name"]  # type: ignore[index]
+        return self.request(
+            "PATCH",
+            f"{path}/{name}?fieldManager={field_manager}&force=true",
+            body,
+            content_type="application/apply-patch+yaml",
+        )
+
+
+# --- the components --------------------------------------------------------------------------------------
+
+
+def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> ClusterEnv:
+    state = (state or default_state()).resolve()
+    existing = reuse(state)
+    if existing is not None:
+        return existing
+    down(state)  # a stale or half-started one
+    bins = bins or build()
+    started = time.monotonic()
+    if state.exists():
+        shutil.rmtree(state)
+    pki_dir = state / "pki"
+    ca = CertificateAuthority(pki_dir)
+    sa = service_account_keys(pki_dir)
+    try:
+        env = _start(state, bins, ca, sa)
+    except BaseException as error:
+        try:
+            down(state)
+        except ClusterError as also:
+            error.add_note(str(also))
+        raise
+    (state / "up-seconds").write_text(f"{time.monotonic() - started:.2f}\n")
+    return env
+
+
+def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: KeyPair) -> ClusterEnv:
+    k8s = bins["kubernetes"]
+    ports = {
+        name: free_port()
+        for name in ("etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus")
+    }
+    server = f"https://127.0.0.1:{ports['apiserver']}"
+
+    # etcd: flags as controller-runtime's envtest starts it (kubernetes-sigs/controller-runtime,
+    # pkg/internal/testing/controlplane/etcd.go); --unsafe-no-fsync because the data is thrown away.
+    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+    peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+    procs.start(
+        state,
+        "etcd",
+        [
+            str(bins["etcd"] / "etcd"),
+            "--name=default",
+            f"--data-dir={state / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ],
+    )
+    _wait("etcd /health", lambda: _http_ok(f"{etcd_url}/health"), state, "etcd")
+
+    # kube-apiserver (kubernetes/kubernetes, cmd/kube-apiserver/app/options and
+    # staging/src/k8s.io/apiserver/pkg/server/options: every flag below is defined there).
+    serving = ca.issue(
+        "apiserver",
+        "kube-apiserver",
+        server_names=(
+            "127.0.0.1",
+            "10.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ),
+        client=False,
+    )
+    procs.start(
+        state,
+        "kube-apiserver",
+        [
+            str(k8s / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={ports['apiserver']}",
+            f"--cert-dir={state / 'apiserver'}",
+            f"--tls-cert-file={serving.cert}",
+            f"--tls-private-key-file={serving.key}",
+            f"--client-ca-file={ca.cert}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={server}",
+            f"--service-account-key-file={sa.cert}",
+            f"--service-account-signing-key-file={sa.key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            # The `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints refuse (loopback):
+            # no reconciler, as nothing here runs in a pod that dials the API server through the Service.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ],
+    )
+    admin = ca.issue("admin", "kfchaos-admin", ("system:masters",))
+    admin_context = _tls_context(ca.cert, admin)
+    _wait("kube-apiserver /readyz", lambda: _http_ok(f"{server}/readyz", admin_context), state, "kube-apiserver")
+    api = Api(server, admin_context)
+    kubeconfigs = state / "kubeconfigs"
+    kubeconfigs.mkdir()
+    admin_kubeconfig = _kubeconfig(kubeconfigs / "admin.kubeconfig", server, ca.cert, _cert_user(admin), "admin")
+
+    def component_kubeconfig(name: str, user: str, groups: tuple[str, ...] = ()) -> Path:
+        pair = ca.issue(name, user, groups)
+        return _kubeconfig(kubeconfigs / f"{name}.kubeconfig", server, ca.cert, _cert_user(pair), name)
+
+    # kube-controller-manager as a real cluster runs it: its own identity (RBAC's bootstrap
+    # system:kube-controller-manager) and one ServiceAccount per controller (--use-service-account-credentials;
+    # kubernetes/kubernetes, cmd/kube-controller-manager/app/options/options.go). Only the controllers a
+    # Deployment's pods need (cmd/kube-controller-manager/names/controller_names.go).
+    kcm = component_kubeconfig("kube-controller-manager", "system:kube-controller-manager")
+    procs.start(
+        state,
+        "kube-controller-manager",
+        [
+            str(k8s / "kube-controller-manager"),
+            f"--kubeconfig={kcm}",
+            # node-lifecycle-controller lifts the node.kubernetes.io/not-ready taint the API server's
+            # TaintNodesByCondition admission puts on every new Node, once KWOK reports it Ready.
+            "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
+            "namespace-controller,serviceaccount-controller,node-lifecycle-controller",
+            "--use-service-account-credentials=true",
+            "--leader-elect=false",
+            "--secure-port=0",  # staging/src/k8s.io/apiserver/pkg/server/options/serving.go: 0 = don't serve
+            f"--root-ca-file={ca.cert}",
+            "--cluster-name=kfchaos-local",
+        ],
+    )
+    scheduler = component_kubeconfig("kube-scheduler", "system:kube-scheduler")
+    procs.start(
+        state,
+        "kube-scheduler",
+        [
+            str(k8s / "kube-scheduler"),
+            f"--kubeconfig={scheduler}",
+            f"--authentication-kubeconfig={scheduler}",
+            f"--authorization-kubeconfig={scheduler}",
+            "--leader-elect=false",
+            "--secure-port=0",  # cmd/kube-scheduler/app/options/options.go: serving only when BindPort != 0
+        ],
+    )
+
+    # Chaos Mesh: its CRDs (the release the controller was built from: build.sh copies them next to it).
+    for crd_file in sorted((bins["chaos-mesh"] / "crds").glob("*.yaml")):
+        for document in yaml.safe_load_all(crd_file.read_text()):
+            if document:
+                api.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", document)
+    for namespace in (CHAOS_NAMESPACE, RUNNER_NAMESPACE):
+        api.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+
+    # The controller-manager outside the cluster. Its settings are environment variables
+    # (chaos-mesh/chaos-mesh, pkg/config/controller.go, envconfig) set as helm/chaos-mesh/templates/
+    # controller-manager-deployment.yaml sets them; the kubeconfig comes from controller-runtime's
+    # ctrl.GetConfigOrDie (cmd/chaos-controller-manager/provider/controller.go), which reads $KUBECONFIG.
+    # Its webhook server listens on WEBHOOK_HOST:WEBHOOK_PORT with tls.crt/tls.key from CERTS_DIR
+    # (controller-runtime's webhook.Options defaults for the file names).
+    webhook_certs = state / "chaos-mesh-certs"
+    webhook_certs.mkdir()
+    webhook_pair = ca.issue("chaos-mesh-webhook", "chaos-mesh-webhook", server_names=("127.0.0.1",), client=False)
+    shutil.copy(webhook_pair.cert, webhook_certs / "tls.crt")
+    shutil.copy(webhook_pair.key, webhook_certs / "tls.key")
+    chaos_kubeconfig = component_kubeconfig("chaos-controller-manager", "chaos-controller-manager", ("system:masters",))
+    procs.start(
+        state,
+        "chaos-controller-manager",
+        [str(bins["chaos-mesh"] / "chaos-controller-manager")],
+        env={
+            "KUBECONFIG": str(chaos_kubeconfig),
+            "NAMESPACE": CHAOS_NAMESPACE,
+            "TEMPLATE_NAMESPACE": CHAOS_NAMESPACE,
+            "TARGET_NAMESPACE": "",
+            "CLUSTER_SCOPED": "true",
+            "WEBHOOK_HOST": "127.0.0.1",
+            "WEBHOOK_PORT": str(ports["webhook"]),
+            "CERTS_DIR": str(webhook_certs),
+            "METRICS_HOST": "127.0.0.1",
+            "METRICS_PORT": str(ports["chaos-metrics"]),
+            "ENABLE_LEADER_ELECTION": "false",
+            "SECURITY_MODE": "true",  # values.yaml dashboard.securityMode: validate-auth checks the requester
+            # No chaosd here: with its default (true) the manager would read mTLS files that do not exist.
+            "CHAOSD_SECURITY_MODE": "false",
+            "ENABLED_CONTROLLERS": "*",
+            "ENABLED_WEBHOOKS": "*",
+            "TEMPLATE_LABELS": "app.kubernetes.io/component:template",
+            "CONFIGMAP_LABELS": "app.kubernetes.io/component:webhook",
+            "TZ": "UTC",
+        },
+    )
+
+    # KWOK: fake Nodes (those annotated kwok.x-k8s.io/node=fake) and the Pod lifecycle through the Stages in
+    # its --config files (sigs.k8s.io/kwok, pkg/kwok/cmd/root.go: "no stages found" without any). The default
+    # stages are the ones kwokctl writes (pkg/kwokctl/runtime/cluster.go: node-initialize, the lease heartbeat,
+    # pod-ready, pod-complete, pod-delete), copied from the module by build.sh.
+    kwok_kubeconfig = component_kubeconfig("kwok", "kwok-controller", ("system:masters",))
+    stage_files = sorted((bins["kwok"] / "stages").glob("*.yaml"))
+    procs.start(
+        state,
+        "kwok",
+        [
+            str(bins["kwok"] / "kwok"),
+            f"--kubeconfig={kwok_kubeconfig}",
+            *[f"--config={path}" for path in stage_files],
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            "--cidr=10.244.0.1/16",
+            "--node-ip=10.0.1.1",
+            "--node-lease-duration-seconds=40",
+        ],
+    )
+
+    # kube-state-metrics (k8s.io/kube-state-metrics/v2, pkg/options/options.go for the flags).
+    ksm_kubeconfig = component_kubeconfig("kube-state-metrics", "kube-state-metrics", ("system:masters",))
+    procs.start(
+        state,
+        "kube-state-metrics",
+        [
+            str(bins["kube-state-metrics"] / "kube-state-metrics"),
+            f"--kubeconfig={ksm_kubeconfig}",
+            "--host=127.0.0.1",
+            f"--port={ports['ksm']}",
+            "--telemetry-host=127.0.0.1",
+            f"--telemetry-port={ports['ksm-telemetry']}",
+            "--resources=pods,nodes,deployments,replicasets,namespaces",
+        ],
+    )
+    prometheus_url = _start_prometheus(state, ports["prometheus"], f"127.0.0.1:{ports['ksm']}")
+
+    _register_webhooks(api, ca.cert, ports["webhook"])
+    _make_nodes(api)
+    runner_kubeconfig = _runner_identity(api, kubeconfigs, server, ca.cert)
+
+    # Ready means: every Chaos Mesh CRD established, the webhook server answering TLS, the nodes Ready,
+    # the serviceaccount controller working (the `default` ServiceAccount exists), kube-state-metrics serving.
+    webhook_context = _tls_context(ca.cert)
+    _wait(
+        "Chaos Mesh's webhook server",
+        lambda: _tls_accepts(ports["webhook"], webhook_context),
+        state,
+        "chaos-controller-manager",
+    )
+    _wait("the Chaos Mesh CRDs to be established", lambda: _crds_established(api), state, "kube-apiserver")
+    _wait("the KWOK nodes to be Ready", lambda: _nodes_ready(api), state, "kwok")
+    _wait(
+        "the default ServiceAccount (kube-controller-manager)",
+        lambda: bool(api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")),
+        state,
+        "kube-controller-manager",
+    )
+    _wait(
+        "kube-state-metrics /healthz",
+        lambda: _http_ok(f"http://127.0.0.1:{ports['ksm']}/healthz"),
+        state,
+        "kube-state-metrics",
+    )
+
+    env = ClusterEnv(state, admin_kubeconfig, runner_kubeconfig, prometheus_url, server)
+    env.env_file.write_text(
+        f"export KUBECONFIG={admin_kubeconfig}\n"
+        f"export KFCHAOS_RUNNER_KUBECONFIG={runner_kubeconfig}\n"
+        f"export PROMETHEUS_URL={prometheus_url}\n"
+        f"export KFCHAOS_CLUSTER_API={server}\n"
+        f"export KFCHAOS_CLUSTER_WEBHOOK=https://127.0.0.1:{ports['webhook']}\n"
+        f"export KUBE_STATE_METRICS_URL=http://127.0.0.1:{ports['ksm']}\n"
+    )
+    return env
+
+
+def _tls_accepts(port: int, context: ssl.SSLContext) -> bool:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1"),
+    ):
+        return True
+
+
+def _start_prometheus(state: Path, port: int, target: str) -> str:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise ClusterError(
+            "prometheus is not installed: run scripts/ensure-prometheus.sh (Debian package `prometheus`)"
+        )
+    directory = state / "prometheus"
+    directory.mkdir()
+    config = directory / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"scrape_configs:\n  - job_name: kube-state-metrics\n    static_configs:\n      - targets: ['{target}']\n"
+    )
+    url = f"http://127.0.0.1:{port}"
+    procs.start(
+        state,
+        "prometheus",
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+        ],
+    )
+    _wait("prometheus /-/ready", lambda: _http_ok(f"{url}/-/ready"), state, "prometheus")
+    return url
+
+
+def _register_webhooks(api: Api, ca: Path, port: int) -> None:
+    bundle = base64.b64encode(ca.read_bytes()).decode()
+
+    def hook(name: str, path: str, resources: list[str]) -> dict[str, object]:
+        return {
+            "name": name,
+            "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle},
+            "failurePolicy": WEBHOOK_FAILURE_POLICY,
+            "timeoutSeconds": WEBHOOK_TIMEOUT_SECONDS,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1", "v1beta1"],
+            "rules": [
+                {
+                    "apiGroups": ["chaos-mesh.org"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": resources,
+                }
+            ],
+        }
+
+    mutating = [
+        hook(f"m{crd}.kb.io", f"/mutate-chaos-mesh-org-v1alpha1-{crd}", [WEBHOOK_RESOURCE.get(crd, crd)])
+        for crd in WEBHOOK_CRDS
+    ]
+    validating = [
+        hook(f"v{crd}.kb.io", f"/validate-chaos-mesh-org-v1alpha1-{crd}", [WEBHOOK_RESOURCE.get(crd, crd)])
+        for crd in WEBHOOK_CRDS
+    ]
+    group = "/apis/admissionregistration.k8s.io/v1"
+    kind = "admissionregistration.k8s.io/v1"
+    api.apply(
+        f"{group}/mutatingwebhookconfigurations",
+        {
+            "apiVersion": kind,
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "chaos-mesh-mutation"},
+            "webhooks": mutating,
+        },
+    )
+    api.apply(
+        f"{group}/validatingwebhookconfigurations",
+        {
+            "apiVersion": kind,
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "chaos-mesh-validation"},
+            "webhooks": validating,
+        },
+    )
+    api.apply(
+        f"{group}/validatingwebhookconfigurations",
+        {
+            "apiVersion": kind,
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "chaos-mesh-validation-auth"},
+            "webhooks": [hook("vauth.kb.io", "/validate-auth", ["*"])],
+        },
+    )
+
+
+def node_manifest(name: str, *, gpus: int = 0) -> dict[str, object]:
+    """A KWOK-managed Node; a GPU node carries nvidia.com/gpu capacity and the taint GPU pools use."""
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+    labels = {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    spec: dict[str, object] = {}
+    if gpus:
+        capacity["nvidia.com/gpu"] = str(gpus)
+        labels["nvidia.com/gpu.present"] = "true"
+        spec["taints"] = [GPU_TAINT]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": {KWOK_NODE_ANNOTATION: "fake"}},
+        "spec": spec,
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+NODES = (("kwok-node-0", 0), ("kwok-node-1", 0), ("kwok-gpu-0", 8))
+
+
+def _make_nodes(api: Api) -> None:
+    for name, gpus in NODES:
+        manifest = node_manifest(name, gpus=gpus)
+        status = manifest.pop("status")
+        api.apply("/api/v1/nodes", manifest)
+        # Capacity is status: the status subresource (kubectl would do the same with --subresource=status).
+        api.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status?fieldManager=kfchaos-cluster-up&force=true",
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": status},
+            content_type="application/apply-patch+yaml",
+        )
+
+
+def _nodes_ready(api: Api) -> bool:
+    nodes = api.request("GET", "/api/v1/nodes")
+    items = nodes["items"]  # type: ignore[index]
+    ready = {
+        item["metadata"]["name"]
+        for item in items
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in item.get("status", {}).get("conditions", []))
+    }
+    untainted = {
+        item["metadata"]["name"]
+        for item in items
+        if not any(t["key"] == "node.kubernetes.io/not-ready" for t in item.get("spec", {}).get("taints", []))
+    }
+    return ready & untainted >= {name for name, _ in NODES}
+
+
+def _crds_established(api: Api) -> bool:
+    crds = api.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+    chaos = [c for c in crds["items"] if c["spec"]["group"] == "chaos-mesh.org"]  # type: ignore[index]
+    return bool(chaos) and all(
+        any(
+            cond["type"] == "Established" and cond["status"] == "True"
+            for cond in c.get("status", {}).get("conditions", [])
+        )
+        for c in chaos
+    )
+
+
+def _runner_identity(api: Api, kubeconfigs: Path, server: str, ca: Path) -> Path:
+    """kfchaos-runner's kubeconfig: a token from the TokenRequest API for the real ServiceAccount."""
+    api.apply(
+        f"/api/v1/namespaces/{RUNNER_NAMESPACE}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": RUNNER, "namespace": RUNNER_NAMESPACE}},
+    )
+    answer = api.request(
+        "POST",
+        f"/api/v1/namespaces/{RUNNER_NAMESPACE}/serviceaccounts/{RUNNER}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}},
+    )
+    token = answer["status"]["token"]  # type: ignore[index]
+    token_file = kubeconfigs / "runner.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    return _kubeconfig(kubeconfigs / "runner.kubeconfig", server, ca, {"tokenFile": str(token_file)}, RUNNER)
+
+
+# --- reuse and stop --------------------------------------------------------------------------------------
+
+
+def read_env(state: Path) -> ClusterEnv | None:
+    env_file = state / "env"
+    if not env_file.is_file():
+        return None
+    values = {}
+    for line in env_file.read_text().splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        values[key] = value
+    try:
+        return ClusterEnv(
+            state,
+            Path(values["KUBECONFIG"]),
+            Path(values["KFCHAOS_RUNNER_KUBECONFIG"]),
+            values["PROMETHEUS_URL"],
+            values["KFCHAOS_CLUSTER_API"],
+        )
+    except KeyError:
+        return None
+
+
+def reuse(state: Path) -> ClusterEnv | None:
+    """The running cluster named by `<state>/env`, if every process is alive and the API server ready."""
+    env = read_env(state)
+    if env is None or not all(procs.alive(state, name) for name in STOP_ORDER):
+        return None
+    admin = KeyPair(state / "pki" / "admin.crt", state / "pki" / "admin.key")
+    try:
+        if _http_ok(f"{env.api_url}/readyz", _tls_context(state / "pki" / "ca.crt", admin)):
+            return env
+    except (OSError, urllib.error.URLError, ssl.SSLError):
+        return None
+    return None
+
+
+def down(state: Path | None = None) -> list[str]:
+    state = (state or default_state()).resolve()
+    stopped = procs.stop_all(state, STOP_ORDER)
+    (state / "env").unlink(missing_ok=True)
+    left = procs.leftovers(state)
+    if left:
+        raise ClusterError(f"processes still running after cluster-down: {procs.describe(left)}")
+    return stopped

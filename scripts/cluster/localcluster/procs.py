@@ -1,0 +1,151 @@
+"""Processes of the local control plane: each in its own process group, recorded under the state directory.
+
+`start` writes `<state>/pids/<name>` (the process group id) before anything else can fail, so `stop_all`
+finds every process a half-finished start left behind. A recorded id is signalled only while
+/proc/<pid>/environ still carries this state directory's marker: a recycled pid is never killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+MARKER = "KFCHAOS_CLUSTER_STATE"
+STOP_GRACE = 10.0
+
+
+def _pid_dir(state: Path) -> Path:
+    return state / "pids"
+
+
+def start(state: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    logs = state / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    _pid_dir(state).mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, **(env or {}), MARKER: str(state.resolve())}
+    with (logs / f"{name}.log").open("ab") as log:
+        process = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,  # its own process group: stop_all signals the group
+        )
+    (_pid_dir(state) / name).write_text(str(process.pid))
+    return process
+
+
+def _ours(state: Path, pid: int) -> bool:
+    """A live (not zombie) process started for this state directory."""
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return False
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except (OSError, IndexError):
+        return False
+    return f"{MARKER}={state.resolve()}".encode() in environ.split(b"\0")
+
+
+def alive(state: Path, name: str) -> bool:
+    path = _pid_dir(state) / name
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    return _ours(state, pid)
+
+
+def log_tail(state: Path, name: str, chars: int = 3000) -> str:
+    try:
+        return (state / "logs" / f"{name}.log").read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop_all(state: Path, order: Sequence[str] = ()) -> list[str]:
+    """SIGTERM each recorded group (those in `order` first, in that order), SIGKILL what outlives the grace."""
+    pid_dir = _pid_dir(state)
+    if not pid_dir.is_dir():
+        return []
+    names = [n for n in order if (pid_dir / n).exists()]
+    names += sorted(p.name for p in pid_dir.iterdir() if p.name not in names)
+    stopped: list[str] = []
+    for name in names:
+        path = pid_dir / name
+        try:
+            pgid = int(path.read_text().strip())
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+            continue
+        if _ours(state, pgid):
+            _signal_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE
+            while _ours(state, pgid) and time.monotonic() < deadline:
+                _reap(pgid)
+                time.sleep(0.05)
+            if _ours(state, pgid):
+                _signal_group(pgid, signal.SIGKILL)
+                deadline = time.monotonic() + STOP_GRACE
+                while _ours(state, pgid) and time.monotonic() < deadline:
+                    _reap(pgid)
+                    time.sleep(0.05)
+            _reap(pgid)
+            stopped.append(name)
+        # Children that outlived their leader still carry the group id (and the marker).
+        for member in _group_members(pgid):
+            if _ours(state, member):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, signal.SIGKILL)
+        path.unlink(missing_ok=True)
+    return stopped
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # /proc/<pid>/stat after the command: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def leftovers(state: Path) -> list[int]:
+    """Pids of any process still carrying this state directory's marker (should be none after stop_all)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _ours(state, int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def describe(pids: Sequence[int]) -> str:
+    parts = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            command = "(gone)"
+        parts.append(f"{pid} {command.strip()}")
+    return "; ".join(parts)

@@ -1,0 +1,88 @@
+"""The real control plane for the cluster suite (docs/cluster.md): etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, KWOK, Chaos Mesh's controller-manager, kube-state-metrics and Prometheus, built from their Go
+modules by scripts/cluster/build.sh and started on loopback by scripts/cluster/localcluster.
+
+`real_cluster` reuses the cluster `.cluster/env` names when it is up (`make cluster-up`), else starts one for
+the session and stops it at the end. A cluster that cannot be built or started fails the tests under CI=true
+and skips them elsewhere, with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts" / "cluster"))
+
+from localcluster import controlplane  # noqa: E402  (scripts/cluster is not an installed package)
+
+# (case, agrees, kfchaos admits, the real API server admits, who refused): filled by test_admission_agreement.
+AGREEMENT: list[tuple[str, bool, bool, bool, str]] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not AGREEMENT:
+        return
+    agreed = sum(1 for row in AGREEMENT if row[1])
+    terminalreporter.section("admission agreement (kfchaos validate vs the real Chaos Mesh webhooks)")
+    terminalreporter.write_line(f"{agreed} of {len(AGREEMENT)} fault specs agree")
+    for label, agrees, ours, real, by in AGREEMENT:
+        terminalreporter.write_line(
+            f"  {'agree   ' if agrees else 'DISAGREE'} {label}: kfchaos {'admits' if ours else 'refuses'}, "
+            f"Chaos Mesh {'admits' if real else 'refuses'}{f' ({by})' if by else ''}"
+        )
+
+
+@dataclass(frozen=True)
+class RealCluster:
+    env: controlplane.ClusterEnv
+    started_here: bool
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.env.admin_kubeconfig
+
+    @property
+    def runner_kubeconfig(self) -> Path:
+        return self.env.runner_kubeconfig
+
+    @property
+    def prometheus_url(self) -> str:
+        return self.env.prometheus_url
+
+    def api_client(self, identity: str = "admin") -> k8s.ApiClient:
+        """A kubernetes ApiClient as `admin` (system:masters) or `runner` (kubeflow/kfchaos-runner's token)."""
+        paths = {"admin": self.admin_kubeconfig, "runner": self.runner_kubeconfig}
+        return k8s_config.new_client_from_config(config_file=str(paths[identity]))
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the real control plane is required under CI=true: {reason}", pytrace=False)
+    pytest.skip(f"no real control plane: {reason}")
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[RealCluster]:
+    state = controlplane.default_state().resolve()
+    running = controlplane.reuse(state)
+    if running is not None:
+        yield RealCluster(running, started_here=False)
+        return
+    try:
+        env = controlplane.up(state)
+    except controlplane.ClusterError as error:
+        _unavailable(str(error))
+        return
+    try:
+        yield RealCluster(env, started_here=True)
+    finally:
+        controlplane.down(state)

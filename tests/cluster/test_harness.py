@@ -1,0 +1,80 @@
+"""The build script and the process bookkeeping behind `make cluster-up` / `make cluster-down`, without a cluster:
+a cached build runs no Go at all, a missing Go toolchain or an unreachable module proxy is named, and stopping
+leaves no process behind (children included)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import ROOT, controlplane
+from tests.conftest import require_tool
+
+pytestmark = pytest.mark.cluster
+
+BUILD = ROOT / "scripts" / "cluster" / "build.sh"
+
+
+def run_build(env: dict[str, str], *components: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(BUILD), *components], env={**os.environ, **env}, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_second_run_builds_nothing() -> None:
+    """With every component cached the script never calls Go: GO=/bin/false would fail any build."""
+    cached = run_build({"GO": "/bin/false"})
+    if cached.returncode != 0:
+        message = f"the control plane is not built yet (make cluster-build): {cached.stderr.strip()[-300:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    dirs = [Path(line) for line in cached.stdout.split()]
+    assert [d.name.split("-v")[0] for d in dirs] == list(controlplane.COMPONENTS)
+    assert all((d / ".complete").is_file() for d in dirs)
+
+
+def test_a_missing_go_toolchain_is_named(tmp_path: Path) -> None:
+    done = run_build({"KFCHAOS_CACHE": str(tmp_path), "GO": str(tmp_path / "no-go")}, "etcd")
+    assert done.returncode == 1
+    assert "no Go toolchain" in done.stderr and "GO=/path/to/go" in done.stderr
+
+
+def test_an_unreachable_module_proxy_is_named(tmp_path: Path) -> None:
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        require_tool("go", "building the control plane")
+    with socket.socket() as closed:  # a loopback port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = {
+        "KFCHAOS_CACHE": str(tmp_path / "cache"),
+        "GOMODCACHE": str(tmp_path / "mod"),  # empty: every module must come from the proxy
+        "GOPROXY": f"http://127.0.0.1:{port}",
+        "GO": str(go),
+    }
+    done = run_build(env, "etcd")
+    subprocess.run([str(go), "clean", "-modcache"], env={**os.environ, **env}, capture_output=True, check=False)
+    assert done.returncode == 1
+    assert "the Go module proxy" in done.stderr and f"127.0.0.1:{port}" in done.stderr
+    assert not list((tmp_path / "cache").glob("etcd-*"))  # nothing half-built is taken for a build
+
+
+def test_stopping_leaves_no_process_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    procs = controlplane.procs
+    monkeypatch.setattr(procs, "STOP_GRACE", 0.5)  # the stubborn one is SIGKILLed after it
+    # A leader that ignores SIGTERM and a child of its own: both must go.
+    script = "trap '' TERM; sleep 300 & sleep 300; wait"
+    procs.start(tmp_path, "stubborn", ["sh", "-c", script])
+    procs.start(tmp_path, "plain", ["sleep", "300"])
+    assert procs.alive(tmp_path, "stubborn") and procs.alive(tmp_path, "plain")
+    assert len(procs.leftovers(tmp_path)) >= 3
+    stopped = procs.stop_all(tmp_path, ("plain",))
+    assert stopped == ["plain", "stubborn"]
+    assert procs.leftovers(tmp_path) == []
+    assert not (tmp_path / "pids").exists() or not list((tmp_path / "pids").iterdir())
