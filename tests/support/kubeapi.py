@@ -911,6 +911,9 @@ class KubeApiServer:
         self._store[key] = _Stored(body, time.monotonic())
         involved = {"kind": body.get("kind"), "name": name, "namespace": namespace, "uid": meta["uid"]}
         self.add_event(namespace, "Created", f"{body.get('kind')} {name} created", involved)
+        if plural in self._crds:
+            # The object as stored, before any controller saw it: no finalizer, no records yet.
+            return 201, copy.deepcopy(body)
         return 201, self._view(key, self._store[key])
 
     def _is_daemon_pod(self, key: tuple[str, str, str]) -> bool:

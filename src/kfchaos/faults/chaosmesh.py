@@ -394,6 +394,9 @@ class ChaosMeshBackend:
                     f"namespace {namespace!r}; nothing would be injected"
                 )
             report.matching_pods[name] = len(pods)
+            sidecar_first = _first_container_problem(manifest, pods)
+            if sidecar_first:
+                raise BackendError(sidecar_first)
             if self.experiment is not None and not isinstance(item, dict):
                 check_pod_share(self.experiment, item, len(pods))
             other_side = self._other_side(manifest)
@@ -739,6 +742,26 @@ def _terminating(plural: str, obj: dict[str, Any]) -> str:
     if pending:
         why += f", records not recovered: {', '.join(pending)}"
     return f"{where} ({why})"
+
+
+def _first_container_problem(manifest: Manifest, pods: list[dict[str, Any]]) -> str | None:
+    """A container kind without containerNames lands on each pod's first container
+    (pkg/selector/container/selector.go: `pod.Spec.Containers[0]`): refused where a target pod has several,
+    since the first may be a sidecar rather than the model server."""
+    spec = manifest.get("spec") or {}
+    if manifest["kind"] not in PLURALS or not selects_containers(manifest["kind"], spec.get("action")):
+        return None
+    if spec.get("containerNames"):
+        return None
+    for pod in pods:
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        if len(names) > 1:
+            return (
+                f"{manifest['kind']} {manifest['metadata']['name']}: without containers, Chaos Mesh injects each "
+                f"pod's first container, and pod {pod['metadata']['name']} has {names}: it would hit {names[0]!r}, "
+                "which may be a sidecar. Name the container in the fault's `containers` (e.g. the model server's)"
+            )
+    return None
 
 
 def _stuck_on_records(plural: str, obj: dict[str, Any]) -> bool:
