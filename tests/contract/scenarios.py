@@ -193,6 +193,32 @@ def pick_once_after_pod_replacement(cluster: Cluster) -> None:
                 delete_pod(cluster, pod)
 
 
+def pod_kill_records_the_killed_pod(cluster: Cluster) -> None:
+    """pod-kill deletes its target and records it `ns/pod`, Injected (controllers/chaosimpl/podchaos/podkill/
+    impl.go); the kill is the whole fault, so kfchaos counts it injected and active with its target gone, and
+    a pod that appears afterwards is not in the records."""
+    backend = cluster.backend()
+    labels = {"kfchaos-contract": _unique("kill")}
+    victim, later = _unique("victim"), _unique("later")
+    make_pod(cluster, victim, labels)
+    run_id = _unique("run")
+    manifest = chaos(cluster, "PodChaos", _unique("kill"), labels, run_id, {"action": "pod-kill"})
+    del manifest["spec"]["duration"]
+    handle = backend.apply(manifest)
+    try:
+        assert handle.one_shot
+        report = backend.wait_injected(handle, timeout=WAIT)
+        assert report.targets == [f"{cluster.namespace}/{victim}"], report.targets
+        _wait(f"pod {victim} killed", lambda: not _pod(cluster, victim))
+        make_pod(cluster, later, labels)
+        assert _targets(cluster, "podchaos", handle.name) == [f"{cluster.namespace}/{victim}"]
+        assert backend.is_active(handle) is True
+    finally:
+        backend.sweep(run_id, [cluster.namespace], timeout=WAIT)
+        if _pod(cluster, later):
+            delete_pod(cluster, later)
+
+
 def pick_once_same_name_replacement(cluster: Cluster) -> None:
     """As above, with the replacement taking the old pod's name (as a StatefulSet's does): the record still
     matches by name, and kfchaos tells the new pod from the injected one by its creation time."""

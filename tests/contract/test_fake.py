@@ -26,6 +26,10 @@ def test_pick_once_after_pod_replacement(cluster: scenarios.Cluster) -> None:
     scenarios.pick_once_after_pod_replacement(cluster)
 
 
+def test_pod_kill_records_the_killed_pod(cluster: scenarios.Cluster) -> None:
+    scenarios.pod_kill_records_the_killed_pod(cluster)
+
+
 def test_pick_once_same_name_replacement(cluster: scenarios.Cluster) -> None:
     scenarios.pick_once_same_name_replacement(cluster)
 

@@ -70,3 +70,29 @@ def test_wrong_container() -> None:
     assert wrong_container(record, _pod(APPLIED, ("sidecar",)), []) is None
     assert "sidecar" in (wrong_container(record, _pod(APPLIED, ("sidecar", "vllm")), []) or "")
     assert "not one of" in (wrong_container(record, None, ["vllm"]) or "")
+
+
+def test_a_stage_whose_target_pod_was_replaced_is_not_covered(server: Any, backend: Any) -> None:
+    """Chaos Mesh keeps AllInjected True on the record of a pod a rollout replaced; the stage's fault watcher
+    (activity.Poller on backend.is_active) must see the fault inactive from then on, so the stage is not
+    counted as under fault."""
+    from kfchaos.faults.activity import FaultActivity, Poller, coverage
+    from tests.faults.conftest import manifests
+
+    fault = {"name": "fail", "type": "pod-failure", "mode": "fixed", "value": "1"}
+    handle = backend.apply(manifests("run-r", fault)[0])
+    (target,) = backend.wait_injected(handle).targets
+    clock = iter([100.0, 110.0, 120.0, 130.0])
+    activity = FaultActivity("fail", handle.name, handle.kind, [50], applied_at=99.0)
+    poller = Poller([activity], lambda _: backend.is_active(handle), interval=1.0, clock=lambda: next(clock))
+    poller.poll_once()  # 100: hits its pod
+    assert activity.observations[-1][1], activity.errors
+    namespace, pod = target.split("/")
+    server.remove_pod(namespace, pod)
+    server.add_pod(namespace, pod + "-new", {"app.kubernetes.io/name": "vllm"}, containers=["vllm"])
+    poller.poll_once()  # 110: the record names a pod that is gone
+    poller.poll_once()  # 120
+    poller.poll_once()  # 130
+    assert [active for _, active in activity.observations] == [True, False, False, False]
+    assert "gone" in activity.errors[-1]
+    assert not coverage(activity, (100.0, 130.0)).ok

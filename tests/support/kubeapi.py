@@ -523,6 +523,11 @@ class KubeApiServer:
             return  # "no target has been selected": records stay nil (upstream retries on the next reconcile)
         stamp = _now(self.clock_offset)
         ids = [target for p in pods for target in _target_ids(stored.body, p)]
+        if stored.body.get("kind") == "PodChaos" and spec.get("action") == "pod-kill":
+            # controllers/chaosimpl/podchaos/podkill/impl.go Apply deletes the pod (grace period from the spec)
+            # and records it Injected; its controller, not Chaos Mesh, may bring a replacement.
+            for pod in pods:
+                self._store.pop(("pods", pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
         stored.records = [
             {
                 "id": target,
