@@ -35,3 +35,23 @@ def test_cleanup_all_namespaces_with_audit(
     events = [json.loads(line) for line in audit.read_text().splitlines()]
     deletes = [e for e in events if e["verb"] == "delete"]
     assert len(deletes) == 2 and all(e["code"] == 200 and e["namespace"] == "llm-serving" for e in deletes)
+
+
+def test_cleanup_reports_a_fault_stuck_terminating_with_the_forced_remedy(
+    server: KubeApiServer, backend: ChaosMeshBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Chaos Mesh keeps `chaos-mesh/records` while a record cannot be recovered (controllers/common/finalizers):
+    cleanup gives up at its deadline, names the Terminating object and the annotation that lets it go."""
+    handle = backend.apply(manifests("run-stuck")[0])
+    backend.wait_injected(handle)
+    server.stall_recovery(handle.namespace, handle.name)
+    code = main(["cleanup", "--run-id", "run-stuck", "--host", server.url, "--timeout", "1s"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert f"networkchaos {handle.namespace}/{handle.name} (Terminating since" in err
+    assert "records not recovered" in err
+    command = (
+        f"kubectl annotate networkchaos.chaos-mesh.org -n {handle.namespace} {handle.name} "
+        "chaos-mesh.chaos-mesh.org/cleanFinalizer=forced"
+    )
+    assert command in err
