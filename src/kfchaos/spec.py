@@ -718,12 +718,15 @@ def safety_problems(document: YamlDocument, experiment: Experiment) -> list[Prob
 
 def experiment_warnings(document: YamlDocument, experiment: Experiment) -> list[Problem]:
     """What is accepted but silently changed at run time: say so rather than surprise the user."""
-    from kfchaos.faults.safety import fault_path
+    from kfchaos.faults.safety import fault_path, short_duration_problem
 
     warnings: list[Problem] = []
     limit = experiment.spec.safety.max_fault_duration
     stages = experiment.spec.traffic.stages
     for fault in experiment.spec.faults:
+        short = short_duration_problem(experiment, fault)
+        if short:
+            warnings.append(document.problem((*fault_path(experiment, fault), "duration"), f"warning: {short}"))
         if fault.duration is not None or not fault.cluster_side:
             continue
         active = [stages.index(s) for s in experiment.fault_stages(fault) if s in stages] or [0, len(stages) - 1]
