@@ -118,7 +118,7 @@ def test_validate_states_the_arithmetic_of_a_fault_that_ends_before_its_stages(t
     # 60 s of pod-kill over two 10-minute stages: Chaos Mesh ends it 60 s into the first one.
     short = "[{name: kill-one, type: pod-kill, mode: one, duration: 60s}]"
     path = tmp_path / "short.yaml"
-    path.write_text(experiment_text(stages=[10, 100], faults=short))
+    path.write_text(experiment_text(stages=[10, 100], faults=short, stage_duration="10m"))
     warnings = [str(w) for w in load_experiment_warnings(path)]
     assert any(
         "spec.faults[0].duration: warning: duration 60s ends before its stages do: stages [10, 100] need "
@@ -126,5 +126,23 @@ def test_validate_states_the_arithmetic_of_a_fault_that_ends_before_its_stages(t
         for w in warnings
     ), warnings
     enough = "[{name: kill-one, type: pod-kill, mode: one, duration: 20m}]"
-    path.write_text(experiment_text(stages=[10, 100], faults=enough))
+    path.write_text(experiment_text(stages=[10, 100], faults=enough, stage_duration="10m"))
     assert not [w for w in load_experiment_warnings(path) if "ends before its stages" in str(w)]
+
+
+def test_a_stage_that_applied_a_fraction_of_its_planned_load_is_inconclusive_with_the_figures() -> None:
+    spec = experiment(stages=[10])  # 30 s at 100 requests/s planned
+    table = records(10, np.full(N, 0.05), start=START)
+    full = evaluate(table, spec, baseline=baseline(0.25)).stage(10).check("load")
+    assert full.status is Status.PASS and "3000 of 3000 planned requests" in full.reason
+    # The replay stopped after 3 s: 300 requests, 10 % of the plan.
+    short = evaluate(records(10, np.full(300, 0.05), start=START), spec, baseline=baseline(0.25)).stage(10)
+    check = short.check("load")
+    assert check.status is Status.INCONCLUSIVE and short.status is Status.INCONCLUSIVE
+    assert "ran 3.0s of its planned 30s (10%" in check.reason
+    assert "sent 300 of its 3000 planned requests (10%" in check.reason
+    # The full 30 s, at a tenth of the rate (a shard's records missing): the duration alone does not show it.
+    thin = evaluate(records(10, np.full(300, 0.05), start=START, rate=10.0), spec, baseline=baseline(0.25))
+    thin_check = thin.stage(10).check("load")
+    assert thin_check.status is Status.INCONCLUSIVE
+    assert "ran" not in thin_check.reason and "sent 300 of its 3000 planned requests" in thin_check.reason

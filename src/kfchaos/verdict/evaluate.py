@@ -23,6 +23,7 @@ from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
 from kfchaos.verdict.delivery import fault_requests_check
 from kfchaos.verdict.gate import gate
+from kfchaos.verdict.load import load_check
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
 from kfchaos.verdict.recovery import RECOVERY_WINDOW, recovery_check
 from kfchaos.verdict.requests import Requests, load_requests
@@ -267,6 +268,7 @@ def evaluate(
         # in it; traffic-side faults are the stage's own requests (fault_requests_check).
         planned_faults = [f.name for f in spec.faults if f.cluster_side and percent in experiment.fault_stages(f)]
         checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity, planned_faults)
+        checks.append(load_check(subset, experiment, percent, baseline))
         fault_requests = requests.where(in_stage & requests.injected)  # a few rows: copied once, not the stage
         delivered = fault_requests_check(experiment, percent, fault_requests)
         if delivered is not None:
