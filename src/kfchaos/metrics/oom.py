@@ -28,6 +28,7 @@ the query grid, so `Series.increase` over any window is the number of events in 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -158,7 +159,8 @@ def _fresh(stamps: RangeSeries) -> NDArray[np.float64]:
     The query engine repeats a series' last sample for up to 5 minutes (promql/engine.go lookbackDelta)
     where no staleness marker ended it, so a container that left State Terminated can still look terminated
     minutes later; only the sample's own time says it was still so (each sample is fresh at one point)."""
-    spacing = float(np.min(np.diff(stamps.times))) if len(stamps.times) > 1 else 0.0
+    # One point cannot repeat itself: it is fresh whatever its age.
+    spacing = float(np.min(np.diff(stamps.times))) if len(stamps.times) > 1 else math.inf
     age = stamps.times - stamps.values
     return stamps.times[np.isfinite(age) & (age < spacing - 1e-3)]
 
