@@ -318,12 +318,16 @@ def queries(scope: Scope) -> dict[str, str]:
 
 
 def _on_grid(grid: NDArray[np.float64], found: list[RangeSeries]) -> NDArray[np.float64]:
-    """The one series of an aggregated query on `grid` (NaN where it has no point)."""
+    """The one series of an aggregated query on `grid` (NaN where it has no point): each point at the nearest
+    grid time within half a step (Prometheus evaluates at whole milliseconds, the grid need not)."""
     out = np.full(len(grid), np.nan)
+    half = (float(grid[1] - grid[0]) if len(grid) > 1 else 1.0) / 2
     for one in found[:1]:
-        at = np.searchsorted(grid, one.times - 1e-3)
-        inside = (at < len(grid)) & (np.abs(grid[np.minimum(at, len(grid) - 1)] - one.times) <= 1e-3)
-        out[at[inside]] = one.values[inside]
+        after = np.clip(np.searchsorted(grid, one.times), 0, len(grid) - 1)
+        before = np.maximum(after - 1, 0)
+        nearest = np.where(np.abs(grid[before] - one.times) <= np.abs(grid[after] - one.times), before, after)
+        inside = np.abs(grid[nearest] - one.times) < half
+        out[nearest[inside]] = one.values[inside]
     return out
 
 
