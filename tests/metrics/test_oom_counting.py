@@ -65,3 +65,12 @@ def test_a_pod_created_before_the_range_is_old_even_when_its_series_shows_late()
     assert restarts([late], reason, since=T0, created={"u": T0 - 86400}) == []
     assert unseen([late], T0, {"u": T0 - 86400}) == [(T0, T0 + 30)]
     assert [r.count for r in restarts([late], reason, since=T0, created={"u": T0 + 20})] == [1.0, 4.0]
+
+
+def test_sample_times_land_on_the_grid_whatever_the_step_fraction() -> None:
+    from kfchaos.metrics.oom import _on_grid
+
+    grid = T0 + 0.123456 + np.arange(80) * 1.2345678  # a long run's step: (end - start) / 10 000
+    answered = np.round(grid * 1000) / 1000 + np.arange(80) * 3e-5  # whole milliseconds, drifting
+    placed = _on_grid(grid, [RangeSeries({}, answered, answered)])
+    assert np.isfinite(placed).all() and np.allclose(placed, answered)
