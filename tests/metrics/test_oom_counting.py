@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kfchaos.metrics.oom import cadvisor_events, increments, restarts, unseen
+from kfchaos.metrics.oom import _on_grid, cadvisor_events, increments, restarts, unseen
 from kfchaos.metrics.source import RangeSeries
 
 T0 = 1.8e9  # epoch seconds: large enough that a relative tolerance would merge distinct points
@@ -68,8 +68,6 @@ def test_a_pod_created_before_the_range_is_old_even_when_its_series_shows_late()
 
 
 def test_sample_times_land_on_the_grid_whatever_the_step_fraction() -> None:
-    from kfchaos.metrics.oom import _on_grid
-
     grid = T0 + 0.123456 + np.arange(80) * 1.2345678  # a long run's step: (end - start) / 10 000
     answered = np.round(grid * 1000) / 1000 + np.arange(80) * 3e-5  # whole milliseconds, drifting
     placed = _on_grid(grid, [RangeSeries({}, answered, answered)])
