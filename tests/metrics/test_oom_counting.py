@@ -72,3 +72,9 @@ def test_sample_times_land_on_the_grid_whatever_the_step_fraction() -> None:
     answered = np.round(grid * 1000) / 1000 + np.arange(80) * 3e-5  # whole milliseconds, drifting
     placed = _on_grid(grid, [RangeSeries({}, answered, answered)])
     assert np.isfinite(placed).all() and np.allclose(placed, answered)
+
+
+def test_one_cgroup_scraped_by_two_jobs_counts_its_oom_events_once() -> None:
+    first = series([0, 15, 30], [0, 1, 1], id="/kubepods/c1", job="kubelet", instance="node-a")
+    second = series([0, 15, 30], [0, 0, 1], id="/kubepods/c1", job="cadvisor", instance="node-a:4194")
+    assert cadvisor_events([first, second], since=T0) == [(T0 + 15, 1.0)]

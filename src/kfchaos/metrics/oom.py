@@ -127,13 +127,18 @@ def _began_after(series: RangeSeries, since: float | None) -> bool:
     return since is not None and len(series.times) > 0 and float(series.times[0]) > since + spacing / 2
 
 
-def merged(series: Iterable[RangeSeries]) -> list[RangeSeries]:
-    """One series per container (kfchaos.metrics.oom.container_key): the copies of one container's series
-    that several scrape targets export (kube-state-metrics replicas: `instance` differs) joined point by point,
-    the highest value at each time (the freshest copy of a count that only grows)."""
-    groups: dict[ContainerKey, list[RangeSeries]] = {}
+IDENTITY = ("namespace", "pod", "container", "uid")  # kube-state-metrics' container series
+CGROUP_IDENTITY = ("namespace", "pod", "container", "id")  # cAdvisor's: one series per container cgroup
+
+
+def merged(series: Iterable[RangeSeries], identity: tuple[str, ...] = IDENTITY) -> list[RangeSeries]:
+    """One series per container (the `identity` labels; container_key for kube-state-metrics): the copies
+    of one container's series that several scrape targets export (kube-state-metrics replicas, a kubelet
+    scraped by two jobs: `instance` or `job` differs) joined point by point, the highest value at each time
+    (the freshest copy of a count that only grows)."""
+    groups: dict[tuple[str, ...], list[RangeSeries]] = {}
     for one in series:
-        groups.setdefault(container_key(one.labels), []).append(one)
+        groups.setdefault(tuple(one.labels.get(k, "") for k in identity), []).append(one)
     out = []
     for key, copies in groups.items():
         if len(copies) == 1:
@@ -144,8 +149,7 @@ def merged(series: Iterable[RangeSeries]) -> list[RangeSeries]:
         for copy in copies:
             at = np.searchsorted(times, copy.times)
             values[at] = np.fmax(values[at], copy.values)
-        labels = {k: v for k, v in copies[0].labels.items() if k in ("namespace", "pod", "container", "uid")}
-        out.append(RangeSeries(labels | {"namespace": key[0], "pod": key[1], "container": key[2]}, times, values))
+        out.append(RangeSeries(dict(zip(identity, key, strict=True)), times, values))
     return out
 
 
@@ -256,10 +260,11 @@ def unseen(restart_series: Iterable[RangeSeries], since: float, created: dict[st
 
 def cadvisor_events(series: Iterable[RangeSeries], since: float | None = None) -> list[tuple[float, float]]:
     """(time, events) of cAdvisor OOM counters, differenced per container series, never across them; a
-    series that begins after `since` is a new cgroup, counted from 0."""
+    series that begins after `since` is a new cgroup, counted from 0. Copies of one cgroup's series from
+    several scrape targets are one (`merged`); a cgroup's count never resets (a new container is a new `id`)."""
     out = []
-    for one in series:
-        steps = increments(one.values, new=_began_after(one, since))
+    for one in merged(series, CGROUP_IDENTITY):
+        steps = increments(one.values, new=_began_after(one, since), monotone=bool(one.labels.get("id")))
         out += [(float(one.times[i]), float(steps[i])) for i in np.nonzero(steps > 0)[0]]
     return out
 
