@@ -178,7 +178,24 @@ class SenseBounds(StrictModel):
 # Without spec.target.timeout (a direct `capture()` call): an hour is past any request an LLM server answers.
 DEFAULT_LATENCY_MAX_S = 3600.0
 
-OPTIONAL_SECTIONS = ("latency_histogram", "control", "sense")  # left out of the hash while absent: older files verify
+class Coverage(StrictModel):
+    """How much production the baseline stands for (docs/verdict.md, "Baseline coverage")."""
+
+    requested_days: int = Field(ge=1, description="capture.days")
+    data_from: str = Field(description="first evaluation of the latency series with data in the window")
+    data_to: str = Field(description="last one")
+    covered_days: float = Field(ge=0, description="days from data_from to data_to (one step added)")
+    excluded_s: float = Field(ge=0, description="seconds of that span removed as release windows")
+    kept_intervals: int = Field(ge=0, description="latency intervals the statistics are over")
+    override: str | None = Field(
+        None, description="why fewer than MIN_DAYS days, or less history than asked, were accepted"
+    )
+
+    _times = field_validator("data_from", "data_to")(classmethod(lambda cls, v: _rfc3339(v)))
+
+
+# Left out of the hash while absent: older files verify.
+OPTIONAL_SECTIONS = ("latency_histogram", "control", "sense", "coverage")
 
 
 class Baseline(StrictModel):
@@ -193,6 +210,7 @@ class Baseline(StrictModel):
     latency_histogram: LatencyHistogram | None = None
     control: ControlBaseline | None = Field(None, description="`kfchaos baseline control`: the drift reference")
     sense: SenseBounds | None = Field(None, description="the bounds the captured values were checked against")
+    coverage: Coverage | None = None
     content_hash: str = ""
 
     _captured = field_validator("captured_at")(classmethod(lambda cls, v: _rfc3339(v)))
@@ -250,6 +268,7 @@ class Baseline(StrictModel):
             "content_hash": self.content_hash,
             "latency_p99": self.p99(),
             "latency_buckets": self.latency_histogram.bounds if self.latency_histogram else None,
+            "coverage": self.coverage.model_dump(mode="json") if self.coverage else None,
             "control": None
             if self.control is None
             else {
@@ -337,6 +356,9 @@ def _refuse_nonsense(name: str, times: NDArray[np.float64], values: NDArray[np.f
         )
 
 
+# The mission's rule: a baseline stands for at least 7 days of production, releases excluded. Fewer days (or less
+# history than asked) only with an explicit reason, which the baseline records and every verdict using it shows.
+MIN_DAYS = 7
 MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal sample
 
 
@@ -373,15 +395,25 @@ def capture(
     step: float = 300.0,
     release_windows: Sequence[tuple[datetime, datetime]] = (),
     release_margin: float = 1800.0,
-    detect_releases: bool = False,
+    detect_releases: bool = True,
     user_queries: dict[str, str] | None = None,
     drift: float = 0.15,
     now: datetime | None = None,
     request_timeout: float | None = None,
+    short_history: str | None = None,
 ) -> Baseline:
     """A baseline over `days` ending at `end`, release windows (+/- margin) excluded. Raises BaselineError
-    when the latency series has no data at all (an empty baseline would pass anything), and when a value from
-    Prometheus makes no sense (SenseBounds; latencies bounded by `request_timeout`, spec.target.timeout)."""
+    when the latency series has no data at all (an empty baseline would pass anything), when a value from
+    Prometheus makes no sense (SenseBounds; latencies bounded by `request_timeout`, spec.target.timeout), and
+    when `days` is below MIN_DAYS or the history holds less than `days` -- unless `short_history` gives the
+    reason, which is then recorded in the baseline (coverage.override, and a warning every verdict using it
+    shows)."""
+    if days < MIN_DAYS and not short_history:
+        raise BaselineError(
+            f"capture.days {days}: a baseline stands for at least {MIN_DAYS} days of production, releases "
+            "excluded; give capture.short_history (--short-history) with the reason to accept fewer -- it is "
+            "recorded in the baseline and shown in every verdict that uses it"
+        )
     start = end - timedelta(days=days)
     t0, t1 = start.timestamp(), end.timestamp()
     sense = SenseBounds(
@@ -416,6 +448,8 @@ def capture(
             )
     excluded = [(parse_time(e.start).timestamp(), parse_time(e.end).timestamp()) for e in exclusions]
 
+    raw: dict[str, tuple[NDArray[np.float64], NDArray[np.float64]]] = {}
+
     def fetch(name: str) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         query = catalog[name]
         used[name] = query.promql
@@ -426,6 +460,7 @@ def capture(
         )
         times, values = as_series(ranged)
         _refuse_nonsense(name, times, values, sense, window, latency=name in LATENCY_SERIES)
+        raw[name] = (times, values)
         keep = kept_intervals(times, step, excluded)
         return times[keep], values[keep]
 
@@ -439,6 +474,7 @@ def capture(
             f"no latency data from {source.url} for {catalog['latency_p99'].promql} between "
             f"{format_time(start)} and {format_time(end)} (after exclusions); nothing to compare with"
         )
+    coverage, coverage_notes = _coverage(raw["latency_p99"], days, step, excluded, series, short_history, source.url)
     requests = float(np.nansum(fetch("requests")[1]))
     _, error_values = fetch("errors")
     errors = float(np.nansum(error_values)) if len(error_values) else None
@@ -474,10 +510,59 @@ def capture(
         provenance=provenance,
         series=series,
         totals=totals,
-        warnings=release_notes + notes,
+        warnings=coverage_notes + release_notes + notes,
         latency_histogram=histogram,
         sense=sense,
+        coverage=coverage,
     ).sealed()
+
+
+def _coverage(
+    latency: tuple[NDArray[np.float64], NDArray[np.float64]],
+    days: int,
+    step: float,
+    excluded: list[tuple[float, float]],
+    series: dict[str, SeriesStat],
+    short_history: str | None,
+    url: str,
+) -> tuple[Coverage, list[str]]:
+    """The baseline's coverage from the latency series' own evaluations, and the loud notes it needs. Raises
+    BaselineError when the history holds less than asked (more than three steps short) without a reason."""
+    times, values = latency
+    seen = times[np.isfinite(values)]
+    first, last = float(seen.min()), float(seen.max())
+    covered = last - first + step
+    # Seconds of [first, last] inside the union of the excluded windows.
+    excluded_s, reach = 0.0, first
+    for low, high in sorted(excluded):
+        low, high = max(low, reach), min(high, last + step)
+        if high > low:
+            excluded_s += high - low
+            reach = high
+    short = days * 86400.0 - covered > 3 * step
+    span = f"{format_time(datetime.fromtimestamp(first, UTC))}..{format_time(datetime.fromtimestamp(last, UTC))}"
+    if short and not short_history:
+        raise BaselineError(
+            f"history from {url} covers {covered / 86400:.2f} of the {days} days asked (latency data {span}); "
+            "give capture.short_history (--short-history) with the reason to accept it -- it is recorded in the "
+            "baseline and shown in every verdict that uses it -- or capture when the history is there"
+        )
+    notes = []
+    if short_history and (short or days < MIN_DAYS):
+        notes.append(
+            f"SHORT BASELINE: {covered / 86400:.2f} days of history ({span}; {days} asked, at least {MIN_DAYS} "
+            f"is the rule), accepted because: {short_history}"
+        )
+    coverage = Coverage(
+        requested_days=days,
+        data_from=format_time(datetime.fromtimestamp(first, UTC)),
+        data_to=format_time(datetime.fromtimestamp(last, UTC)),
+        covered_days=covered / 86400.0,
+        excluded_s=excluded_s,
+        kept_intervals=series["latency_p99"].intervals,
+        override=short_history if notes else None,
+    )
+    return coverage, notes
 
 
 def _oom_kills(

@@ -504,14 +504,32 @@ class TimeWindow(StrictModel):
 
 class Capture(StrictModel):
     prometheus: str = Field(pattern=r"^https?://\S+$")
-    days: int = Field(7, ge=1, le=90)
+    days: int = Field(7, ge=1, le=90, description="at least 7 unless short_history says why")
+    short_history: str | None = Field(
+        None,
+        min_length=1,
+        description="why fewer than 7 days (or less history than asked) will do: recorded in the "
+        "baseline and shown in every verdict that uses it",
+    )
     end: str | None = Field(None, description="RFC 3339; default: now")
     step: Duration = 60.0
     release_windows: list[TimeWindow] = Field(default_factory=list)
     release_margin: Duration = 1800.0
     detect_releases: bool = Field(
-        False, description="also exclude windows where kube_deployment_status_observed_generation changed"
+        True,
+        description="exclude the releases the cluster's series show: a Deployment generation change, a new "
+        "image id, a new ReplicaSet (kfchaos.metrics.releases)",
     )
+
+    @model_validator(mode="after")
+    def _a_week(self) -> Capture:
+        if self.days < 7 and not self.short_history:
+            raise ValueError(
+                f"days {self.days}: a baseline stands for at least 7 days of production, releases excluded; "
+                "give short_history with the reason to accept fewer (it is recorded in the baseline and shown "
+                "in every verdict that uses it)"
+            )
+        return self
 
 
 class BaselineSource(StrictModel):
@@ -718,12 +736,15 @@ def safety_problems(document: YamlDocument, experiment: Experiment) -> list[Prob
 
 def experiment_warnings(document: YamlDocument, experiment: Experiment) -> list[Problem]:
     """What is accepted but silently changed at run time: say so rather than surprise the user."""
-    from kfchaos.faults.safety import fault_path
+    from kfchaos.faults.safety import fault_path, short_duration_problem
 
     warnings: list[Problem] = []
     limit = experiment.spec.safety.max_fault_duration
     stages = experiment.spec.traffic.stages
     for fault in experiment.spec.faults:
+        short = short_duration_problem(experiment, fault)
+        if short:
+            warnings.append(document.problem((*fault_path(experiment, fault), "duration"), f"warning: {short}"))
         if fault.duration is not None or not fault.cluster_side:
             continue
         active = [stages.index(s) for s in experiment.fault_stages(fault) if s in stages] or [0, len(stages) - 1]

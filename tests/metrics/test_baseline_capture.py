@@ -21,6 +21,7 @@ pytestmark = pytest.mark.integration
 STEP = 300.0
 MARGIN = 900.0
 SCOPE = Scope("serving")
+SHORT = "two days of synthetic history"
 
 
 class History:
@@ -42,7 +43,14 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
 
 
 def run(prom: History, **kwargs: object) -> object:
-    defaults: dict[str, object] = {"end": prom.end, "days": 2, "step": STEP, "release_margin": MARGIN}
+    defaults: dict[str, object] = {
+        "end": prom.end,
+        "days": 2,
+        "step": STEP,
+        "release_margin": MARGIN,
+        "short_history": SHORT,
+        "detect_releases": False,
+    }
     return capture("vllm-network-delay", prom.client, SCOPE, **(defaults | kwargs))  # type: ignore[arg-type]
 
 
@@ -63,7 +71,9 @@ def test_explicit_release_window_is_excluded(prom: History) -> None:
     assert exclusion.source == "explicit"
     # the P99 1.667 s and the drift limit 1.15 x 1.667 s = 1.92 s lie in the 1..2 s bucket: both flagged,
     # and the bounds are recorded with the query that listed them (the verdict decides from them).
-    p99_warning, limit_warning = baseline.warnings  # type: ignore[attr-defined]
+    short, p99_warning, limit_warning = baseline.warnings  # type: ignore[attr-defined]
+    assert short.startswith("SHORT BASELINE: 2.00 days of history") and short.endswith(SHORT)
+    assert baseline.coverage.override == SHORT and baseline.coverage.requested_days == 2  # type: ignore[attr-defined]
     assert "baseline P99 1.66667s falls inside the bucket 1..2s" in p99_warning
     assert "drift limit" in limit_warning and "bucket 1..2s" in limit_warning
     histogram = baseline.latency_histogram  # type: ignore[attr-defined]
@@ -122,7 +132,7 @@ def test_written_baseline_round_trips_and_edits_are_refused(prom: History, tmp_p
 
 def test_no_data_in_the_window_refuses_to_capture(prom: History) -> None:
     with pytest.raises(BaselineError, match="no latency data"):
-        capture("x", prom.client, Scope("elsewhere"), end=prom.end, days=1, step=STEP)
+        capture("x", prom.client, Scope("elsewhere"), end=prom.end, days=1, step=STEP, short_history=SHORT)
 
 
 def test_cli_capture_then_show(prom: History, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,7 +144,9 @@ def test_cli_capture_then_show(prom: History, tmp_path: Path, capsys: pytest.Cap
     out = tmp_path / "b.yaml"
     end = prom.end.strftime("%Y-%m-%dT%H:%M:%SZ")
     argv = ["baseline", "capture", "--experiment", str(experiment), "--prometheus", prom.client.url]
-    assert main([*argv, "--days", "2", "--end", end, "--out", str(out)]) == 0
+    assert main([*argv, "--days", "2", "--end", end, "--out", str(out)]) == 3  # fewer than 7 days: say why
+    assert "at least 7 days" in capsys.readouterr().err
+    assert main([*argv, "--days", "2", "--short-history", SHORT, "--end", end, "--out", str(out)]) == 0
     assert "latency P99 median 1.667s" in capsys.readouterr().out
     assert main(["baseline", "show", str(out)]) == 0
     assert "hash ok" in capsys.readouterr().out
@@ -150,6 +162,7 @@ def test_cli_reads_the_capture_step_from_the_spec(prom: History, tmp_path: Path)
 
     end = prom.end.strftime("%Y-%m-%dT%H:%M:%SZ")
     capture_section = f"{{file: {tmp_path / 'b.yaml'}, capture: {{prometheus: '{prom.client.url}', days: 2, "
+    capture_section += f"short_history: {SHORT}, "
     capture_section += f"end: '{end}', step: 10m}}}}"
     text = experiment_text().replace("{file: baselines/verdict-test.yaml}", capture_section)
     experiment_file = tmp_path / "verdict-test.yaml"

@@ -55,7 +55,7 @@ def test_too_few_samples_have_no_interval() -> None:
 
 
 def test_control_replays_each_stage_rate_and_hashes_its_records(server: LoopbackServer, tmp_path: Path) -> None:
-    spec = experiment(stages=(10, 100))
+    spec = experiment(stages=(10, 100), rate=100)
     out = tmp_path / "verdict-test.control.parquet"
     control = record_control(spec, server.url, out, base_dir=tmp_path, duration=2.0)
     assert [s.stage for s in control.stages] == [10, 100]

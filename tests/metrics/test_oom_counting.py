@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kfchaos.metrics.oom import cadvisor_events, increments, restarts
+from kfchaos.metrics.oom import _on_grid, cadvisor_events, increments, restarts, unseen
 from kfchaos.metrics.source import RangeSeries
 
 T0 = 1.8e9  # epoch seconds: large enough that a relative tolerance would merge distinct points
@@ -40,3 +40,41 @@ def test_counters_are_differenced_per_series_never_summed_first() -> None:
     stays = series([0, 15, 30, 45, 60], [3, 3, 3, 3, 3], id="/b")
     assert cadvisor_events([gone, stays], since=T0) == []  # [6, 6, 6, 3, 3] summed would be 3 phantom kills
     assert increments(np.array([2.0, 3.0, 1.0])).tolist() == [0.0, 1.0, 1.0]  # a reset: the new value counts
+
+
+def test_replicas_of_one_container_are_joined_and_a_lagging_copy_is_no_reset() -> None:
+    a = series([0, 15, 30, 45], [2, 3, 3, 3], instance="ksm-a")
+    b = series([0, 15, 30, 45], [2, 2, 3, 3], instance="ksm-b")  # a scrape behind
+    reasons = [series([15, 30, 45], [1, 1, 1], reason="OOMKilled", instance="ksm-a")]
+    found = restarts([a, b], reasons, since=T0)
+    assert [(r.time - T0, r.count, r.reason) for r in found] == [(15, 1.0, "OOMKilled")]
+
+
+def test_a_kill_seen_down_is_counted_once_when_seen_and_not_again_at_its_restart() -> None:
+    counts = series([0, 15, 30, 45, 60], [1, 1, 1, 1, 2])
+    reasons = [series([0, 15, 30, 45, 60], [1, 1, 1, 1, 1], reason="OOMKilled")]
+    # timestamp() of the waiting series: fresh at 30 and 45, then repeated by the lookback at 60.
+    waiting = series([30, 45, 60], [T0 + 30, T0 + 45, T0 + 45], reason="CrashLoopBackOff")
+    found = restarts([counts], reasons, since=T0, down_series=[waiting])
+    assert [(r.time - T0, r.reason) for r in found] == [(30, "OOMKilled")]
+
+
+def test_a_pod_created_before_the_range_is_old_even_when_its_series_shows_late() -> None:
+    late = series([30, 45], [5, 5])
+    reason = [series([30, 45], [1, 1], reason="OOMKilled")]
+    assert restarts([late], reason, since=T0, created={"u": T0 - 86400}) == []
+    assert unseen([late], T0, {"u": T0 - 86400}) == [(T0, T0 + 30)]
+    assert [r.count for r in restarts([late], reason, since=T0, created={"u": T0 + 20})] == [1.0, 4.0]
+
+
+def test_sample_times_land_on_the_grid_whatever_the_step_fraction() -> None:
+    grid = T0 + 0.123456 + np.arange(80) * 1.2345678  # a long run's step: (end - start) / 10 000
+    answered = np.round(grid * 1000) / 1000 + np.arange(80) * 3e-5  # whole milliseconds, drifting
+    placed = _on_grid(grid, [RangeSeries({}, answered, answered)])
+    assert np.isfinite(placed).all() and np.allclose(placed, answered)
+
+
+def test_one_cgroup_scraped_by_two_jobs_counts_its_oom_events_once() -> None:
+    first = series([0, 15, 30], [0, 1, 1], id="/kubepods/c1", job="kubelet", instance="node-a")
+    second = series([0, 15, 30], [0, 0, 1], id="/kubepods/c1", job="cadvisor", instance="node-a:4194")
+    assert cadvisor_events([first, second], since=T0) == [(T0 + 15, 1.0)]

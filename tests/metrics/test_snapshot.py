@@ -56,3 +56,18 @@ def test_malformed_snapshots_name_the_file_and_field(tmp_path: Path, text: str, 
     path.write_text(text)
     with pytest.raises(SnapshotError, match=message):
         MetricsSnapshot.load(path)
+
+
+def test_a_series_unsampled_for_more_than_a_few_scrapes_is_stale_there() -> None:
+    times = 1.8e9 + np.arange(0, 601, 15.0)
+    sampled = np.where(times <= 1.8e9 + 300, times, 1.8e9 + 300)  # the lookback repeats the sample of 300
+    snapshot = MetricsSnapshot(grace=30.0)
+    snapshot.series["c"] = Series("c", times, np.zeros(len(times)), "counter", sampled=sampled)
+    assert snapshot.stale("c", 1.8e9, 1.8e9 + 300) is None
+    why = snapshot.stale("c", 1.8e9, 1.8e9 + 600)
+    assert why is not None and "(300s, more than 3 scrape intervals of 30s + the 15s step)" in why
+    again = MetricsSnapshot.from_dict(snapshot.to_dict())  # the sample times travel with the snapshot
+    assert again.stale("c", 1.8e9, 1.8e9 + 600) == why
+    # Without sample times, the points themselves: a series whose points end early is stale after them.
+    snapshot.series["g"] = Series("g", times[times <= 1.8e9 + 300], np.zeros(21))
+    assert snapshot.stale("g", 1.8e9, 1.8e9 + 600) is not None

@@ -21,9 +21,9 @@ spec:
     selector: {{labels: {{app: vllm}}}}
     endpoint: http://127.0.0.1:8000
   traffic:
-    synthetic: {{rate: 100}}
+    synthetic: {{rate: {rate:g}}}
     stages: {stages}
-    stage_duration: 10m
+    stage_duration: {stage_duration}
   faults: {faults}
   slo:
 {slo}
@@ -44,11 +44,18 @@ def experiment_text(
     stages: Sequence[int] = (10, 100),
     faults: str = "[]",
     abort: str = "[]",
+    stage_duration: str = "30s",
+    rate: float = 1000.0,
 ) -> str:
+    """An experiment whose plan is what `records()` builds by default: 30 s stages at 100 requests/s in stage 10
+    (synthetic rate x stage / 100), so a stage of default records applies its planned load (kfchaos.verdict.load);
+    tests of other shapes give their own plan."""
     if "p99_max" not in slo:
         slo += "\np99_max: 60s"  # the 200ms default would dominate tests that are about something else
     indented = "\n".join("    " + line for line in slo.splitlines())
-    return EXPERIMENT.format(stages=list(stages), faults=faults, slo=indented, abort=abort)
+    return EXPERIMENT.format(
+        stages=list(stages), faults=faults, slo=indented, abort=abort, stage_duration=stage_duration, rate=rate
+    )
 
 
 def experiment(
@@ -57,8 +64,11 @@ def experiment(
     stages: Sequence[int] = (10, 100),
     faults: str = "[]",
     abort: str = "[]",
+    stage_duration: str = "30s",
+    rate: float = 1000.0,
 ) -> Experiment:
-    return parse_experiment(experiment_text(slo, stages=stages, faults=faults, abort=abort), "verdict-test.yaml")
+    text = experiment_text(slo, stages=stages, faults=faults, abort=abort, stage_duration=stage_duration, rate=rate)
+    return parse_experiment(text, "verdict-test.yaml")
 
 
 def records(

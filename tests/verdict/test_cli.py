@@ -92,7 +92,13 @@ def test_run_state_carries_fault_verification(inputs: dict[str, Path], tmp_path:
     state = tmp_path / "state.json"
     metrics = ["--metrics", str(inputs["metrics"])]
     assert verdict(inputs, "good", *metrics) == 2
+    # Verified injected, but no observation of it during stage 10: the stage cannot count as under the fault.
     state.write_text(json.dumps({"faults_verified": {"kill-one": True}}))
+    assert verdict(inputs, "good", *metrics, "--run-state", str(state)) == 2
+    seen = {"from": START - 1, "to": START + 60, "stage": 10}
+    windows = [{"fault": "kill-one", "name": "kill-one-x", "kind": "PodChaos", "stages": [10], "verified": [seen],
+                "watched_in": [10]}]  # fmt: skip
+    state.write_text(json.dumps({"faults_verified": {"kill-one": True}, "fault_windows": windows}))
     assert verdict(inputs, "good", *metrics, "--run-state", str(state)) == 0
     state.write_text(json.dumps({"faults_verified": {"kill-one": True}, "surprise": 1}))
     assert verdict(inputs, "good", *metrics, "--run-state", str(state)) == 3

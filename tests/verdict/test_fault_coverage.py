@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from kfchaos.faults.activity import FaultActivity
+from kfchaos.spec import load_experiment_warnings
 from kfchaos.verdict import Status, evaluate, gate
 from kfchaos.verdict.checks import SEND_LAG_SHARE, send_lag_tolerance
-from tests.verdict.builders import POD_KILL, concat, experiment, records
+from tests.verdict.builders import POD_KILL, concat, experiment, experiment_text, records
 from tests.verdict.fixtures import baseline, exponential
 
 START = 1_000_000.0
@@ -44,8 +45,39 @@ def test_a_stage_under_its_fault_throughout_passes_the_coverage_check() -> None:
     assert stage.gate is not None and stage.gate.proceed, stage.gate.reasons
 
 
-def test_without_fault_activity_no_coverage_is_claimed() -> None:
-    stage = _verdict(None).stage(10)
+def test_without_run_state_a_stage_planned_under_a_fault_is_inconclusive_naming_both() -> None:
+    # Records judged by hand (no run state): nothing shows the fault ever worked in the stage.
+    verdict = _verdict(None)
+    check = verdict.stage(10).check("fault_active")
+    assert check.status is Status.INCONCLUSIVE and check.gating
+    assert "kill-one is planned for stage 10% but was never observed active in it (no run state" in check.reason
+    assert verdict.stage(10).status is Status.INCONCLUSIVE and verdict.status is Status.INCONCLUSIVE
+
+
+def test_a_run_state_without_an_observation_of_a_planned_fault_leaves_its_stages_inconclusive() -> None:
+    # Two faults planned for stage 10; the run state observed only one of them (and that one throughout).
+    two = "[{name: kill-one, type: pod-kill, mode: one}, {name: kill-two, type: pod-kill, mode: one}]"
+    seen = _activity((START - 1, True), (START + 31, True))
+    table = records(10, np.full(N, 0.05), start=START)
+    spec = experiment(stages=[10], faults=two)
+    stage = evaluate(table, spec, baseline=baseline(0.25), fault_coverage={10: [seen]}).stage(10)
+    checks = {c.details["fault"]: c for c in stage.checks if c.name == "fault_active"}
+    assert checks["kill-one"].status is Status.PASS
+    assert checks["kill-two"].status is Status.INCONCLUSIVE
+    assert "kill-two is planned for stage 10% but was never observed active in it (the run state holds no" in (
+        checks["kill-two"].reason
+    )
+    assert stage.status is Status.INCONCLUSIVE
+    # A run state with no entry at all for the stage is the same: no observation.
+    empty = evaluate(table, spec, baseline=baseline(0.25), fault_coverage={}).stage(10)
+    unseen = {c.details["fault"] for c in empty.checks if c.name == "fault_active" and c.status is Status.INCONCLUSIVE}
+    assert unseen == {"kill-one", "kill-two"}
+
+
+def test_a_fault_planned_for_other_stages_asks_nothing_of_this_one() -> None:
+    later = "[{name: kill-one, type: pod-kill, mode: one, stages: [100]}]"
+    table = records(10, np.full(N, 0.05), start=START)
+    stage = evaluate(table, experiment(stages=[10, 100], faults=later), baseline=baseline(0.25)).stage(10)
     assert all(c.name != "fault_active" for c in stage.checks)
 
 
@@ -80,3 +112,37 @@ def test_send_lag_tolerance_is_relative_to_the_latency_measured() -> None:
     assert not result.proceed and "send lag P99 60.0ms > 50ms" in result.reasons[0]
     assert send_lag_tolerance(0.050, 3.0) == SEND_LAG_SHARE * 3.0
     assert send_lag_tolerance(0.050, None) == 0.050
+
+
+def test_validate_states_the_arithmetic_of_a_fault_that_ends_before_its_stages(tmp_path) -> None:
+    # 60 s of pod-kill over two 10-minute stages: Chaos Mesh ends it 60 s into the first one.
+    short = "[{name: kill-one, type: pod-kill, mode: one, duration: 60s}]"
+    path = tmp_path / "short.yaml"
+    path.write_text(experiment_text(stages=[10, 100], faults=short, stage_duration="10m"))
+    warnings = [str(w) for w in load_experiment_warnings(path)]
+    assert any(
+        "spec.faults[0].duration: warning: duration 60s ends before its stages do: stages [10, 100] need "
+        "2 x 600s = 1200s of replay alone" in w
+        for w in warnings
+    ), warnings
+    enough = "[{name: kill-one, type: pod-kill, mode: one, duration: 20m}]"
+    path.write_text(experiment_text(stages=[10, 100], faults=enough, stage_duration="10m"))
+    assert not [w for w in load_experiment_warnings(path) if "ends before its stages" in str(w)]
+
+
+def test_a_stage_that_applied_a_fraction_of_its_planned_load_is_inconclusive_with_the_figures() -> None:
+    spec = experiment(stages=[10])  # 30 s at 100 requests/s planned
+    table = records(10, np.full(N, 0.05), start=START)
+    full = evaluate(table, spec, baseline=baseline(0.25)).stage(10).check("load")
+    assert full.status is Status.PASS and "3000 of 3000 planned requests" in full.reason
+    # The replay stopped after 3 s: 300 requests, 10 % of the plan.
+    short = evaluate(records(10, np.full(300, 0.05), start=START), spec, baseline=baseline(0.25)).stage(10)
+    check = short.check("load")
+    assert check.status is Status.INCONCLUSIVE and short.status is Status.INCONCLUSIVE
+    assert "ran 3.0s of its planned 30s (10%" in check.reason
+    assert "sent 300 of its 3000 planned requests (10%" in check.reason
+    # The full 30 s, at a tenth of the rate (a shard's records missing): the duration alone does not show it.
+    thin = evaluate(records(10, np.full(300, 0.05), start=START, rate=10.0), spec, baseline=baseline(0.25))
+    thin_check = thin.stage(10).check("load")
+    assert thin_check.status is Status.INCONCLUSIVE
+    assert "ran" not in thin_check.reason and "sent 300 of its 3000 planned requests" in thin_check.reason

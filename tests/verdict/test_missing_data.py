@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kfchaos.faults.activity import FaultActivity
 from kfchaos.metrics.names import OOM_KILLS
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.verdict import RecordsError, Status, evaluate
@@ -76,7 +77,15 @@ def test_faults_not_verified() -> None:
     denied = evaluate(healthy(), spec, baseline=baseline(), metrics=metrics, faults_verified={"kill-one": False})
     assert "kill-one" in denied.check("faults_injected").reason
     verified = evaluate(healthy(), spec, baseline=baseline(), metrics=metrics, faults_verified={"kill-one": True})
-    assert verified.status is Status.PASS, verified.reasons
+    # Injected, but never observed active in its stage: the stage is not judged as under the fault.
+    assert verified.status is Status.INCONCLUSIVE
+    assert "kill-one is planned for stage 10%" in verified.stage(10).check("fault_active").reason
+    seen = FaultActivity("kill-one", "kill-one-x", "PodChaos", [10], START - 5, [(START - 1, True), (END + 60, True)])
+    covered = evaluate(
+        healthy(), spec, baseline=baseline(), metrics=metrics, faults_verified={"kill-one": True},
+        fault_coverage={10: [seen]},
+    )  # fmt: skip
+    assert covered.status is Status.PASS, covered.reasons
 
 
 def test_replayer_behind_schedule() -> None:

@@ -26,6 +26,11 @@ def register(subparsers: Any) -> None:
     grab.add_argument("--experiment", required=True, metavar="FILE")
     grab.add_argument("--prometheus", metavar="URL", help="default: spec.baseline.capture.prometheus")
     grab.add_argument("--days", type=int, help="window length in days (default: spec, else 7)")
+    grab.add_argument(
+        "--short-history",
+        metavar="REASON",
+        help="accept fewer than 7 days, or less history than asked, for this reason (recorded in the baseline)",
+    )
     grab.add_argument("--end", metavar="TIME", help="RFC 3339 end of the window (default: spec, else now)")
     grab.add_argument(
         "--step",
@@ -105,7 +110,8 @@ def run_capture(args: argparse.Namespace) -> int:
             step=args.step or (settings.step if settings else 300.0),
             release_windows=windows,
             release_margin=settings.release_margin if settings else 1800.0,
-            detect_releases=settings.detect_releases if settings else False,
+            detect_releases=settings.detect_releases if settings else True,
+            short_history=args.short_history or (settings.short_history if settings else None),
             user_queries=_user_queries(args.query),
             drift=experiment.spec.slo.p99_drift_max,
             request_timeout=experiment.spec.target.timeout,  # no baseline latency beyond it

@@ -201,6 +201,8 @@ def _capture_baseline(
         step=5.0,
         drift=experiment.spec.slo.p99_drift_max,
         request_timeout=experiment.spec.target.timeout,
+        # Recorded in the baseline and shown in the verdict: the drift reference is the control replay above.
+        short_history="the demo's own minutes of local history; the control replay is the drift reference",
     )
     return attach(baseline, control).write(out)
 

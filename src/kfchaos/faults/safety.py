@@ -185,3 +185,28 @@ def fault_duration(experiment: Experiment, fault: FaultBase) -> float:
     count = len(fault_stage_span(experiment, fault)) or len(traffic.stages)
     span = count * (traffic.stage_duration + experiment.spec.target.timeout) + (count - 1) * STAGE_GAP_ALLOWANCE
     return min(span, limit)
+
+
+def short_duration_problem(experiment: Experiment, fault: FaultBase) -> str | None:
+    """Why the fault's own `duration` cannot outlast the stages it is planned for, with the arithmetic, or None.
+
+    The object is created at its first stage's start and Chaos Mesh ends it `duration` later; its stages
+    need at least their replay time back to back (more with the drain and the tasks between, see
+    fault_duration). Shorter, the later stages run without the fault: the verdict then finds them not
+    covered (kfchaos.verdict.evaluate.coverage_checks, INCONCLUSIVE), but the file can say so before the run.
+    """
+    if fault.duration is None or not fault.cluster_side:
+        return None
+    span = fault_stage_span(experiment, fault)
+    stage_duration = experiment.spec.traffic.stage_duration
+    needed = len(span) * stage_duration
+    if not span or fault.duration >= needed:
+        return None
+    default = fault_duration(experiment, fault.model_copy(update={"duration": None}))
+    return (
+        f"duration {fault.duration:g}s ends before its stages do: stages {span} need {len(span)} x "
+        f"{stage_duration:g}s = {needed:g}s of replay alone ({default:g}s with the drain and the tasks between, "
+        f"the default when duration is left out), so it covers at most {fault.duration / stage_duration:.2g} of "
+        f"its {len(span)} stage(s); each stage it does not cover ends INCONCLUSIVE. Leave duration out or "
+        f"lengthen it to {default:g}s"
+    )

@@ -28,6 +28,7 @@ the query grid, so `Series.increase` over any window is the number of events in 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -63,24 +64,49 @@ ContainerKey = tuple[str, str, str, str]  # namespace, pod, container, pod uid (
 CrashLogReader = Callable[[str, str, str], "str | None"]
 """(namespace, pod, container) -> the previous container's log tail, or None when it cannot be read."""
 
+# The series behind "killed, restart not counted yet" (kube-state-metrics internal/store/pod.go):
+# `..._terminated_reason{reason}` exists only while the container's State is Terminated; once the kubelet has
+# a back-off cached for it, convertToAPIContainerStatuses (kubernetes pkg/kubelet/kubelet_pods.go) moves the
+# Terminated state into LastTerminationState and reports State Waiting (reason CrashLoopBackOff), so the kill
+# then shows only as `..._waiting_reason{reason="CrashLoopBackOff"}` with `..._last_terminated_reason`. The
+# restart count steps up only when the next container is created (kuberuntime gives it the dead one's
+# count + 1), after the back-off: a kill near a window's end shows in neither restart count nor terminated
+# gauge, only in the waiting + last-terminated pair.
+TERMINATED_METRIC = "kube_pod_container_status_terminated_reason"
+WAITING_METRIC = "kube_pod_container_status_waiting_reason"
+BACK_OFF = "CrashLoopBackOff"
+# kube_pod_created{namespace,pod,uid}: the pod's creation time. It tells a new pod (counted from 0) from an
+# old one whose series was absent for a while (a scrape gap), which absence alone cannot.
+CREATED_METRIC = "kube_pod_created"
+
 
 def container_key(labels: dict[str, str]) -> ContainerKey:
+    """A container's identity: namespace, pod, container and pod uid. Every other label (instance, job, a
+    kube-state-metrics replica's pod) names the scrape target, not the container, so two replicas of
+    kube-state-metrics scraped side by side give the same key and are one container."""
     return (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""), labels.get("uid", ""))
 
 
-def increments(values: NDArray[np.float64], new: bool = False) -> NDArray[np.float64]:
+def increments(values: NDArray[np.float64], new: bool = False, monotone: bool = False) -> NDArray[np.float64]:
     """Each point's increase since the previous finite point of the *same* series: a drop is a counter
     reset, after which the new value is all increase (Prometheus's rule for increase()). The first point is
     the reference (0), except for a `new` series -- one that began inside the queried range, whose counter
-    started at 0 (a new pod's restart count, a new container's cgroup), so its first value is all increase."""
+    started at 0 (a new pod's restart count, a new container's cgroup), so its first value is all increase.
+
+    `monotone`: the counter cannot reset (a pod's restartCount, identified by its uid, lives as long as the
+    pod), so a lower value is a lagging copy (another kube-state-metrics replica a scrape behind), not a
+    reset: only a rise above the highest value seen is an increase."""
     out = np.zeros(len(values))
     previous = 0.0 if new else None
     for index, value in enumerate(values):
         if not np.isfinite(value):
             continue
         if previous is not None:
-            out[index] = value - previous if value >= previous else value
-        previous = value
+            if monotone:
+                out[index] = max(0.0, value - previous)
+            else:
+                out[index] = value - previous if value >= previous else value
+        previous = max(previous, value) if monotone and previous is not None else value
     return out
 
 
@@ -101,56 +127,161 @@ def _began_after(series: RangeSeries, since: float | None) -> bool:
     return since is not None and len(series.times) > 0 and float(series.times[0]) > since + spacing / 2
 
 
-def restarts(
-    restart_series: Iterable[RangeSeries], reason_series: Iterable[RangeSeries], since: float | None = None
-) -> list[Restart]:
-    """Every restart step of every container, with the last terminated reason shown at that point.
+IDENTITY = ("namespace", "pod", "container", "uid")  # kube-state-metrics' container series
+CGROUP_IDENTITY = ("namespace", "pod", "container", "id")  # cAdvisor's: one series per container cgroup
 
-    Both series come from one pod object in one kube-state-metrics scrape, so the reason that explains a
-    restart is on the same timestamp; failing that, the next point of the reason series within one step.
-    When two reasons show at once (a scrape racing a second restart) OOMKilled wins: never undercount.
-    A series that begins after `since` (the range's start) is a new pod, counted from 0; when it first shows
-    more than one restart, only the last one's reason is known and the others have none.
+
+def merged(series: Iterable[RangeSeries], identity: tuple[str, ...] = IDENTITY) -> list[RangeSeries]:
+    """One series per container (the `identity` labels; container_key for kube-state-metrics): the copies
+    of one container's series that several scrape targets export (kube-state-metrics replicas, a kubelet
+    scraped by two jobs: `instance` or `job` differs) joined point by point, the highest value at each time
+    (the freshest copy of a count that only grows)."""
+    groups: dict[tuple[str, ...], list[RangeSeries]] = {}
+    for one in series:
+        groups.setdefault(tuple(one.labels.get(k, "") for k in identity), []).append(one)
+    out = []
+    for key, copies in groups.items():
+        if len(copies) == 1:
+            out.append(copies[0])
+            continue
+        times = np.unique(np.concatenate([c.times for c in copies]))
+        values = np.full(len(times), np.nan)
+        for copy in copies:
+            at = np.searchsorted(times, copy.times)
+            values[at] = np.fmax(values[at], copy.values)
+        out.append(RangeSeries(dict(zip(identity, key, strict=True)), times, values))
+    return out
+
+
+def _present(series: RangeSeries) -> NDArray[np.float64]:
+    return series.times[np.isfinite(series.values) & (series.values > 0)]
+
+
+def _fresh(stamps: RangeSeries) -> NDArray[np.float64]:
+    """The points of a `timestamp(...)` range series whose sample was taken less than one step before them.
+
+    The query engine repeats a series' last sample for up to 5 minutes (promql/engine.go lookbackDelta)
+    where no staleness marker ended it, so a container that left State Terminated can still look terminated
+    minutes later; only the sample's own time says it was still so (each sample is fresh at one point)."""
+    # One point cannot repeat itself: it is fresh whatever its age.
+    spacing = float(np.min(np.diff(stamps.times))) if len(stamps.times) > 1 else math.inf
+    age = stamps.times - stamps.values
+    return stamps.times[np.isfinite(age) & (age < spacing - 1e-3)]
+
+
+def _shown_at(found: list[tuple[NDArray[np.float64], str]], at: float) -> set[str]:
+    return {label for times, label in found if np.any(np.abs(times - at) <= 1e-3)}
+
+
+def _pick(shown: set[str]) -> str | None:
+    """When two reasons show at once (a scrape racing a second restart) OOMKilled wins: never undercount."""
+    return OOM_REASON if OOM_REASON in shown else (sorted(shown)[0] if shown else None)
+
+
+def restarts(
+    restart_series: Iterable[RangeSeries],
+    reason_series: Iterable[RangeSeries],
+    since: float | None = None,
+    *,
+    down_series: Iterable[RangeSeries] = (),
+    created: dict[str, float] | None = None,
+) -> list[Restart]:
+    """Every termination of every container (one Restart each), with the reason shown for it.
+
+    A termination shows either as a step of the restart count, with the last terminated reason on the same
+    timestamp (both come from one pod object in one kube-state-metrics scrape; failing that, the next point
+    of the reason series within one step), or earlier, as the container being *down*: `down_series` are
+    `timestamp()` of kube-state-metrics' terminated_reason (State Terminated) and
+    waiting_reason{reason="CrashLoopBackOff"} (State Waiting after the kill, LastTerminationState holding
+    it) series: down where a sample was taken within one step (`_fresh`). A termination seen down is
+    counted when first seen down, and the restart step that later counts it adds nothing: each kill once.
+
+    Series are joined per container first (`merged`: several kube-state-metrics replicas are one source).
+    Where the pod uid is known the restart count never resets, and whether the pod is new is read from its
+    creation time (`created`: uid -> kube_pod_created); only without one is a series that begins after
+    `since` taken as a new pod, counted from 0. When a new pod first shows more than one restart, only the
+    last one's reason is known and the others have none.
     """
     reasons: dict[ContainerKey, list[tuple[NDArray[np.float64], str]]] = {}
     for series in reason_series:
-        present = series.times[np.isfinite(series.values) & (series.values > 0)]
-        reasons.setdefault(container_key(series.labels), []).append((present, series.labels.get("reason", "")))
+        reasons.setdefault(container_key(series.labels), []).append((_present(series), series.labels.get("reason", "")))
+    down: dict[ContainerKey, list[tuple[NDArray[np.float64], str]]] = {}
+    for series in down_series:
+        state = series.labels.get("reason", "")
+        down.setdefault(container_key(series.labels), []).append((_fresh(series), state))
     out = []
-    for series in restart_series:
+    for series in merged(restart_series):
         key = container_key(series.labels)
-        steps = increments(series.values, new=_began_after(series, since))
+        uid = key[3]
+        born = (created or {}).get(uid) if uid else None
+        new = born > since if born is not None and since is not None else _began_after(series, since)
+        steps = increments(series.values, new=new, monotone=bool(uid))
         spacing = float(np.min(np.diff(series.times))) if len(series.times) > 1 else 0.0
-        for index in np.nonzero(steps > 0)[0]:
-            at = float(series.times[index])
-            shown = {reason for times, reason in reasons.get(key, []) if np.any(np.abs(times - at) <= 1e-3)}
+        open_kill = False  # a termination seen down whose restart the count has not shown yet
+        for index, at in enumerate(series.times.tolist()):
+            if not np.isfinite(series.values[index]):
+                continue
+            shown = _shown_at(reasons.get(key, []), at)
             if not shown:
-                shown = {
-                    reason for times, reason in reasons.get(key, []) if np.any((times > at) & (times <= at + spacing))
-                }
-            reason = OOM_REASON if OOM_REASON in shown else (sorted(shown)[0] if shown else None)
-            out.append(Restart(at, key, 1.0, reason))
-            if steps[index] > 1:  # several restarts between two points: only the last one's reason shows
-                out.append(Restart(at, key, float(steps[index]) - 1.0, None))
+                later = [(t[(t > at) & (t <= at + spacing)], r) for t, r in reasons.get(key, [])]
+                shown = {r for t, r in later if len(t)}
+            step = float(steps[index])
+            if step > 0 and open_kill:
+                step -= 1.0  # the restart of a kill already counted when it was seen down
+                open_kill = False
+            if step > 0:
+                out.append(Restart(at, key, 1.0, _pick(shown)))
+                if step > 1:  # several restarts between two points: only the last one's reason shows
+                    out.append(Restart(at, key, step - 1.0, None))
+            # A point not shown down does not close an open kill: the count step and the Running state come in
+            # one pod update, so only a step does; a missing point is a gap in the data, not a restart.
+            states = _shown_at(down.get(key, []), at)
+            if states and not open_kill:
+                open_kill = True
+                if index > 0 or new:  # down at the range's first point of an old pod: killed before it
+                    # Terminated: its own reason; Waiting in back-off: the last terminated reason beside it.
+                    reason = _pick(states - {BACK_OFF}) or _pick(shown)
+                    out.append(Restart(at, key, 1.0, reason))
+    return out
+
+
+def unseen(restart_series: Iterable[RangeSeries], since: float, created: dict[str, float]) -> list[tuple[float, float]]:
+    """Spans where an old pod's restart count is unknown: a pod created before `since` (kube_pod_created)
+    whose series shows only later was not scraped meanwhile -- a gap, not a new pod, and what its count did
+    in the gap is unknown (the freshness rule of kfchaos.metrics.snapshot then holds the count incomplete)."""
+    out = []
+    for series in merged(restart_series):
+        uid = container_key(series.labels)[3]
+        born = created.get(uid) if uid else None
+        if born is not None and born <= since and _began_after(series, since):
+            out.append((since, float(series.times[0])))
     return out
 
 
 def cadvisor_events(series: Iterable[RangeSeries], since: float | None = None) -> list[tuple[float, float]]:
     """(time, events) of cAdvisor OOM counters, differenced per container series, never across them; a
-    series that begins after `since` is a new cgroup, counted from 0."""
+    series that begins after `since` is a new cgroup, counted from 0. Copies of one cgroup's series from
+    several scrape targets are one (`merged`); a cgroup's count never resets (a new container is a new `id`)."""
     out = []
-    for one in series:
-        steps = increments(one.values, new=_began_after(one, since))
+    for one in merged(series, CGROUP_IDENTITY):
+        steps = increments(one.values, new=_began_after(one, since), monotone=bool(one.labels.get("id")))
         out += [(float(one.times[i]), float(steps[i])) for i in np.nonzero(steps > 0)[0]]
     return out
 
 
-def cumulative(name: str, grid: NDArray[np.float64], events: Iterable[tuple[float, float]], query: str) -> Series:
-    """A never-decreasing count on `grid`: the value at t is every event at or before t."""
+def cumulative(
+    name: str,
+    grid: NDArray[np.float64],
+    events: Iterable[tuple[float, float]],
+    query: str,
+    sampled: NDArray[np.float64] | None = None,
+) -> Series:
+    """A never-decreasing count on `grid`: the value at t is every event at or before t. `sampled`: when the
+    source series behind the count were last sampled at each grid point (kfchaos.metrics.snapshot freshness)."""
     values = np.zeros(len(grid))
     for at, count in events:
         values[grid >= at - 1e-6] += count
-    return Series(name, grid.copy(), values, "counter", query, "count")
+    return Series(name, grid.copy(), values, "counter", query, "count", sampled)
 
 
 def gpu_crashes(crashes: list[Restart], read_log: CrashLogReader | None) -> tuple[list[Restart], list[Restart]]:
@@ -176,11 +307,33 @@ def gpu_crashes(crashes: list[Restart], read_log: CrashLogReader | None) -> tupl
 def queries(scope: Scope) -> dict[str, str]:
     """The raw per-series selectors behind the counts (sent as range queries; summed here, not there)."""
     selector = scope.matchers()
+    back_off = scope.matchers(f'reason="{BACK_OFF}"')
     return {
         "restarts": f"{RESTARTS_METRIC}{{{selector}}}",
         "reasons": f"{REASON_METRIC}{{{selector}}}",
         "cadvisor": f"{CADVISOR_METRIC}{{{selector}}}",
+        # timestamp(): the down states are read by their samples' own times (`_fresh`), never by a lookback.
+        "terminated": f"timestamp({TERMINATED_METRIC}{{{selector}}})",
+        "waiting": f"timestamp({WAITING_METRIC}{{{back_off}}})",
+        "created": f"{CREATED_METRIC}{{{selector}}}",
+        # The newest restart-count sample at each step (PromQL timestamp(): the sample's own time, not the
+        # step's): where kube-state-metrics went unscraped, which the lookback would hide.
+        "sampled": f"max(timestamp({RESTARTS_METRIC}{{{selector}}}))",
     }
+
+
+def _on_grid(grid: NDArray[np.float64], found: list[RangeSeries]) -> NDArray[np.float64]:
+    """The one series of an aggregated query on `grid` (NaN where it has no point): each point at the nearest
+    grid time within half a step (Prometheus evaluates at whole milliseconds, the grid need not)."""
+    out = np.full(len(grid), np.nan)
+    half = (float(grid[1] - grid[0]) if len(grid) > 1 else 1.0) / 2
+    for one in found[:1]:
+        after = np.clip(np.searchsorted(grid, one.times), 0, len(grid) - 1)
+        before = np.maximum(after - 1, 0)
+        nearest = np.where(np.abs(grid[before] - one.times) <= np.abs(grid[after] - one.times), before, after)
+        inside = np.abs(grid[nearest] - one.times) < half
+        out[nearest[inside]] = one.values[inside]
+    return out
 
 
 def collect(
@@ -202,8 +355,10 @@ def collect(
             result.unreachable = str(exc)
             return result
         except (PrometheusError, ValueError) as exc:
+            # Every part but cAdvisor's decides the kube-state-metrics count: without the down states a kill in
+            # back-off is missed, without the sample times a gap is read as no kill.
             found[part] = []
-            result.errors[HOST_OOM if part != "cadvisor" else CADVISOR_OOM] = str(exc)
+            result.errors[HOST_OOM if part != "cadvisor" else CADVISOR_OOM] = f"{part}: {exc}"
     grid = np.arange(start, end + step / 2, step, dtype=np.float64)
     described = f"{sent['restarts']} x {sent['reasons']}, increase per container series, then summed"
     if found["cadvisor"]:
@@ -218,18 +373,35 @@ def collect(
             f"be counted without it (cAdvisor's {CADVISOR_METRIC} loses the killed container's count)"
         )
         return result
-    every = restarts(found["restarts"], found["reasons"], start)
+    created = {
+        s.labels["uid"]: float(np.nanmax(s.values))
+        for s in found["created"]
+        if s.labels.get("uid") and np.isfinite(s.values).any()
+    }
+    every = restarts(
+        found["restarts"],
+        found["reasons"],
+        start,
+        down_series=found["terminated"] + found["waiting"],
+        created=created,
+    )
     crashes = [r for r in every if not r.oom_killed]
     gpu, unread = gpu_crashes(crashes, read_log)
     log_note = "previous container logs" if read_log else "no log reader: every crash unread"
+    sampled = _on_grid(grid, found["sampled"])
+    for low, high in unseen(found["restarts"], start, created):
+        sampled[(grid > low) & (grid < high)] = np.nan  # one container unseen: the scope's count is unknown
 
     def events(items: list[Restart]) -> list[tuple[float, float]]:
         return [(r.time, r.count) for r in items]
 
-    result.series[HOST_OOM] = cumulative(HOST_OOM, grid, events([r for r in every if r.oom_killed]), described)
-    result.series[CRASHES] = cumulative(CRASHES, grid, events(crashes), described)
-    result.series[GPU_OOM] = cumulative(GPU_OOM, grid, events(gpu), f"{described}; {log_note}")
-    result.series[UNREAD] = cumulative(UNREAD, grid, events(unread), f"{described}; {log_note}")
+    def count_of(name: str, items: list[Restart], note: str) -> Series:
+        return cumulative(name, grid, events(items), note, sampled)
+
+    result.series[HOST_OOM] = count_of(HOST_OOM, [r for r in every if r.oom_killed], described)
+    result.series[CRASHES] = count_of(CRASHES, crashes, described)
+    result.series[GPU_OOM] = count_of(GPU_OOM, gpu, f"{described}; {log_note}")
+    result.series[UNREAD] = count_of(UNREAD, unread, f"{described}; {log_note}")
     return result
 
 
@@ -237,8 +409,7 @@ def collect(
 class OomCount:
     """OOM events in one window; `missing` says why the count is incomplete (None when it is not)."""
 
-    host: float | None  # OOM-killed restarts (kube-state-metrics)
-    pending: float  # containers OOM-killed and still down at the window's end (restart not yet counted)
+    host: float | None  # OOM kills (kube-state-metrics), counted when first seen: down or restarted
     cadvisor: float | None  # cAdvisor OOM events where the series survived (a lower bound)
     gpu: float  # crashes whose previous log shows CUDA out of memory
     unread: float  # crashes whose cause could not be read
@@ -247,7 +418,7 @@ class OomCount:
     @property
     def host_kills(self) -> float:
         """Host-memory OOM kills: the larger of the two sources (they count the same kills)."""
-        return max((self.host or 0.0) + self.pending, self.cadvisor or 0.0)
+        return max(self.host or 0.0, self.cadvisor or 0.0)
 
     @property
     def known(self) -> float:
@@ -256,7 +427,9 @@ class OomCount:
 
 
 def count(snapshot: MetricsSnapshot, start: float, end: float, grace: float) -> OomCount:
-    """Events in [start, end + grace]: a kill at the end of a window shows a scrape interval later."""
+    """Events in [start, end + grace]: a kill at the end of a window shows a scrape interval later. A count
+    whose source went unsampled for a while inside that span is incomplete (`missing` says where): a kill in
+    the gap may never show (kfchaos.metrics.snapshot, freshness)."""
     until = end + grace
 
     def increase(name: str) -> float | None:
@@ -268,17 +441,10 @@ def count(snapshot: MetricsSnapshot, start: float, end: float, grace: float) -> 
     missing = snapshot.missing(HOST_OOM)
     if missing is None and host is None:
         missing = f"series {HOST_OOM} has fewer than two points around the window"
+    if missing is None:
+        missing = snapshot.stale(HOST_OOM, start, until)
     evidence = [snapshot.missing(n) for n in (GPU_OOM, UNREAD)]
     gpu, unread = increase(GPU_OOM), increase(UNREAD)
     if missing is None and (any(evidence) or gpu is None or unread is None):
         missing = next((e for e in evidence if e), None) or "crash-restart evidence has too few points"
-    pending = 0.0
-    if not snapshot.missing(PENDING):
-        # Down at the end but not at the start: killed in this window, its restart not yet counted.
-        series = snapshot.series[PENDING]
-        finite = np.isfinite(series.values)
-        at_end = series.values[(series.times <= until) & finite]
-        at_start = series.values[(series.times <= start) & finite]
-        down_end = float(at_end[-1]) if len(at_end) else 0.0
-        pending = max(0.0, down_end - (float(at_start[-1]) if len(at_start) else 0.0))
-    return OomCount(host, pending, increase(CADVISOR_OOM), gpu or 0.0, unread or 0.0, missing)
+    return OomCount(host, increase(CADVISOR_OOM), gpu or 0.0, unread or 0.0, missing)

@@ -11,6 +11,17 @@ JSON shape:
 
 `grace` is the scrape interval of the source (seconds): an event at the end of a window shows up to one
 interval later, so event counts read [start, end + grace] (kfchaos.metrics.oom.count).
+
+Freshness (docs/verdict.md "Freshness"). A range query does not say when its samples were taken: for each
+step Prometheus returns the newest sample up to `lookbackDelta` (5 minutes by default) old
+(prometheus/prometheus promql/engine.go, `lookbackDelta` / `defaultLookbackDelta`), so a series whose
+scrapes stopped repeats its last value for five minutes -- and for ever where no staleness marker was
+written (Prometheus writes one when a target disappears or a scrape fails, docs/querying/basics.md
+"Staleness"; not for a Prometheus restart, backfilled blocks, or remote-written data). A counter that stops
+is then read as "no increase". So a series may carry `sampled`: at each point the timestamp of the sample
+behind it (PromQL `timestamp()`), and without it the points' own times are what is known. A gap longer
+than FRESH_SCRAPES scrape intervals (plus the query step) inside a judged window makes the series *stale*
+there: what happened in the gap is unknown, not zero (`MetricsSnapshot.stale`).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +41,7 @@ from kfchaos.errors import KfchaosError
 from kfchaos.jsonsource import load_json
 
 SeriesKind = Literal["counter", "gauge"]
+FRESH_SCRAPES = 3  # a series unseen for more than this many scrape intervals (+ one step) has a gap
 DEFAULT_GRACE = 60.0  # Prometheus's default scrape_interval (1m) where the source's own is unknown
 
 
@@ -44,10 +57,38 @@ class Series:
     kind: SeriesKind = "gauge"
     query: str = ""
     unit: str = ""
+    sampled: NDArray[np.float64] | None = None  # per point: when its sample was taken (NaN: unknown)
 
     def between(self, start: float, end: float) -> Series:
         keep = (self.times >= start) & (self.times <= end)
-        return Series(self.name, self.times[keep], self.values[keep], self.kind, self.query, self.unit)
+        sampled = None if self.sampled is None else self.sampled[keep]
+        return Series(self.name, self.times[keep], self.values[keep], self.kind, self.query, self.unit, sampled)
+
+    @property
+    def step(self) -> float:
+        """The usual spacing of the points (the query step); 0 with fewer than two."""
+        return float(np.median(np.diff(self.times))) if len(self.times) > 1 else 0.0
+
+    def sample_times(self) -> NDArray[np.float64]:
+        """When the samples behind the points were taken, ascending: `sampled` where known, else the times
+        of the points that have a value."""
+        if self.sampled is not None:
+            return np.unique(self.sampled[np.isfinite(self.sampled)])
+        return np.unique(self.times[np.isfinite(self.values)])
+
+    def largest_gap(self, start: float, end: float) -> tuple[float, float] | None:
+        """The longest stretch of [start, end] with no sample, as (last sample before it, next sample or
+        `end`); a series with no sample at or before `start` is unseen from `start`. None for an empty window."""
+        if end <= start:
+            return None
+        taken = self.sample_times()
+        before = taken[taken <= start]
+        knots = [float(before[-1]) if len(before) else start]
+        knots += [float(t) for t in taken[(taken > start) & (taken <= end)]]
+        knots.append(end)
+        spans = np.diff(np.array(knots))
+        longest = int(np.argmax(spans))
+        return knots[longest], knots[longest + 1]
 
     def increase(self, start: float, end: float) -> float | None:
         """Counter increase over [start, end], counting resets as Prometheus does; None without two points.
@@ -95,6 +136,22 @@ class MetricsSnapshot:
             return f"series {name} has no points"
         return None
 
+    def stale(self, name: str, start: float, end: float) -> str | None:
+        """Why series `name` cannot be trusted over [start, end] (a gap in its samples longer than
+        FRESH_SCRAPES scrape intervals plus one step), or None when it was seen throughout. Call it for a
+        series that is not `missing`."""
+        series = self.series[name]
+        gap = series.largest_gap(start, end)
+        allowed = FRESH_SCRAPES * self.grace + series.step
+        if gap is None or gap[1] - gap[0] <= allowed:
+            return None
+        low, high = gap
+        return (
+            f"series {name} has no sample from {_clock(low)} to {_clock(high)} ({high - low:.0f}s, more than "
+            f"{FRESH_SCRAPES} scrape intervals of {self.grace:g}s + the {series.step:g}s step) inside "
+            f"{_clock(start)}..{_clock(end)}: what happened in the gap is unknown, not zero"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
@@ -109,6 +166,7 @@ class MetricsSnapshot:
                         for t, v in zip(s.times, s.values, strict=True)
                     ],
                 }
+                | ({} if s.sampled is None else {"sampled": [_number(v) for v in s.sampled]})
                 for name, s in self.series.items()
             },
             "errors": dict(self.errors),
@@ -143,8 +201,15 @@ class MetricsSnapshot:
             times = np.array([p[0] for p in pairs], dtype=np.float64)
             order = np.argsort(times, kind="stable")
             values = np.array([p[1] for p in pairs], dtype=np.float64)
+            sampled = _sampled(where, raw.get("sampled"), len(pairs))
             series[name] = Series(
-                name, times[order], values[order], kind, str(raw.get("query", "")), str(raw.get("unit", ""))
+                name,
+                times[order],
+                values[order],
+                kind,
+                str(raw.get("query", "")),
+                str(raw.get("unit", "")),
+                None if sampled is None else sampled[order],
             )
         errors = data.get("errors", {})
         if not isinstance(errors, dict):
@@ -168,3 +233,23 @@ class MetricsSnapshot:
         except KfchaosError as exc:
             raise SnapshotError(str(exc)) from None
         return cls.from_dict(data, str(path))
+
+
+def _number(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _clock(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _sampled(where: str, raw: Any, count: int) -> NDArray[np.float64] | None:
+    """A series' `sampled` list: one epoch second (or null) per point, or absent."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != count:
+        raise SnapshotError(f"{where}.sampled: expected one epoch time (or null) per point ({count})")
+    try:
+        return np.array([math.nan if v is None else float(v) for v in raw], dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise SnapshotError(f"{where}.sampled: each entry must be epoch seconds or null") from None

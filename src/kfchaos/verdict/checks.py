@@ -155,7 +155,7 @@ def oom_check(counted: OomCount | None, missing: str | None, served: int, limit:
     details = {
         "oom_kills": count,
         "host_oom_kills": host,
-        "host_oom_kills_kube_state_metrics": None if counted.host is None else round(counted.host + counted.pending),
+        "host_oom_kills_kube_state_metrics": None if counted.host is None else round(counted.host),
         "host_oom_kills_cadvisor": None if counted.cadvisor is None else round(counted.cadvisor),
         "gpu_oom_crashes": gpu,
         "crash_restarts_unread": unread,

@@ -23,6 +23,7 @@ from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
 from kfchaos.verdict.delivery import fault_requests_check
 from kfchaos.verdict.gate import gate
+from kfchaos.verdict.load import load_check
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
 from kfchaos.verdict.recovery import RECOVERY_WINDOW, recovery_check
 from kfchaos.verdict.requests import Requests, load_requests
@@ -59,6 +60,7 @@ def stage_checks(
     replay_valid: bool | str | None,
     stage: int,
     fault_activity: Sequence[FaultActivity] | None = None,
+    planned_faults: Sequence[str] = (),
 ) -> tuple[list[Check], tuple[float, float]]:
     """The stage's checks (the gate's first, see `gate_of`) and its window: first intended send to last
     response."""
@@ -78,7 +80,7 @@ def stage_checks(
         stage=stage,
     )
     checks = list(stage_gate.checks)
-    checks += coverage_checks(fault_activity, window)
+    checks += coverage_checks(fault_activity, window, planned_faults, stage)
     latency, beyond = _tail_sample(requests, requests.latency)
     checks.append(
         drift_check(
@@ -133,16 +135,41 @@ def stage_checks(
     return checks, window
 
 
-def coverage_checks(activities: Sequence[FaultActivity] | None, window: tuple[float, float]) -> list[Check]:
-    """A stage meant to be under fault counts only if each of its faults was verified active over nearly all
-    of the stage's window (kfchaos.faults.activity: MAX_UNCOVERED_SHARE); otherwise it is INCONCLUSIVE,
-    naming the fault and the seconds it was not seen active. None: no fault activity was recorded for the
-    stage (records judged offline): nothing is claimed here, the experiment-wide faults check speaks."""
-    if not activities:
-        return []
+def coverage_checks(
+    activities: Sequence[FaultActivity] | None,
+    window: tuple[float, float],
+    planned: Sequence[str] = (),
+    stage: int | None = None,
+) -> list[Check]:
+    """One `fault_active` check per fault of the stage: every (fault, planned stage) pair is either verified
+    to cover the stage or the stage is INCONCLUSIVE, naming the fault and the stage.
+
+    A fault observed in the stage counts only if it was verified active over nearly all of the stage's window
+    (kfchaos.faults.activity: MAX_UNCOVERED_SHARE); otherwise INCONCLUSIVE, naming the seconds it was not seen
+    active. A fault in `planned` (the experiment puts it under this stage) with no observation at all -- the
+    run state holds none for it, or there is no run state (records judged by hand) -- was never seen working
+    in the stage: INCONCLUSIVE too, never a stage judged as if under fault."""
     checks = []
     length = max(0.0, window[1] - window[0])
-    for activity in activities:
+    observed = {activity.fault for activity in activities or ()}
+    for fault in planned:
+        if fault in observed:
+            continue
+        source = "no run state was given" if activities is None else "the run state holds no observation of it"
+        checks.append(
+            Check(
+                "fault_active",
+                Status.INCONCLUSIVE,
+                f"{fault} is planned for stage {stage}% but was never observed active in it ({source}): the "
+                "stage cannot count as under that fault",
+                0.0,
+                1.0 - MAX_UNCOVERED_SHARE,
+                samples=0,
+                unit="fraction",
+                details={"fault": fault, "stage": stage, "window": list(window), "verified": []},
+            )
+        )
+    for activity in activities or ():
         seen = coverage(activity, window)
         details = {
             "fault": activity.fault,
@@ -236,8 +263,12 @@ def evaluate(
             continue
         subset = requests.where(mask)
         valid = (stage_valid or {}).get(percent)
-        activity = (fault_coverage or {}).get(percent)
-        checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity)
+        activity = None if fault_coverage is None else fault_coverage.get(percent, [])
+        # Every fault the experiment puts under this stage that becomes a cluster object must be seen working
+        # in it; traffic-side faults are the stage's own requests (fault_requests_check).
+        planned_faults = [f.name for f in spec.faults if f.cluster_side and percent in experiment.fault_stages(f)]
+        checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity, planned_faults)
+        checks.append(load_check(subset, experiment, percent, baseline))
         fault_requests = requests.where(in_stage & requests.injected)  # a few rows: copied once, not the stage
         delivered = fault_requests_check(experiment, percent, fault_requests)
         if delivered is not None:

@@ -89,6 +89,23 @@ def _rule_values(
     return _series_per_window(snapshot, names, grid, counter=False), None
 
 
+def _stale(rule: AbortRule, grid: Windows, metrics: MetricsSnapshot | None) -> str | None:
+    """Why the rule's metric series went unsampled for a while inside the stage (kfchaos.metrics.snapshot,
+    freshness), or None: a rule that did not trip over such a gap cannot say it would not have."""
+    if metrics is None or not len(grid) or rule.metric not in ("oom_kills", "dependency_p99"):
+        return None
+    start, end = grid.start, grid.bounds(len(grid) - 1)[1]
+    if rule.metric == "oom_kills":
+        names = [oom.HOST_OOM]
+    elif rule.dependency == "any":
+        names = sorted(n for n in metrics.series if n.startswith(DEPENDENCY_PREFIX))
+    else:
+        names = [f"{DEPENDENCY_PREFIX}{rule.dependency}"]
+    grace = metrics.grace if rule.metric == "oom_kills" else 0.0
+    found = (metrics.stale(n, start, end + grace) for n in names if not metrics.missing(n))
+    return next((why for why in found if why), None)
+
+
 def rule_check(rule: AbortRule, requests: Requests, metrics: MetricsSnapshot | None) -> Check:
     name = f"abort.{rule.metric}" + (f".{rule.dependency}" if rule.dependency else "")
     threshold = rule.threshold
@@ -114,6 +131,10 @@ def rule_check(rule: AbortRule, requests: Requests, metrics: MetricsSnapshot | N
         )
         return Check(name, Status.FAIL, reason, worst, threshold, None, int(grid.sent.sum()), details=details)
     reason = f"never above {rule.above} in {rule.consecutive} consecutive {rule.window:g}s window(s); worst {worst:.4g}"
+    stale = _stale(rule, grid, metrics)
+    if stale:
+        reason = f"{reason}, but {stale}"
+        return Check(name, Status.INCONCLUSIVE, reason, worst, threshold, None, int(grid.sent.sum()), details=details)
     return Check(name, Status.PASS, reason, worst, threshold, None, int(grid.sent.sum()), details=details)
 
 
