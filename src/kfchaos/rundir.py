@@ -396,6 +396,9 @@ def run_state_from_pipeline(audit: dict[str, Any]) -> dict[str, Any]:
     injected = [s for s in steps if s.get("step") == "inject"]
     if injected:
         state["faults_verified"] = all(s.get("status") == "PASS" for s in injected)
+    verified = _faults_verified(steps)
+    if verified and not injected:
+        state["faults_verified"] = verified
     valid: dict[str, Any] = {}
     for step in steps:
         if step.get("step") == "stage" and step.get("status") != "SKIPPED":
@@ -407,12 +410,33 @@ def run_state_from_pipeline(audit: dict[str, Any]) -> dict[str, Any]:
     removed = (audit.get("recovery") or {}).get("removed_at")
     if isinstance(removed, int | float):
         state["faults_removed_at"] = float(removed)
+    recovery = (audit.get("recovery") or {}).get("recovery")
+    if isinstance(recovery, dict) and recovery.get("status") in ("PASS", "FAIL", "INCONCLUSIVE"):
+        state["recovery"] = recovery  # measured on the probe's records, which the folder does not hold
     # The verified fault windows, where this kfchaos's run state reads them (docs/verdict.md, "Fault windows").
     from kfchaos.verdict.runstate import RunState
 
     if audit.get("fault_windows") and "fault_windows" in RunState.__dataclass_fields__:
         state["fault_windows"] = audit["fault_windows"]
     return state
+
+
+def _faults_verified(steps: list[dict[str, Any]]) -> dict[str, bool]:
+    """Per cluster fault, whether a stage step saw one of its chaos objects injected (the object's `injection`,
+    kfchaos.steps.stagefaults: Chaos Mesh's AllInjected condition, or the demo proxy's confirmation): the facts
+    the pipeline's stages were judged on, so that re-judging the folder does not call them unverified."""
+    out: dict[str, bool] = {}
+    for step in steps:
+        if step.get("step") != "stage" or not isinstance(step.get("detail"), dict):
+            continue
+        for obj in step["detail"].get("chaos_objects") or []:
+            if not isinstance(obj, dict) or not isinstance(obj.get("fault"), str):
+                continue
+            injection = obj.get("injection")
+            # As the stage step decides (kfchaos.steps.stagefaults._wait_injected): an answer without the flag is ok.
+            seen = injection.get("injected", True) is True if isinstance(injection, dict) else injection is True
+            out[obj["fault"]] = out.get(obj["fault"], False) or seen
+    return out
 
 
 def _baseline_file(parameters: dict[str, Any]) -> Path | None:

@@ -130,6 +130,7 @@ def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapsho
         faults_removed_at=state.faults_removed_at,
         fault_coverage=stage_activities(state.fault_windows) if state.fault_windows else None,
         warnings=warnings,
+        recorded_recovery=state.recovery,
     )
     return verdict, experiment, metrics
 
