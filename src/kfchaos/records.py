@@ -71,6 +71,9 @@ REQUEST_SCHEMA = pa.schema(
 )
 
 COLUMNS = tuple(REQUEST_SCHEMA.names)
+# Parquet metadata key naming the run whose records a file holds (written into a run folder's records.parquet):
+# a folder mixing two runs is refused (kfchaos.verdict.requests).
+RUN_ID_KEY = b"kfchaos.run_id"
 
 
 class RecordsError(KfchaosError):

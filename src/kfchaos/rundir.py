@@ -15,6 +15,7 @@
       report.html        the report (offline: its plotting script is inline)
       report.md          the Markdown summary
       audit.json         the sealed audit record, pipeline runs only (`kfchaos audit verify`)
+      seal.json          SHA-256 of every other file, written last (kfchaos.runseal; `kfchaos audit verify DIR`)
       evidence/          the OOM evidence bundle, when the run called for one (kfchaos.evidence.files):
                          index.json and one file per item
 
@@ -37,7 +38,9 @@ from typing import Any
 
 import yaml
 
+from kfchaos import runseal
 from kfchaos.errors import KfchaosError
+from kfchaos.records import RUN_ID_KEY
 
 LAYOUT_VERSION = 1
 MANIFEST = "run.json"
@@ -69,6 +72,9 @@ FILES = (
     EVIDENCE,
     FAULT_ACTIONS,
 )
+
+# Every file a verdict or a report of the folder reads (and the manifest): sealed in seal.json (kfchaos.runseal).
+SEALED = (MANIFEST, *FILES)
 
 # Where kfp.local leaves the pipeline's artifacts: <run>/<task>/<output name> (KFP output names cannot hold dots).
 PIPELINE_ARTIFACTS = {REPORT_HTML: ("verdict-report", "report_html"), AUDIT: ("verdict-report", "audit")}
@@ -186,7 +192,9 @@ def write(
         table = pq.read_table(records)
     if table is None:
         raise RunDirError(f"{run.path}: the run has no request records")
-    pq.write_table(table, run.file(RECORDS))
+    # The run id rides in the Parquet metadata, so that a folder of two runs' records is refused when judged.
+    metadata = {**(table.schema.metadata or {}), RUN_ID_KEY: run.run_id.encode()}
+    pq.write_table(table.replace_schema_metadata(metadata), run.file(RECORDS))
     info = dict(info or {})
     if info.get("started_at") is None and "intended" in table.column_names and table.num_rows:
         # No pipeline to say when the run began and ended: the first request's send and the last response.
@@ -213,12 +221,57 @@ def write(
     manifest = _manifest(run, experiment_text, verdict, info)
     run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     rejudged = _rejudge(run)
+    rejudged.pop("stages", None)
     manifest["rejudged"] = rejudged
     run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     render_reports(run)
     manifest["files"] = sorted(name for name in FILES if run.has(name))
     run.file(MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    runseal.seal(run.path, run.run_id, SEALED)  # last: it covers every file above
     return run
+
+
+def verify(run: RunDir) -> list[runseal.SealFinding]:
+    """Everything `kfchaos audit verify DIR` checks: the seal (every file's hash, none added or missing, its
+    HMAC where a key is given), the audit record against the folder's experiment and baseline, and the verdict
+    re-judged from the folder's own inputs against verdict.json, stage by stage."""
+    findings = runseal.check(run.path, SEALED)
+    if run.has(AUDIT):
+        findings += _audit_findings(run)
+    again = _rejudge(run)
+    if again.get("error"):
+        findings.append(runseal.SealFinding("rejudge", False, f"cannot re-judge: {again['error']}"))
+    else:
+        held = f"verdict.json {run.verdict().get('status')}, stages {_stage_statuses(run.verdict())}"
+        found = f"re-judged {again['status']}, stages {again['stages']}"
+        same = again["matches"] and again["stages"] == _stage_statuses(run.verdict())
+        findings.append(runseal.SealFinding("rejudge", bool(same), f"{found}; {held}"))
+    return findings
+
+
+def _audit_findings(run: RunDir) -> list[runseal.SealFinding]:
+    """The pipeline's audit record: its own hashes, and its experiment and baseline against the folder's files."""
+    from kfchaos import audit
+
+    try:
+        record = audit.load_record(run.file(AUDIT))
+    except KfchaosError as exc:
+        return [runseal.SealFinding(AUDIT, False, str(exc))]
+    out = [runseal.SealFinding(f"{AUDIT} {f.what}", f.ok, f.detail) for f in audit.verify(record)]
+    experiment = audit.sha256_text(run.file(EXPERIMENT).read_text())
+    recorded = record["experiment"].get("sha256")
+    out.append(runseal.SealFinding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}"))
+    baseline = audit.sha256_text(run.file(BASELINE).read_text()) if run.has(BASELINE) else None
+    recorded = (record.get("baseline") or {}).get("sha256")
+    out.append(runseal.SealFinding(f"{BASELINE} vs {AUDIT}", recorded == baseline, f"{baseline}, audit {recorded}"))
+    return out
+
+
+def _stage_statuses(verdict: dict[str, Any]) -> list[list[Any]]:
+    stages = verdict.get("stages")
+    if not isinstance(stages, list):
+        return []
+    return [[s.get("stage"), s.get("status")] for s in stages if isinstance(s, dict)]
 
 
 def _write_evidence(run: RunDir, evidence: dict[str, Any] | None) -> None:
@@ -284,7 +337,8 @@ def _rejudge(run: RunDir) -> dict[str, Any]:
     except (KfchaosError, OSError, ValueError) as exc:
         return {"status": None, "matches": False, "error": str(exc)}
     status = again.status.value
-    return {"status": status, "matches": status == run.verdict().get("status")}
+    stages = [[s.stage, s.status.value] for s in again.stages]
+    return {"status": status, "matches": status == run.verdict().get("status"), "stages": stages}
 
 
 def render_reports(run: RunDir) -> None:

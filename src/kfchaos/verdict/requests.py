@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, IdReader, RecordsError, impossible_data
+from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, RUN_ID_KEY, IdReader, RecordsError, impossible_data
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
 OPTIONAL = ("long_context", "fault_request")  # read when present; older or hand-made records may lack them
@@ -248,6 +249,37 @@ def injected_mask(table: pa.Table) -> NDArray[np.bool_]:
     return mask
 
 
+def _one_run(path: Path, dataset: ds.FileSystemDataset) -> None:
+    """A records folder holds one run: refused when two of its files name different runs (their Parquet
+    metadata) or hold the same stage and shard (a run writes each (stage, shard) once, in one file or merged), as
+    two runs' records copied into one folder do. Concatenated, they would be judged as one run."""
+    files = list(dataset.files)
+    if len(files) < 2:
+        return
+    runs: dict[str, str] = {}
+    seen: dict[tuple[int, int], str] = {}
+    for name in files:
+        fragment = pq.ParquetFile(name)
+        run_id = (fragment.schema_arrow.metadata or {}).get(RUN_ID_KEY)
+        if run_id is not None:
+            runs.setdefault(run_id.decode(errors="replace"), name)
+        wanted = [c for c in ("stage", "shard") if c in fragment.schema_arrow.names]
+        if "stage" not in wanted:
+            continue
+        table = fragment.read(columns=wanted).group_by(wanted).aggregate([])
+        shards = table.column("shard").to_pylist() if "shard" in wanted else [0] * table.num_rows
+        for stage, shard in zip(table.column("stage").to_pylist(), shards, strict=True):
+            other = seen.setdefault((stage, shard), name)
+            if other != name:
+                raise RecordsError(
+                    f"{path}: holds two runs' records: {other} and {name} both hold stage {stage} shard {shard}; "
+                    "give one run's records"
+                )
+    if len(runs) > 1:
+        listed = "; ".join(f"{run} ({name})" for run, name in sorted(runs.items()))
+        raise RecordsError(f"{path}: holds records of {len(runs)} runs: {listed}; give one run's records")
+
+
 def load_requests(source: pa.Table | str | Path) -> Requests:
     """Records from a pyarrow Table or a Parquet file (or a folder of them), reading only the needed columns."""
     if isinstance(source, pa.Table):
@@ -255,6 +287,7 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
     path = Path(source)
     try:
         dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
+        _one_run(path, dataset)
         names = set(dataset.schema.names)
         table = dataset.to_table(columns=[n for n in (*NEEDED, *OPTIONAL) if n in names])
 
