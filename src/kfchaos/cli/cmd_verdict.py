@@ -1,6 +1,8 @@
 """`kfchaos verdict`: the SLO verdict from per-request records, a baseline and (optionally) metric series.
 
-Exit code by verdict: 0 PASS, 1 FAIL, 2 INCONCLUSIVE; 3 when an input is bad (named with file and field).
+Exit code by verdict: 0 PASS, 1 FAIL, 2 INCONCLUSIVE; 3 when an input is bad (named with file and field), when the
+inputs do not belong together (another experiment's baseline, two runs' records), or when a --run folder's seal
+does not verify (kfchaos.runseal).
 """
 
 from __future__ import annotations
