@@ -260,7 +260,9 @@ def _audit_findings(run: RunDir) -> list[runseal.SealFinding]:
     out = [runseal.SealFinding(f"{AUDIT} {f.what}", f.ok, f.detail) for f in audit.verify(record)]
     experiment = audit.sha256_text(run.file(EXPERIMENT).read_text())
     recorded = record["experiment"].get("sha256")
-    out.append(runseal.SealFinding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}"))
+    out.append(
+        runseal.SealFinding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}")
+    )
     baseline = audit.sha256_text(run.file(BASELINE).read_text()) if run.has(BASELINE) else None
     recorded = (record.get("baseline") or {}).get("sha256")
     out.append(runseal.SealFinding(f"{BASELINE} vs {AUDIT}", recorded == baseline, f"{baseline}, audit {recorded}"))

@@ -30,7 +30,9 @@ def _verify(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_a_fresh_folder_verifies_and_says_what_it_cannot_prove(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_fresh_folder_verifies_and_says_what_it_cannot_prove(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     seal = json.loads((folder / runseal.SEAL).read_text())
     for name in (rundir.EXPERIMENT, rundir.RECORDS, rundir.BASELINE, rundir.METRICS, rundir.VERDICT,
                  rundir.REPORT_HTML, rundir.REPORT_MD, rundir.MANIFEST):  # fmt: skip
@@ -41,9 +43,7 @@ def test_a_fresh_folder_verifies_and_says_what_it_cannot_prove(folder: Path, cap
     assert any(line.startswith("cannot prove: that seal.json itself") for line in report["proves"])
 
 
-@pytest.mark.parametrize(
-    "name", [rundir.EXPERIMENT, rundir.BASELINE, rundir.METRICS, rundir.VERDICT, rundir.REPORT_MD]
-)
+@pytest.mark.parametrize("name", [rundir.EXPERIMENT, rundir.BASELINE, rundir.METRICS, rundir.VERDICT, rundir.REPORT_MD])
 def test_an_edited_file_is_a_mismatch_and_verdict_run_refuses_the_folder(
     folder: Path, name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -120,7 +120,16 @@ def test_an_empty_completion_is_an_error() -> None:
 
 
 def test_one_accounting_every_request_lands_in_exactly_one_class() -> None:
-    kinds: list[str | None] = [None, "timeout", "connect", "http", "protocol", "dropped", "cancelled", "empty_completion"]
+    kinds: list[str | None] = [
+        None,
+        "timeout",
+        "connect",
+        "http",
+        "protocol",
+        "dropped",
+        "cancelled",
+        "empty_completion",
+    ]
     errors = [kinds[i % len(kinds)] for i in range(800)]
     status = np.array([200 if e in (None, "empty_completion") else 503 if e == "http" else 0 for e in errors])
     status[::16] = np.where(np.array(errors)[::16] == None, 429, status[::16])  # noqa: E711

@@ -63,7 +63,9 @@ def test_one_runs_stages_in_separate_files_are_read_together(tmp_path: Path) -> 
     folder = tmp_path / "records"
     _write(folder / "stage10.parquet", START, run_id="run-a")
     table = records(30, exponential(1.0, 400), start=START + 600)
-    pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_ID_KEY: b"run-a"}), folder / "s30.parquet")
+    pq.write_table(
+        table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_ID_KEY: b"run-a"}), folder / "s30.parquet"
+    )
     requests = load_requests(folder)
     assert sorted(np.unique(requests.stage).tolist()) == [10, 30] and len(requests) == 800
 

@@ -58,7 +58,9 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run, verdict_parser=parser)
 
 
-def _baseline(args: argparse.Namespace, experiment_file: Path, experiment: Experiment) -> tuple[Baseline | None, list[str]]:
+def _baseline(
+    args: argparse.Namespace, experiment_file: Path, experiment: Experiment
+) -> tuple[Baseline | None, list[str]]:
     spec_file = experiment.spec.baseline.file
     if args.baseline:
         path = Path(args.baseline)

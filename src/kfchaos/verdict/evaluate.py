@@ -99,9 +99,15 @@ def stage_checks(
     if slo.p99_max is not None:
         checks.append(
             tail_check(
-                "p99", latency, beyond, slo.p99_max, what="latency", min_samples=samples, confidence=confidence,
+                "p99",
+                latency,
+                beyond,
+                slo.p99_max,
+                what="latency",
+                min_samples=samples,
+                confidence=confidence,
                 unknown=unknown,
-            )  # fmt: skip
+            )
         )
     checks.append(
         rate_check(

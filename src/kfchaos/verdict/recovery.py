@@ -117,17 +117,19 @@ def recorded_check(data: dict[str, Any]) -> Check:
     folder, so the figure is carried, not recomputed, and the reason says so."""
     status = Status(str(data.get("status")))
     interval = data.get("interval")
+    samples = data.get("samples")
+    details = data.get("details")
     return Check(
         "recovery",
         status,
         f"{data.get('reason', '')} (the pipeline's recovery probe; its records are not in the run folder)",
         _number(data.get("value")),
         _number(data.get("threshold")),
-        (float(interval[0]), float(interval[1])) if _pair(interval) else None,
-        int(data["samples"]) if isinstance(data.get("samples"), int) and not isinstance(data["samples"], bool) else 0,
+        (float(interval[0]), float(interval[1])) if interval is not None and _pair(interval) else None,
+        samples if isinstance(samples, int) and not isinstance(samples, bool) else 0,
         str(data.get("unit") or "s"),
         bool(data.get("gating", True)),
-        {"recorded": True, **(data.get("details") if isinstance(data.get("details"), dict) else {})},
+        {"recorded": True, **(details if isinstance(details, dict) else {})},
     )
 
 
