@@ -28,6 +28,8 @@ SEAL_KIND = "kfchaos.RunSeal"
 SEAL_VERSION = 1
 KEY_ENV = "KFCHAOS_SEAL_KEY"
 _CHUNK = 1 << 20
+# A seal lists a few dozen files (evidence items included): far below this. A larger one is not read.
+MAX_SEAL_BYTES = 4 << 20
 
 
 def _canonical(value: Any) -> bytes:
@@ -90,9 +92,11 @@ def check(folder: Path, candidates: tuple[str, ...]) -> list[SealFinding]:
     path = folder / SEAL
     if not path.is_file():
         return [SealFinding(SEAL, False, "missing: the folder is not sealed, its files cannot be checked")]
+    if path.stat().st_size > MAX_SEAL_BYTES:
+        return [SealFinding(SEAL, False, f"larger than {MAX_SEAL_BYTES} bytes: not a seal")]
     try:
         document = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         return [SealFinding(SEAL, False, f"unreadable: {exc}")]
     files = document.get("files") if isinstance(document, dict) else None
     if not isinstance(files, dict) or document.get("kind") != SEAL_KIND:

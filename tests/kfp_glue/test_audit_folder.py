@@ -108,3 +108,22 @@ def test_with_a_key_the_seal_is_signed_and_a_resealed_forgery_is_caught(
     monkeypatch.setenv(runseal.KEY_ENV, "runner-secret")
     code, report = _verify(folder, capsys)
     assert code == 1 and any(f["what"] == "hmac" and not f["ok"] for f in report["findings"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '{"kind": "kfchaos.RunSeal", "files": []}',
+        "{",
+        "[" * 100_000,
+        '{"kind": "kfchaos.RunSeal", "files": {"../x": "sha256:0"}}',
+    ],
+)
+def test_a_hostile_seal_is_a_mismatch_never_a_crash_or_a_pass(
+    folder: Path, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (folder / runseal.SEAL).write_text(text)
+    code, report = _verify(folder, capsys)
+    assert code == 1 and not report["ok"]
+    assert main(["verdict", "--run", str(folder)]) == 3
