@@ -242,10 +242,17 @@ def verify(run: RunDir) -> list[runseal.SealFinding]:
     if again.get("error"):
         findings.append(runseal.SealFinding("rejudge", False, f"cannot re-judge: {again['error']}"))
     else:
-        held = f"verdict.json {run.verdict().get('status')}, stages {_stage_statuses(run.verdict())}"
-        found = f"re-judged {again['status']}, stages {again['stages']}"
-        same = again["matches"] and again["stages"] == _stage_statuses(run.verdict())
-        findings.append(runseal.SealFinding("rejudge", bool(same), f"{found}; {held}"))
+        held = _stage_statuses(run.verdict())
+        found = {stage: status for stage, status, _ in again["stages"]}
+        # A pipeline's verdict lists the stages that ran; a stage a gate skipped has no records, and re-judging
+        # shows it as INCONCLUSIVE with none: not a disagreement.
+        skipped = [stage for stage, _, requests in again["stages"] if stage not in held and requests == 0]
+        same = again["matches"] and all(found.get(stage) == status for stage, status in held.items())
+        same = same and set(found) == set(held) | set(skipped)
+        detail = (
+            f"re-judged {again['status']}, stages {found}; verdict.json {run.verdict().get('status')}, stages {held}"
+        )
+        findings.append(runseal.SealFinding("rejudge", bool(same), detail))
     return findings
 
 
@@ -269,11 +276,11 @@ def _audit_findings(run: RunDir) -> list[runseal.SealFinding]:
     return out
 
 
-def _stage_statuses(verdict: dict[str, Any]) -> list[list[Any]]:
+def _stage_statuses(verdict: dict[str, Any]) -> dict[Any, Any]:
     stages = verdict.get("stages")
     if not isinstance(stages, list):
-        return []
-    return [[s.get("stage"), s.get("status")] for s in stages if isinstance(s, dict)]
+        return {}
+    return {s.get("stage"): s.get("status") for s in stages if isinstance(s, dict)}
 
 
 def _write_evidence(run: RunDir, evidence: dict[str, Any] | None) -> None:
@@ -339,7 +346,7 @@ def _rejudge(run: RunDir) -> dict[str, Any]:
     except (KfchaosError, OSError, ValueError) as exc:
         return {"status": None, "matches": False, "error": str(exc)}
     status = again.status.value
-    stages = [[s.stage, s.status.value] for s in again.stages]
+    stages = [[s.stage, s.status.value, s.requests] for s in again.stages]
     return {"status": status, "matches": status == run.verdict().get("status"), "stages": stages}
 
 

@@ -136,12 +136,19 @@ def _same(what: str, recorded: Any, computed: str) -> SealFinding:
 def proves(findings: list[SealFinding]) -> list[str]:
     """What this verification can and cannot prove, in words (printed by `kfchaos audit verify DIR`)."""
     keyed = any(f.what == "hmac" and f.ok and f.detail == "matches the key" for f in findings)
+    sealed = [f for f in findings if f.what != "rejudge"]
+    rejudged = [f for f in findings if f.what == "rejudge"]
     lines = [
         "proves: every sealed file is byte for byte what was sealed, none is missing, none was added"
-        if all(f.ok for f in findings)
-        else "proves: the folder was changed after it was sealed (see MISMATCH above)",
-        "proves: the verdict re-judged from the folder's own inputs is the verdict it holds (see rejudge)",
+        if all(f.ok for f in sealed)
+        else "proves: the folder is not as it was sealed, or its audit record disagrees with it (see MISMATCH)",
     ]
+    if rejudged:
+        lines.append(
+            "proves: the verdict re-judged from the folder's own inputs is the verdict it holds"
+            if all(f.ok for f in rejudged)
+            else "proves: the verdict the folder holds is not the one its own inputs give (see rejudge)"
+        )
     if keyed:
         lines.append("proves: the seal was written by a holder of the key")
     else:
