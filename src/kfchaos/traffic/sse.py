@@ -15,8 +15,9 @@ Messages never quote the payload (it may echo the prompt).
 A 2xx stream is a success only if it served output: vLLM's generators (vllm/entrypoints/openai/serving_chat.py
 `chat_completion_stream_generator`, serving_completion.py `completion_stream_generator`) send one chunk per
 engine output with the new text in `choices[i].delta.content` / `choices[i].text`, then, with
-`stream_options.include_usage`, a last chunk with `choices: []` and `usage`, then `data: [DONE]`; SamplingParams
-refuses max_tokens below 1, so a real completion holds at least one token. A stream that ends without a token
+`stream_options.include_usage`, a last chunk with `choices: []` and `usage`, then `data: [DONE]`; vLLM refuses
+max_tokens below 1 (vllm/sampling_params.py `_verify_args`: "max_tokens must be at least 1", a 400), so a real
+2xx completion holds at least one token. A stream that ends without a token
 chunk served nothing (`stream_error`): "empty_completion" when it says it generated no tokens (or says nothing),
 "protocol" when its usage claims tokens it never streamed.
 """
