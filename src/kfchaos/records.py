@@ -25,13 +25,16 @@ SCHEMA_VERSION = 2  # 2: fault_request
 ERROR_KINDS = (
     "timeout",  # no complete response within target.timeout
     "connect",  # connection refused / reset before a response
-    "http",  # response with status >= 500 (or >= 400 where configured)
-    "protocol",  # malformed HTTP or SSE stream
-    "dropped",  # not sent: the concurrency limit was reached at its intended time
-    "cancelled",  # the stage ended (abort or time-up) before a response
+    "http",  # response with status >= 500 (the verdict counts every status >= 400 as failed, docs/verdict.md)
+    "protocol",  # malformed HTTP or SSE stream, or a streamed 2xx without a first token
+    "dropped",  # not sent: the concurrency limit was reached at its intended time (an error for its user)
+    "cancelled",  # the stage ended (abort or time-up) before a response (unknown: counted against a PASS)
     # The replayer's own client closed the stream on purpose (a client-abort-storm fault request): designed, not
     # a failure of the target, and never counted as an error of the traffic.
     "client_abort",
+    # A streamed 2xx that ended with `data: [DONE]` and no output token: nothing was served (kfchaos.traffic.sse).
+    # Last, so that the dictionary indices of older kinds do not move.
+    "empty_completion",
 )
 
 REQUEST_SCHEMA = pa.schema(
@@ -68,6 +71,9 @@ REQUEST_SCHEMA = pa.schema(
 )
 
 COLUMNS = tuple(REQUEST_SCHEMA.names)
+# Parquet metadata key naming the run whose records a file holds (written into a run folder's records.parquet):
+# a folder mixing two runs is refused (kfchaos.verdict.requests).
+RUN_ID_KEY = b"kfchaos.run_id"
 
 
 class RecordsError(KfchaosError):
@@ -81,7 +87,6 @@ MAX_SPAN_S = 7 * 86400.0
 SEND_BEFORE_INTENDED_TOLERANCE_S = 1e-3
 STAGE_RANGE = (0, 100)
 DURATIONS = ("latency", "latency_intended", "ttft", "itl_mean", "itl_p99", "itl_max", "tpot", "connect")
-_DROPPED_OR_CANCELLED = ("dropped", "cancelled")
 
 
 def _count(mask: pa.ChunkedArray | pa.Array) -> int:

@@ -15,6 +15,7 @@
       report.html        the report (offline: its plotting script is inline)
       report.md          the Markdown summary
       audit.json         the sealed audit record, pipeline runs only (`kfchaos audit verify`)
+      seal.json          SHA-256 of every other file, written last (kfchaos.runseal; `kfchaos audit verify DIR`)
       evidence/          the OOM evidence bundle, when the run called for one (kfchaos.evidence.files):
                          index.json and one file per item
 
@@ -37,8 +38,9 @@ from typing import Any
 
 import yaml
 
-from kfchaos import safefile
+from kfchaos import runseal, safefile
 from kfchaos.errors import KfchaosError
+from kfchaos.records import RUN_ID_KEY
 
 LAYOUT_VERSION = 1
 MANIFEST = "run.json"
@@ -70,6 +72,9 @@ FILES = (
     EVIDENCE,
     FAULT_ACTIONS,
 )
+
+# Every file a verdict or a report of the folder reads (and the manifest): sealed in seal.json (kfchaos.runseal).
+SEALED = (MANIFEST, *FILES)
 
 # Where kfp.local leaves the pipeline's artifacts: <run>/<task>/<output name> (KFP output names cannot hold dots).
 PIPELINE_ARTIFACTS = {REPORT_HTML: ("verdict-report", "report_html"), AUDIT: ("verdict-report", "audit")}
@@ -195,7 +200,10 @@ def _write(
         table = pq.read_table(records)
     if table is None:
         raise RunDirError(f"{run.path}: the run has no request records")
-    safefile.replace_with(run.file(RECORDS), lambda temporary: pq.write_table(table, temporary))
+    # The run id rides in the Parquet metadata, so that a folder of two runs' records is refused when judged.
+    metadata = {**(table.schema.metadata or {}), RUN_ID_KEY: run.run_id.encode()}
+    stamped = table.replace_schema_metadata(metadata)
+    safefile.replace_with(run.file(RECORDS), lambda temporary: pq.write_table(stamped, temporary))
     info = dict(info or {})
     if info.get("started_at") is None and "intended" in table.column_names and table.num_rows:
         # No pipeline to say when the run began and ended: the first request's send and the last response.
@@ -222,12 +230,66 @@ def _write(
     manifest = _manifest(run, experiment_text, verdict, info)
     safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
     rejudged = _rejudge(run)
+    rejudged.pop("stages", None)
     manifest["rejudged"] = rejudged
     safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
     render_reports(run)
     manifest["files"] = sorted(name for name in FILES if run.has(name))
     safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
+    runseal.seal(run.path, run.run_id, SEALED)  # last: it covers every file above
     return run
+
+
+def verify(run: RunDir) -> list[runseal.SealFinding]:
+    """Everything `kfchaos audit verify DIR` checks: the seal (every file's hash, none added or missing, its
+    HMAC where a key is given), the audit record against the folder's experiment and baseline, and the verdict
+    re-judged from the folder's own inputs against verdict.json, stage by stage."""
+    findings = runseal.check(run.path, SEALED)
+    if run.has(AUDIT):
+        findings += _audit_findings(run)
+    again = _rejudge(run)
+    if again.get("error"):
+        findings.append(runseal.SealFinding("rejudge", False, f"cannot re-judge: {again['error']}"))
+    else:
+        held = _stage_statuses(run.verdict())
+        found = {stage: status for stage, status, _ in again["stages"]}
+        # A pipeline's verdict lists the stages that ran; a stage a gate skipped has no records, and re-judging
+        # shows it as INCONCLUSIVE with none: not a disagreement.
+        skipped = [stage for stage, _, requests in again["stages"] if stage not in held and requests == 0]
+        same = again["matches"] and all(found.get(stage) == status for stage, status in held.items())
+        same = same and set(found) == set(held) | set(skipped)
+        detail = (
+            f"re-judged {again['status']}, stages {found}; verdict.json {run.verdict().get('status')}, stages {held}"
+        )
+        findings.append(runseal.SealFinding("rejudge", bool(same), detail))
+    return findings
+
+
+def _audit_findings(run: RunDir) -> list[runseal.SealFinding]:
+    """The pipeline's audit record: its own hashes, and its experiment and baseline against the folder's files."""
+    from kfchaos import audit
+
+    try:
+        record = audit.load_record(run.file(AUDIT))
+    except KfchaosError as exc:
+        return [runseal.SealFinding(AUDIT, False, str(exc))]
+    out = [runseal.SealFinding(f"{AUDIT} {f.what}", f.ok, f.detail) for f in audit.verify(record)]
+    experiment = audit.sha256_text(run.file(EXPERIMENT).read_text())
+    recorded = record["experiment"].get("sha256")
+    out.append(
+        runseal.SealFinding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}")
+    )
+    baseline = audit.sha256_text(run.file(BASELINE).read_text()) if run.has(BASELINE) else None
+    recorded = (record.get("baseline") or {}).get("sha256")
+    out.append(runseal.SealFinding(f"{BASELINE} vs {AUDIT}", recorded == baseline, f"{baseline}, audit {recorded}"))
+    return out
+
+
+def _stage_statuses(verdict: dict[str, Any]) -> dict[Any, Any]:
+    stages = verdict.get("stages")
+    if not isinstance(stages, list):
+        return {}
+    return {s.get("stage"): s.get("status") for s in stages if isinstance(s, dict)}
 
 
 def _write_evidence(run: RunDir, evidence: dict[str, Any] | None) -> None:
@@ -293,7 +355,8 @@ def _rejudge(run: RunDir) -> dict[str, Any]:
     except (KfchaosError, OSError, ValueError) as exc:
         return {"status": None, "matches": False, "error": str(exc)}
     status = again.status.value
-    return {"status": status, "matches": status == run.verdict().get("status")}
+    stages = [[s.stage, s.status.value, s.requests] for s in again.stages]
+    return {"status": status, "matches": status == run.verdict().get("status"), "stages": stages}
 
 
 def render_reports(run: RunDir) -> None:
@@ -405,6 +468,9 @@ def run_state_from_pipeline(audit: dict[str, Any]) -> dict[str, Any]:
     injected = [s for s in steps if s.get("step") == "inject"]
     if injected:
         state["faults_verified"] = all(s.get("status") == "PASS" for s in injected)
+    verified = _faults_verified(steps)
+    if verified and not injected:
+        state["faults_verified"] = verified
     valid: dict[str, Any] = {}
     for step in steps:
         if step.get("step") == "stage" and step.get("status") != "SKIPPED":
@@ -416,12 +482,33 @@ def run_state_from_pipeline(audit: dict[str, Any]) -> dict[str, Any]:
     removed = (audit.get("recovery") or {}).get("removed_at")
     if isinstance(removed, int | float):
         state["faults_removed_at"] = float(removed)
+    recovery = (audit.get("recovery") or {}).get("recovery")
+    if isinstance(recovery, dict) and recovery.get("status") in ("PASS", "FAIL", "INCONCLUSIVE"):
+        state["recovery"] = recovery  # measured on the probe's records, which the folder does not hold
     # The verified fault windows, where this kfchaos's run state reads them (docs/verdict.md, "Fault windows").
     from kfchaos.verdict.runstate import RunState
 
     if audit.get("fault_windows") and "fault_windows" in RunState.__dataclass_fields__:
         state["fault_windows"] = audit["fault_windows"]
     return state
+
+
+def _faults_verified(steps: list[dict[str, Any]]) -> dict[str, bool]:
+    """Per cluster fault, whether a stage step saw one of its chaos objects injected (the object's `injection`,
+    kfchaos.steps.stagefaults: Chaos Mesh's AllInjected condition, or the demo proxy's confirmation): the facts
+    the pipeline's stages were judged on, so that re-judging the folder does not call them unverified."""
+    out: dict[str, bool] = {}
+    for step in steps:
+        if step.get("step") != "stage" or not isinstance(step.get("detail"), dict):
+            continue
+        for obj in step["detail"].get("chaos_objects") or []:
+            if not isinstance(obj, dict) or not isinstance(obj.get("fault"), str):
+                continue
+            injection = obj.get("injection")
+            # As the stage step decides (kfchaos.steps.stagefaults._wait_injected): an answer without the flag is ok.
+            seen = injection.get("injected", True) is True if isinstance(injection, dict) else injection is True
+            out[obj["fault"]] = out.get(obj["fault"], False) or seen
+    return out
 
 
 def _baseline_file(parameters: dict[str, Any]) -> Path | None:

@@ -432,6 +432,11 @@ class Slo(StrictModel):
     min_samples: int = Field(300, ge=1, description="fewer requests than this in a stage -> INCONCLUSIVE")
     confidence: Percent = Field(0.95, description="confidence level of the intervals")
     recovery_max: Duration | None = Field(None, description="longest acceptable time until SLOs hold again")
+    excluded_statuses: list[Annotated[int, Field(ge=400, le=599)]] = Field(
+        default_factory=list,
+        description="HTTP statuses (400-599) neither success nor error: out of every rate and latency sample; "
+        "by default every status >= 400, 429 and 503 included, is an error (docs/verdict.md, Accounting)",
+    )
 
     @field_validator("confidence")
     @classmethod

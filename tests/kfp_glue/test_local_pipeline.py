@@ -177,6 +177,11 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     assert manifest["status"] == "INCONCLUSIVE" and manifest["commit"] == commit
     assert manifest["rejudged"]["status"] == "INCONCLUSIVE" and manifest["rejudged"]["matches"]
     assert kfchaos("verdict", "--run", str(folder)).returncode == 2
+    # The folder is sealed: every file's hash, the audit record against it, and the re-judge stage by stage hold.
+    verified = kfchaos("audit", "verify", str(folder))
+    assert verified.returncode == 0, verified.stdout
+    assert "ok       rejudge: re-judged INCONCLUSIVE" in verified.stdout
+    assert "ok       experiment.yaml vs audit.json" in verified.stdout
     assert json.loads((folder / "audit.json").read_text()) == record
 
 

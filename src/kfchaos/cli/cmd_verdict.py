@@ -1,6 +1,8 @@
 """`kfchaos verdict`: the SLO verdict from per-request records, a baseline and (optionally) metric series.
 
-Exit code by verdict: 0 PASS, 1 FAIL, 2 INCONCLUSIVE; 3 when an input is bad (named with file and field).
+Exit code by verdict: 0 PASS, 1 FAIL, 2 INCONCLUSIVE; 3 when an input is bad (named with file and field), when the
+inputs do not belong together (another experiment's baseline, two runs' records), or when a --run folder's seal
+does not verify (kfchaos.runseal).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ def register(subparsers: Any) -> None:
         "--run", metavar="DIR", help="re-judge a run folder (runs/<run-id>/): its experiment, records, baseline, ..."
     )
     parser.add_argument(
+        "--unsealed",
+        action="store_true",
+        help="with --run: judge a folder whose seal does not verify (else exit 3), with a warning",
+    )
+    parser.add_argument(
         "--baseline", metavar="B.yaml", help="baseline file (default: the experiment's spec.baseline.file)"
     )
     parser.add_argument("--metrics", metavar="M.json", help="metric series collected during the run")
@@ -52,16 +59,25 @@ def register(subparsers: Any) -> None:
 
 
 def _baseline(
-    args: argparse.Namespace, experiment_file: Path, spec_file: str | None
+    args: argparse.Namespace, experiment_file: Path, experiment: Experiment
 ) -> tuple[Baseline | None, list[str]]:
+    spec_file = experiment.spec.baseline.file
     if args.baseline:
-        return load_baseline(args.baseline)
-    if spec_file is None:
+        path = Path(args.baseline)
+    elif spec_file is None:
         return None, ["experiment names no baseline file; P99 drift is INCONCLUSIVE"]
-    found = _find_baseline(experiment_file, spec_file)
-    if found is not None:
-        return load_baseline(found)
-    return None, [f"baseline file {spec_file} not found; P99 drift is INCONCLUSIVE"]
+    elif (found := _find_baseline(experiment_file, spec_file)) is not None:
+        path = found
+    else:
+        return None, [f"baseline file {spec_file} not found; P99 drift is INCONCLUSIVE"]
+    baseline, warnings = load_baseline(path)
+    if baseline.experiment != experiment.metadata.name:
+        # Another experiment's production (or control) figures would judge this one's drift: refused (exit 3).
+        raise KfchaosError(
+            f"{path}: experiment: {baseline.experiment!r} is the baseline of another experiment than "
+            f"{experiment_file} ({experiment.metadata.name!r}); give this experiment's baseline"
+        )
+    return baseline, warnings
 
 
 def _find_baseline(experiment_file: Path, spec_file: str) -> Path | None:
@@ -78,11 +94,29 @@ def _from_run_folder(args: argparse.Namespace) -> None:
     from kfchaos import rundir
 
     run = rundir.open_run(args.run)
+    _refuse_unsealed(run, args)
     args.experiment = args.experiment or str(run.file(rundir.EXPERIMENT))
     args.records = args.records or str(run.file(rundir.RECORDS))
     for attr, name in (("baseline", rundir.BASELINE), ("metrics", rundir.METRICS), ("run_state", rundir.RUN_STATE)):
         if getattr(args, attr) is None and run.has(name):
             setattr(args, attr, str(run.file(name)))
+
+
+def _refuse_unsealed(run: Any, args: argparse.Namespace) -> None:
+    """A run folder is judged only when its seal verifies (kfchaos.runseal): a file edited, added or removed after
+    the run is refused, exit 3 (bad input), naming each; `--unsealed` judges it anyway, with a warning."""
+    from kfchaos import rundir, runseal
+
+    broken = [f for f in runseal.check(run.path, rundir.SEALED) if not f.ok]
+    if not broken:
+        return
+    listed = "; ".join(f"{f.what}: {f.detail}" for f in broken)
+    if not getattr(args, "unsealed", False):
+        raise KfchaosError(
+            f"{run.path}: the run folder does not verify ({listed}); `kfchaos audit verify {run.path}` says more, "
+            "--unsealed judges it anyway"
+        )
+    args.seal_warnings = [f"run folder does not verify, judged anyway (--unsealed): {listed}"]
 
 
 def build_from_files(
@@ -116,7 +150,7 @@ def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapsho
         raise KfchaosError(f"kfchaos verdict: {message}")
     experiment_path = Path(args.experiment)
     experiment = load_experiment(experiment_path)
-    baseline, warnings = _baseline(args, experiment_path, experiment.spec.baseline.file)
+    baseline, warnings = _baseline(args, experiment_path, experiment)
     metrics = MetricsSnapshot.load(args.metrics) if args.metrics else None
     state = load_run_state(args.run_state) if args.run_state else RunState()
     verified = True if args.faults_verified else state.faults_verified
@@ -129,7 +163,8 @@ def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapsho
         stage_valid=state.stage_valid,
         faults_removed_at=state.faults_removed_at,
         fault_coverage=stage_activities(state.fault_windows) if state.fault_windows else None,
-        warnings=warnings,
+        warnings=[*getattr(args, "seal_warnings", []), *warnings],
+        recorded_recovery=state.recovery,
     )
     return verdict, experiment, metrics
 

@@ -42,7 +42,7 @@ def _quantile(values: np.ndarray, beyond: int, q: float) -> float | None:
 
 def measure_stage(requests: Requests, stage: int, rate: float, confidence: float) -> ControlStage:
     """Exact figures of one stage's records, read with the verdict's own rules (kfchaos.verdict.requests)."""
-    sent = requests.was_sent()
+    sent = requests.counted()  # the verdict's accounting: dropped and cancelled requests count
     ok = requests.succeeded() & np.isfinite(requests.latency)
     latency = np.sort(requests.latency[ok])
     timeouts = int(np.count_nonzero(requests.timed_out()))
@@ -59,7 +59,7 @@ def measure_stage(requests: Requests, stage: int, rate: float, confidence: float
         rate=rate,
         sent=int(np.count_nonzero(sent)),
         succeeded=int(np.count_nonzero(requests.succeeded())),
-        errors=int(np.count_nonzero(requests.failed() & sent)),
+        errors=int(np.count_nonzero(requests.failed())),
         timeouts=timeouts,
         samples=n,
         latency_p50=_quantile(latency, timeouts, 0.5),

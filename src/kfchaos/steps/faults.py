@@ -50,7 +50,7 @@ def remove_and_recover(
         summary = seams.replay_stage(
             experiment, stage, experiment_dir, target, records, duration=probe, fault_active=False
         )
-        requests = load_requests(records)
+        requests = load_requests(records).excluding(slo.excluded_statuses)  # the verdict's accounting
     baseline = load_optional_baseline(baseline_path) if baseline_path else None
     base_p99 = baseline.p99("latency_p99") if baseline else None
     check = recovery_check(requests, slo, base_p99, removed_at=removed_at)

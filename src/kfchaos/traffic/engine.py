@@ -38,7 +38,7 @@ from kfchaos.traffic.plan import Planned, ReplayPlan
 from kfchaos.traffic.progress import Progress, Snapshot
 from kfchaos.traffic.recorder import Recorder, write_parquet
 from kfchaos.traffic.source import SourceReport
-from kfchaos.traffic.sse import SseTimer
+from kfchaos.traffic.sse import SseTimer, stream_error
 from kfchaos.traffic.summary import StageSummary, summarize
 from kfchaos.traffic.tagging import new_trace_id
 from kfchaos.traffic.wire import RequestBuilder
@@ -135,8 +135,8 @@ class _Stage:
         if error is None and status >= 500:
             error = "http"
         sse = exchange.sse
-        if error is None and sse is not None and 200 <= status < 300 and not sse.done:
-            error = "protocol"  # the stream ended without data: [DONE]
+        if error is None and sse is not None and 200 <= status < 300:
+            error = stream_error(sse)
         if error is not None:
             self.errors += 1
         sent = exchange.sent

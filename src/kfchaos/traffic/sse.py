@@ -11,6 +11,15 @@ The target's answer is hostile input: anything that is not that shape (a non-obj
 a list, a token count that is not an integer from 0 to 2^31-1, an event over MAX_SSE_EVENT_BYTES, JSON
 nested deeper than MAX_JSON_DEPTH) raises SseError, which records that one request as a protocol error.
 Messages never quote the payload (it may echo the prompt).
+
+A 2xx stream is a success only if it served output: vLLM's generators (vllm/entrypoints/openai/serving_chat.py
+`chat_completion_stream_generator`, serving_completion.py `completion_stream_generator`) send one chunk per
+engine output with the new text in `choices[i].delta.content` / `choices[i].text`, then, with
+`stream_options.include_usage`, a last chunk with `choices: []` and `usage`, then `data: [DONE]`; vLLM refuses
+max_tokens below 1 (vllm/sampling_params.py `_verify_args`: "max_tokens must be at least 1", a 400), so a real
+2xx completion holds at least one token. A stream that ends without a token
+chunk served nothing (`stream_error`): "empty_completion" when it says it generated no tokens (or says nothing),
+"protocol" when its usage claims tokens it never streamed.
 """
 
 from __future__ import annotations
@@ -109,6 +118,15 @@ class SseTimer:
     @property
     def output_tokens(self) -> int | None:
         return self.completion_tokens if self.completion_tokens is not None else (self.chunks or None)
+
+
+def stream_error(timer: SseTimer) -> str | None:
+    """The error kind of a finished 2xx stream, None when it is a success (see the module's docstring)."""
+    if not timer.done:
+        return "protocol"  # the stream ended without data: [DONE]
+    if timer.first is None:
+        return "protocol" if timer.completion_tokens else "empty_completion"
+    return None
 
 
 def _carries_output(delta: dict[str, Any]) -> bool:

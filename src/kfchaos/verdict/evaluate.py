@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,8 +26,8 @@ from kfchaos.verdict.delivery import fault_requests_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.load import load_check
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
-from kfchaos.verdict.recovery import RECOVERY_WINDOW, recovery_check
-from kfchaos.verdict.requests import Requests, load_requests
+from kfchaos.verdict.recovery import RECOVERY_WINDOW, recorded_check, recovery_check
+from kfchaos.verdict.requests import DROPPED, Requests, load_requests
 
 FaultsVerified = bool | Mapping[str, bool] | None
 # Besides the abort rules (abort.*), the checks that decide whether the ramp may go on after a stage.
@@ -34,7 +35,8 @@ GATE_CHECKS = ("replay", "fault_active", "fault_requests")  # a fault not seen w
 
 
 def _tail_sample(requests: Requests, column: np.ndarray) -> tuple[np.ndarray, int]:
-    """Finite values of successful requests, and how many timeouts count as beyond any limit."""
+    """Finite values of successful requests (never an error's or a refusal's), and how many timeouts count as
+    beyond any limit."""
     ok = requests.succeeded() & np.isfinite(column)
     return column[ok], int(np.count_nonzero(requests.timed_out()))
 
@@ -66,8 +68,9 @@ def stage_checks(
     response."""
     slo = experiment.spec.slo
     samples, confidence = slo.min_samples, slo.confidence
-    sent = requests.was_sent()
-    served = int(np.count_nonzero(sent))
+    counted = requests.counted()  # the one denominator (docs/verdict.md, "Accounting")
+    served = int(np.count_nonzero(counted))
+    unknown = int(np.count_nonzero(requests.unknown()))
     finished = np.where(np.isfinite(requests.latency), requests.sent + requests.latency, requests.intended)
     window = (float(requests.intended.min()), float(np.nanmax(finished)))
 
@@ -92,20 +95,32 @@ def stage_checks(
             what="latency",
             min_samples=samples,
             confidence=confidence,
+            unknown=unknown,
         )
     )
     if slo.p99_max is not None:
         checks.append(
-            tail_check("p99", latency, beyond, slo.p99_max, what="latency", min_samples=samples, confidence=confidence)
+            tail_check(
+                "p99",
+                latency,
+                beyond,
+                slo.p99_max,
+                what="latency",
+                min_samples=samples,
+                confidence=confidence,
+                unknown=unknown,
+            )
         )
     checks.append(
         rate_check(
             "error_rate",
-            int(np.count_nonzero(requests.failed() & sent)),
+            int(np.count_nonzero(requests.failed())),
             served,
             slo.error_rate_max,
             min_samples=samples,
             confidence=confidence,
+            unknown=unknown,
+            details=_accounting(requests),
         )
     )
     checks.append(
@@ -116,6 +131,7 @@ def stage_checks(
             slo.timeout_rate_max,
             min_samples=samples,
             confidence=confidence,
+            unknown=unknown,
         )
     )
     checks.append(_oom(requests, window, metrics, slo, served))
@@ -131,8 +147,28 @@ def stage_checks(
         values, timeouts = _tail_sample(requests, column)
         # A timeout is beyond any TTFT limit; ITL and TPOT of a request that never finished are unknown.
         extra = timeouts if name == "ttft_p99" else 0
-        checks.append(tail_check(name, values, extra, limit, what=what, min_samples=samples, confidence=confidence))
+        checks.append(
+            tail_check(
+                name, values, extra, limit, what=what, min_samples=samples, confidence=confidence, unknown=unknown
+            )
+        )
     return checks, window
+
+
+def _accounting(requests: Requests) -> dict[str, object]:
+    """Where every request of the stage went (docs/verdict.md, "Accounting"): the error_rate check's details."""
+    dropped = requests.failed() & (requests.error == DROPPED)
+    return {
+        "scheduled": len(requests),
+        "counted": int(np.count_nonzero(requests.counted())),
+        "succeeded": int(np.count_nonzero(requests.succeeded())),
+        "failed": int(np.count_nonzero(requests.failed())),
+        "dropped": int(np.count_nonzero(dropped)),
+        "timed_out": int(np.count_nonzero(requests.timed_out())),
+        "unknown": int(np.count_nonzero(requests.unknown())),
+        "excluded": int(np.count_nonzero(requests.excluded())),
+        "excluded_statuses": list(requests.excluded_statuses),
+    }
 
 
 def coverage_checks(
@@ -239,10 +275,17 @@ def evaluate(
     faults_removed_at: float | None = None,
     recovery_window: float = RECOVERY_WINDOW,
     warnings: Sequence[str] = (),
+    recorded_recovery: Mapping[str, Any] | None = None,
 ) -> Verdict:
     requests = records if isinstance(records, Requests) else load_requests(records)
     spec = experiment.spec
+    requests = requests.excluding(spec.slo.excluded_statuses)
     notes = list(warnings)
+    if spec.slo.excluded_statuses:
+        notes.append(
+            f"statuses {', '.join(map(str, spec.slo.excluded_statuses))} excluded by the experiment "
+            "(slo.excluded_statuses): neither success nor error, out of every rate and latency sample"
+        )
     if baseline is not None:
         notes += [f"baseline: {w}" for w in baseline.warnings]
     planned = list(spec.traffic.stages)
@@ -296,6 +339,11 @@ def evaluate(
         overall.append(Check("baseline", Status.INCONCLUSIVE, "no baseline: P99 drift cannot be judged"))
     base_p99 = baseline.p99("latency_p99") if baseline else None
     recovery = recovery_check(requests, spec.slo, base_p99, removed_at=faults_removed_at, width=recovery_window)
+    after_removal = faults_removed_at is not None and bool(np.any(requests.intended >= faults_removed_at))
+    if recorded_recovery is not None and not after_removal:
+        # A pipeline run's recovery probe is replayed after the ramp and its records are not part of the run
+        # folder: its check, from the run state, stands in (kfchaos.verdict.recovery.recorded_check).
+        recovery = recorded_check(dict(recorded_recovery))
     if recovery:
         overall.append(recovery)
 

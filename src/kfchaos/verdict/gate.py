@@ -158,7 +158,7 @@ def gate(
     checks.append(
         replay_check(
             np.where(sent, requests.sent - requests.intended, np.nan),
-            int(np.count_nonzero(requests.error == DROPPED)),
+            int(np.count_nonzero(requests.failed() & (requests.error == DROPPED))),
             len(requests),
             max_send_lag_p99,
             replay_valid,

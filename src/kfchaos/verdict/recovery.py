@@ -10,6 +10,7 @@ recover while observed.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -108,3 +109,33 @@ def recovery_check(
     status = Status.PASS if seconds <= limit_s else Status.FAIL
     reason = f"SLOs held again {seconds:g}s after removal vs recovery_max {limit_s:g}s"
     return Check(name, status, reason, seconds, limit_s, interval, int(grid.sent.sum()), "s", True, details)
+
+
+def recorded_check(data: dict[str, Any]) -> Check:
+    """The recovery check as the pipeline's recovery probe measured it (a Check's to_dict from the run state),
+    for a run folder whose records end before the faults were removed: the probe's own records are not in the
+    folder, so the figure is carried, not recomputed, and the reason says so."""
+    status = Status(str(data.get("status")))
+    interval = data.get("interval")
+    samples = data.get("samples")
+    details = data.get("details")
+    return Check(
+        "recovery",
+        status,
+        f"{data.get('reason', '')} (the pipeline's recovery probe; its records are not in the run folder)",
+        _number(data.get("value")),
+        _number(data.get("threshold")),
+        (float(interval[0]), float(interval[1])) if interval is not None and _pair(interval) else None,
+        samples if isinstance(samples, int) and not isinstance(samples, bool) else 0,
+        str(data.get("unit") or "s"),
+        bool(data.get("gating", True)),
+        {"recorded": True, **(details if isinstance(details, dict) else {})},
+    )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _pair(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(_number(v) is not None for v in value)

@@ -2,6 +2,12 @@
 
 Every later step is a boolean mask over these arrays, so 10 million records cost a few hundred MB and a
 few vectorized passes, not a Python loop.
+
+The accounting (docs/verdict.md, "Accounting") is defined here and nowhere else: every request the replay
+scheduled is counted (`counted`), dropped and cancelled ones included; it is a success, an error, a timeout,
+unknown (cancelled in flight: no answer, no verdict on it) or excluded (a status the experiment lists in
+slo.excluded_statuses). The SLO checks, the abort windows, the replay check and the control baseline all read
+these masks, so they cannot disagree on what was sent or what failed.
 """
 
 from __future__ import annotations
@@ -14,21 +20,27 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, IdReader, RecordsError, impossible_data
+from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, RUN_ID_KEY, IdReader, RecordsError, impossible_data
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
 OPTIONAL = ("long_context", "fault_request")  # read when present; older or hand-made records may lack them
 NO_ERROR = -1
 _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
-TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT = (
-    _KIND_CODE[k] for k in ("timeout", "connect", "http", "protocol", "dropped", "cancelled", "client_abort")
+TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT, EMPTY = (
+    _KIND_CODE[k]
+    for k in ("timeout", "connect", "http", "protocol", "dropped", "cancelled", "client_abort", "empty_completion")
 )
+# A request answered with one of these statuses failed for its user, unless the experiment excludes it: 4xx
+# (429 Too Many Requests is how a server sheds load, vLLM's 400 refuses a prompt over --max-model-len) and
+# 5xx (503 Service Unavailable sheds load too). A success is a 1xx-3xx answer, as in the replay's summary (`ok`).
+FAILED_STATUS = 400
 
 
 MAX_FAULT_NAMES = 2**15 - 1  # records.REQUEST_SCHEMA keeps fault_request as a dictionary with int16 indices
-_NOT_ROWS = ("_masks", "fault_names")  # fields that are not one value per record
+_NOT_ROWS = ("_masks", "fault_names", "excluded_statuses")  # fields that are not one value per record
 
 __all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
 
@@ -54,6 +66,9 @@ class Requests:
     # dictionary-encoded: four bytes a record, not a string).
     fault_code: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     fault_names: tuple[str, ...] = ()
+    # Statuses the experiment excludes (spec.slo.excluded_statuses): neither success nor error, out of every
+    # denominator and every latency sample.
+    excluded_statuses: tuple[int, ...] = ()
     # The class masks below are asked for many times per stage; computed once each.
     _masks: dict[str, NDArray[np.bool_]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -66,7 +81,12 @@ class Requests:
 
     def where(self, mask: NDArray[np.bool_]) -> Requests:
         rows = {f.name: getattr(self, f.name)[mask] for f in fields(self) if f.name not in _NOT_ROWS}
-        return Requests(**rows, fault_names=self.fault_names)
+        return Requests(**rows, fault_names=self.fault_names, excluded_statuses=self.excluded_statuses)
+
+    def excluding(self, statuses: tuple[int, ...] | list[int]) -> Requests:
+        """The same records, with answers of these statuses excluded (neither success nor error)."""
+        rows = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_ROWS}
+        return Requests(**rows, fault_names=self.fault_names, excluded_statuses=tuple(sorted(set(statuses))))
 
     def sent_by(self, fault: str) -> NDArray[np.bool_]:
         """Rows the named traffic-side fault sent (none when the records do not say which fault sent what)."""
@@ -79,25 +99,55 @@ class Requests:
             self._masks[name] = compute()
         return self._masks[name]
 
-    # Classes of request, as the checks count them (docs/verdict.md defines each).
-    def was_sent(self) -> NDArray[np.bool_]:
-        """Sent and not cut off by the stage ending: the denominator of every rate."""
-        return self._mask("sent", lambda: (self.error != DROPPED) & (self.error != CANCELLED) & ~np.isnan(self.sent))
-
-    def timed_out(self) -> NDArray[np.bool_]:
-        return self._mask("timeout", lambda: self.error == TIMEOUT)
-
-    def failed(self) -> NDArray[np.bool_]:
-        """Errors other than timeouts: connection, protocol, HTTP >= 500 (timeouts have their own check)."""
+    # Classes of request, as the checks count them (docs/verdict.md, "Accounting", defines each).
+    def excluded(self) -> NDArray[np.bool_]:
+        """Answered with a status the experiment excludes (and no transport or stream error)."""
 
         def compute() -> NDArray[np.bool_]:
-            by_kind = (self.error == CONNECT) | (self.error == HTTP) | (self.error == PROTOCOL)
-            return by_kind | (self.status >= 500)  # NaN (no status) compares False
+            if not self.excluded_statuses:
+                return np.zeros(len(self), dtype=np.bool_)
+            listed = np.isin(self.status, np.asarray(self.excluded_statuses, dtype=np.float64))
+            return listed & ((self.error == NO_ERROR) | (self.error == HTTP))
+
+        return self._mask("excluded", compute)
+
+    def counted(self) -> NDArray[np.bool_]:
+        """The denominator of every rate: each request the replay scheduled, sent or not (dropped at the
+        concurrency limit, cancelled in flight), except excluded statuses and the client's own designed aborts."""
+        return self._mask("counted", lambda: ~self.excluded() & (self.error != CLIENT_ABORT))
+
+    def was_sent(self) -> NDArray[np.bool_]:
+        """Left the replayer (has a send time): the sample of send lag. Not a denominator: see `counted`."""
+        return self._mask("sent", lambda: ~np.isnan(self.sent))
+
+    def timed_out(self) -> NDArray[np.bool_]:
+        return self._mask("timeout", lambda: (self.error == TIMEOUT) & self.counted())
+
+    def failed(self) -> NDArray[np.bool_]:
+        """Errors other than timeouts: dropped, connection, protocol, empty completion, and any status >= 400
+        not excluded (timeouts have their own check; cancelled ones are unknown, not failed)."""
+
+        def compute() -> NDArray[np.bool_]:
+            by_kind = np.isin(self.error, np.array([DROPPED, CONNECT, HTTP, PROTOCOL, EMPTY], dtype=np.int8))
+            refused = (self.status >= FAILED_STATUS) & (self.error != TIMEOUT) & (self.error != CANCELLED)
+            return (by_kind | refused) & self.counted()  # NaN (no status) compares False
 
         return self._mask("failed", compute)
 
     def succeeded(self) -> NDArray[np.bool_]:
-        return self._mask("ok", lambda: self.was_sent() & ~self.failed() & ~self.timed_out())
+        """Sent and answered 1xx-3xx without error: the only requests whose latencies enter a latency quantile."""
+
+        def compute() -> NDArray[np.bool_]:
+            answered = (self.error == NO_ERROR) & (self.status < FAILED_STATUS)  # NaN (no status) compares False
+            return answered & self.was_sent() & self.counted()
+
+        return self._mask("ok", compute)
+
+    def unknown(self) -> NDArray[np.bool_]:
+        """Counted, and neither a success, an error nor a timeout: cancelled in flight when the stage or replay
+        stopped (sent, never answered), or a record that says nothing of its outcome. A PASS must hold even if
+        every one of them failed (kfchaos.verdict.checks)."""
+        return self._mask("unknown", lambda: self.counted() & ~self.succeeded() & ~self.failed() & ~self.timed_out())
 
 
 def _float(table: pa.Table, name: str) -> NDArray[np.float64]:
@@ -199,6 +249,37 @@ def injected_mask(table: pa.Table) -> NDArray[np.bool_]:
     return mask
 
 
+def _one_run(path: Path, dataset: ds.FileSystemDataset) -> None:
+    """A records folder holds one run: refused when two of its files name different runs (their Parquet
+    metadata) or hold the same stage and shard (a run writes each (stage, shard) once, in one file or merged), as
+    two runs' records copied into one folder do. Concatenated, they would be judged as one run."""
+    files = list(dataset.files)
+    if len(files) < 2:
+        return
+    runs: dict[str, str] = {}
+    seen: dict[tuple[int, int], str] = {}
+    for name in files:
+        fragment = pq.ParquetFile(name)
+        run_id = (fragment.schema_arrow.metadata or {}).get(RUN_ID_KEY)
+        if run_id is not None:
+            runs.setdefault(run_id.decode(errors="replace"), name)
+        wanted = [c for c in ("stage", "shard") if c in fragment.schema_arrow.names]
+        if "stage" not in wanted:
+            continue
+        table = fragment.read(columns=wanted).group_by(wanted).aggregate([])
+        shards = table.column("shard").to_pylist() if "shard" in wanted else [0] * table.num_rows
+        for stage, shard in zip(table.column("stage").to_pylist(), shards, strict=True):
+            other = seen.setdefault((stage, shard), name)
+            if other != name:
+                raise RecordsError(
+                    f"{path}: holds two runs' records: {other} and {name} both hold stage {stage} shard {shard}; "
+                    "give one run's records"
+                )
+    if len(runs) > 1:
+        listed = "; ".join(f"{run} ({name})" for run, name in sorted(runs.items()))
+        raise RecordsError(f"{path}: holds records of {len(runs)} runs: {listed}; give one run's records")
+
+
 def load_requests(source: pa.Table | str | Path) -> Requests:
     """Records from a pyarrow Table or a Parquet file (or a folder of them), reading only the needed columns."""
     if isinstance(source, pa.Table):
@@ -206,6 +287,7 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
     path = Path(source)
     try:
         dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
+        _one_run(path, dataset)
         names = set(dataset.schema.names)
         table = dataset.to_table(columns=[n for n in (*NEEDED, *OPTIONAL) if n in names])
 

@@ -29,6 +29,9 @@ class RunState:
     stage_valid: dict[int, bool | str] = field(default_factory=dict)
     faults_removed_at: float | None = None
     fault_windows: list[dict[str, Any]] = field(default_factory=list)
+    # The pipeline's recovery check (a Check's to_dict), measured on its recovery probe's records, which the
+    # run folder does not hold: used only when the records have nothing after the removal (kfchaos.rundir).
+    recovery: dict[str, Any] | None = None
 
 
 def load_run_state(path: str | Path) -> RunState:
@@ -38,7 +41,7 @@ def load_run_state(path: str | Path) -> RunState:
         raise RunStateError(str(exc)) from None
     if not isinstance(data, dict):
         raise RunStateError(f"{path}: expected a JSON object")
-    unknown = sorted(set(data) - {"faults_verified", "stage_valid", "faults_removed_at", "fault_windows"})
+    unknown = sorted(set(data) - {"faults_verified", "stage_valid", "faults_removed_at", "fault_windows", "recovery"})
     if unknown:
         raise RunStateError(f"{path}: unknown field(s) {', '.join(unknown)}")
     verified = data.get("faults_verified")
@@ -58,7 +61,13 @@ def load_run_state(path: str | Path) -> RunState:
     if removed is not None and _epoch(removed) is None:
         raise RunStateError(f"{path}: faults_removed_at must be epoch seconds")
     windows = _fault_windows(path, data.get("fault_windows") or [])
-    return RunState(verified, stage_valid, None if removed is None else _epoch(removed), windows)
+    recovery = data.get("recovery")
+    if recovery is not None and not (isinstance(recovery, dict) and recovery.get("status") in _STATUSES):
+        raise RunStateError(f"{path}: recovery must be a check object with a status PASS, FAIL or INCONCLUSIVE")
+    return RunState(verified, stage_valid, None if removed is None else _epoch(removed), windows, recovery)
+
+
+_STATUSES = ("PASS", "FAIL", "INCONCLUSIVE")
 
 
 def _epoch(value: object) -> float | None:

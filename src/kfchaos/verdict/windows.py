@@ -78,7 +78,7 @@ def grouped_p99(bins: NDArray[np.int64], values: NDArray[np.float64], count: int
 def windows(requests: Requests, width: float, start: float | None = None) -> Windows:
     if width <= 0 or not math.isfinite(width):
         raise ValueError(f"window width must be positive, got {width}")
-    sent = requests.was_sent()
+    sent = requests.counted()  # the one accounting (kfchaos.verdict.requests): dropped and cancelled included
     times = requests.intended
     origin = float(times.min()) if start is None and len(times) else (start or 0.0)
     index = np.floor((times - origin) / width).astype(np.int64)

@@ -1,0 +1,129 @@
+"""Issue 20 §3 and issue 25 class 9: a run folder cannot be changed quietly. Every file a verdict or report of
+the folder reads is sealed (seal.json); `kfchaos audit verify DIR` recomputes each hash, re-judges the verdict and
+says what it can and cannot prove; `kfchaos verdict --run` refuses a folder that does not verify (exit 3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from kfchaos import rundir, runseal
+from kfchaos.cli import main
+from tests.report.sample import write_sample
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    sample = write_sample(tmp_path / "in")
+    out = tmp_path / "runs" / "run-1"
+    assert main([*sample.verdict_argv(), "--out", str(out)]) == 1  # a FAIL, as the sample is built
+    return out
+
+
+def _verify(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = main(["audit", "verify", str(path), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_fresh_folder_verifies_and_says_what_it_cannot_prove(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seal = json.loads((folder / runseal.SEAL).read_text())
+    for name in (rundir.EXPERIMENT, rundir.RECORDS, rundir.BASELINE, rundir.METRICS, rundir.VERDICT,
+                 rundir.REPORT_HTML, rundir.REPORT_MD, rundir.MANIFEST):  # fmt: skip
+        assert seal["files"][name].startswith("sha256:"), name
+    code, report = _verify(folder, capsys)
+    assert code == 0 and report["ok"], report
+    assert any(f["what"] == "rejudge" and f["ok"] for f in report["findings"])
+    assert any(line.startswith("cannot prove: that seal.json itself") for line in report["proves"])
+
+
+@pytest.mark.parametrize("name", [rundir.EXPERIMENT, rundir.BASELINE, rundir.METRICS, rundir.VERDICT, rundir.REPORT_MD])
+def test_an_edited_file_is_a_mismatch_and_verdict_run_refuses_the_folder(
+    folder: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = folder / name
+    tail = "\n" if name.endswith(".json") else "\n# loosened\n"  # JSON stays valid JSON
+    path.write_text(path.read_text().replace("FAIL", "PASS") + tail)
+    code, report = _verify(folder, capsys)
+    assert code == 1 and any(f["what"] == name and not f["ok"] for f in report["findings"])
+    assert main(["verdict", "--run", str(folder)]) == 3
+    assert f"{name}: recorded sha256:" in capsys.readouterr().err
+
+
+def test_records_edited_and_the_seal_rewritten_still_fail_the_rejudge(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A forger who makes every request fast and reseals: the hashes agree, but verdict.json (FAIL) is no longer
+    # what the folder's inputs give, so the re-judge check catches it; editing verdict.json too is what a key stops.
+    table = pq.read_table(folder / rundir.RECORDS)
+    fast = pc.multiply(table["latency"], 0.01)
+    table = table.set_column(table.schema.get_field_index("latency"), "latency", fast)
+    pq.write_table(table, folder / rundir.RECORDS)
+    runseal.seal(folder, "run-1", rundir.SEALED)
+    code, report = _verify(folder, capsys)
+    assert code == 1
+    rejudge = next(f for f in report["findings"] if f["what"] == "rejudge")
+    assert not rejudge["ok"] and "verdict.json FAIL" in rejudge["detail"]
+
+
+def test_a_file_added_or_removed_after_sealing_is_a_mismatch(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (folder / rundir.RUN_STATE).write_text(json.dumps({"faults_verified": True}))
+    code, report = _verify(folder, capsys)
+    assert code == 1 and any(f["what"] == rundir.RUN_STATE and "not sealed" in f["detail"] for f in report["findings"])
+    (folder / rundir.RUN_STATE).unlink()
+    (folder / rundir.METRICS).unlink()
+    code, report = _verify(folder, capsys)
+    assert code == 1 and any(f["what"] == rundir.METRICS and "missing" in f["detail"] for f in report["findings"])
+
+
+def test_an_unsealed_folder_is_refused_unless_asked(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (folder / runseal.SEAL).unlink()
+    assert main(["verdict", "--run", str(folder)]) == 3
+    assert "not sealed" in capsys.readouterr().err
+    assert main(["verdict", "--run", str(folder), "--unsealed", "--json"]) == 1
+    assert "does not verify, judged anyway" in capsys.readouterr().out
+
+
+def test_with_a_key_the_seal_is_signed_and_a_resealed_forgery_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(runseal.KEY_ENV, "runner-secret")
+    sample = write_sample(tmp_path / "in")
+    folder = tmp_path / "runs" / "run-2"
+    main([*sample.verdict_argv(), "--out", str(folder)])
+    code, report = _verify(folder, capsys)
+    assert code == 0 and any(f["what"] == "hmac" and f["detail"] == "matches the key" for f in report["findings"])
+    assert "proves: the seal was written by a holder of the key" in report["proves"]
+    # The forger has no key: a reseal without it (or with another) no longer matches.
+    verdict = folder / rundir.VERDICT
+    verdict.write_text(verdict.read_text().replace('"FAIL"', '"PASS"'))
+    monkeypatch.setenv(runseal.KEY_ENV, "forger-guess")
+    runseal.seal(folder, "run-2", rundir.SEALED)
+    monkeypatch.setenv(runseal.KEY_ENV, "runner-secret")
+    code, report = _verify(folder, capsys)
+    assert code == 1 and any(f["what"] == "hmac" and not f["ok"] for f in report["findings"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '{"kind": "kfchaos.RunSeal", "files": []}',
+        "{",
+        "[" * 100_000,
+        '{"kind": "kfchaos.RunSeal", "files": {"../x": "sha256:0"}}',
+    ],
+)
+def test_a_hostile_seal_is_a_mismatch_never_a_crash_or_a_pass(
+    folder: Path, text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (folder / runseal.SEAL).write_text(text)
+    code, report = _verify(folder, capsys)
+    assert code == 1 and not report["ok"]
+    assert main(["verdict", "--run", str(folder)]) == 3
