@@ -16,7 +16,7 @@ from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
-from kfchaos.spec import load_experiment
+from kfchaos.spec import Experiment, baseline_path, experiment_relative, load_experiment
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +37,11 @@ def register(subparsers: Any) -> None:
     grab.add_argument(
         "--query", action="append", default=[], metavar="NAME=PROMQL", help="replace or add a query (repeatable)"
     )
-    grab.add_argument("--out", metavar="PATH", help="default: spec.baseline.file, else baselines/<name>.yaml")
+    grab.add_argument(
+        "--out",
+        metavar="PATH",
+        help="default: spec.baseline.file (relative to the experiment), else <name>.baseline.yaml beside it",
+    )
     grab.set_defaults(func=run_capture)
     control = commands.add_parser(
         "control",
@@ -49,7 +53,11 @@ def register(subparsers: Any) -> None:
         "--duration", metavar="DURATION", help="replay time per stage (default: spec.traffic.stage_duration)"
     )
     control.add_argument("--stage", action="append", type=int, default=[], metavar="PERCENT", help="repeatable")
-    control.add_argument("--baseline", metavar="PATH", help="default: spec.baseline.file, else baselines/<name>.yaml")
+    control.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="default: spec.baseline.file (relative to the experiment), else <name>.baseline.yaml beside it",
+    )
     control.set_defaults(func=run_control)
     show = commands.add_parser("show", help="check a baseline's schema and hash and print it")
     show.add_argument("file", metavar="FILE")
@@ -70,6 +78,22 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _baseline_file(given: str | None, experiment_file: str, experiment: Experiment) -> Path:
+    """--out/--baseline as given (relative to the current directory, like every flag), else spec.baseline.file by
+    the experiment's one path rule, else <name>.baseline.yaml beside the experiment file."""
+    if given:
+        return Path(given)
+    return baseline_path(experiment_file, experiment) or experiment_relative(
+        experiment_file, f"{experiment.metadata.name}.baseline.yaml"
+    )
+
+
+def _say_if_outside(path: Path) -> None:
+    """Nothing is written outside the working directory's tree without saying so."""
+    if not path.resolve().is_relative_to(Path.cwd().resolve()):
+        print(f"note: writing outside the current directory: {path.resolve()}", file=sys.stderr)
 
 
 def _user_queries(items: list[str]) -> dict[str, str]:
@@ -111,7 +135,8 @@ def run_capture(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise KfchaosError(str(exc)) from None
-    out = Path(args.out or experiment.spec.baseline.file or f"baselines/{experiment.metadata.name}.yaml")
+    out = _baseline_file(args.out, args.experiment, experiment)
+    _say_if_outside(out)
     baseline.write(out)
     for warning in baseline.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -137,7 +162,7 @@ def run_control(args: argparse.Namespace) -> int:
     from kfchaos.units import parse_duration
 
     experiment = load_experiment(args.experiment)
-    path = Path(args.baseline or experiment.spec.baseline.file or f"baselines/{experiment.metadata.name}.yaml")
+    path = _baseline_file(args.baseline, args.experiment, experiment)
     if not path.is_file():
         raise KfchaosError(
             f"{path}: no baseline yet; capture the production figures first (kfchaos baseline capture), "
@@ -151,6 +176,7 @@ def run_control(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise KfchaosError(f"--duration {args.duration!r}: {exc}") from None
     records = path.with_name(f"{path.stem}.control.parquet")
+    _say_if_outside(path)
     control = record_control(
         experiment,
         args.target or experiment.spec.target.endpoint,

@@ -21,7 +21,7 @@ from typing import Any
 from kfchaos import __version__
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.kfp.versioning import LockEntry, read_lock, render_lock, seal
-from kfchaos.spec import Experiment, load_experiment
+from kfchaos.spec import Experiment, baseline_path, load_experiment
 
 GENERIC_PIPELINE = "kfchaos-experiment"
 LOCK_FILE = Path("pipelines/versions.lock.yaml")
@@ -91,9 +91,8 @@ def experiment_target(root: Path, path: Path, experiment: Experiment | None = No
     module = _import(root, "pipelines.chaos_experiment")
     experiment = experiment or load_experiment(path)
     meta = experiment.metadata
-    baseline = ""
-    if experiment.spec.baseline.file and (root / experiment.spec.baseline.file).is_file():
-        baseline = (root / experiment.spec.baseline.file).read_text()
+    found = baseline_path(path, experiment)
+    baseline = found.read_text() if found is not None and found.is_file() else ""
     auth = experiment.spec.target.auth
     try:
         where = str(path.resolve().relative_to(root.resolve()))

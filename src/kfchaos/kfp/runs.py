@@ -14,7 +14,7 @@ from typing import Any
 
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
-from kfchaos.spec import Experiment, load_experiment
+from kfchaos.spec import Experiment, baseline_path, load_experiment
 
 EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
 
@@ -23,9 +23,8 @@ def parameters_for(
     experiment_path: Path, experiment: Experiment, root: Path, target: str, experiment_dir: str | None
 ) -> dict[str, str]:
     """The run parameters: the experiment YAML, its committed baseline, where traffic resolves, the target."""
-    baseline = ""
-    if experiment.spec.baseline.file and (root / experiment.spec.baseline.file).is_file():
-        baseline = (root / experiment.spec.baseline.file).read_text()
+    found = baseline_path(experiment_path, experiment)
+    baseline = found.read_text() if found is not None and found.is_file() else ""
     parameters = {"experiment": experiment_path.read_text(), "baseline": baseline, "target": target}
     if experiment_dir is not None:
         parameters["experiment_dir"] = experiment_dir
