@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
 from kfchaos.spec import Experiment, baseline_path, load_experiment
@@ -71,6 +73,25 @@ class LocalOutcome:
         return f"{self.status}: {self.message} ({where})"
 
 
+# The line a local run prints before its first task: the display name KFP's UI shows for each task key, so that
+# progress read from kfp.local's "Task 'replay-stage-2' finished" lines says "replay 30%" as the UI does.
+TASK_NAMES_PREFIX = "kfchaos task names: "
+
+
+def task_display_names(pipeline_spec: dict[str, Any]) -> dict[str, str]:
+    """Task key -> display name (taskInfo.name) over the root DAG and every sub-DAG of a compiled pipeline spec.
+    Task keys are unique in one pipeline (the compiler suffixes repeated names: replay-stage-2, ...)."""
+    dags = [pipeline_spec.get("root", {}).get("dag", {})]
+    dags += [c.get("dag", {}) for c in pipeline_spec.get("components", {}).values() if isinstance(c, dict)]
+    names: dict[str, str] = {}
+    for dag in dags:
+        for key, task in (dag.get("tasks") or {}).items():
+            shown = (task.get("taskInfo") or {}).get("name") if isinstance(task, dict) else None
+            if isinstance(shown, str) and shown:
+                names[key] = shown
+    return names
+
+
 def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: Path) -> LocalOutcome:
     """Run the experiment's pipeline with kfp.local (SubprocessRunner, current environment)."""
     from kfp import local
@@ -82,6 +103,8 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
     # Run exactly the sealed IR `kfchaos compile` produces, so the audit record's IR hash is the real one.
     sealed, _digest = compile_target(root, experiment_target(root, experiment_path, experiment))
     pipeline = load_component_from_text(sealed.decode("utf-8"))
+    spec = next((d for d in yaml.safe_load_all(sealed) if isinstance(d, dict) and "root" in d), {})
+    print(TASK_NAMES_PREFIX + json.dumps(task_display_names(spec), sort_keys=True), flush=True)
     pipeline_root.mkdir(parents=True, exist_ok=True)
     local.init(local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
     started = time.time()
