@@ -177,6 +177,7 @@ def run_control(args: argparse.Namespace) -> int:
         raise KfchaosError(f"--duration {args.duration!r}: {exc}") from None
     records = path.with_name(f"{path.stem}.control.parquet")
     _say_if_outside(path)
+    _warn_short_stages(experiment, Path(args.experiment).parent, duration, args.stage)
     control = record_control(
         experiment,
         args.target or experiment.spec.target.endpoint,
@@ -187,10 +188,42 @@ def run_control(args: argparse.Namespace) -> int:
     )
     attach(baseline, control).write(path)
     print(f"{path}: control baseline from {control.target}, records {records} (sha256 {control.records_sha256[:12]})")
+    from kfchaos.verdict.stats import TAIL, quantile_ranks
+
     for stage in control.stages:
         p99 = "n/a" if stage.latency_p99 is None else f"{stage.latency_p99:.4g}s"
         print(f"  {stage.stage:>3}%  {stage.sent} sent, {stage.samples} latencies, P99 {p99}")
+        # The verdict judges drift against the control's P99 interval (kfchaos.verdict.drift): without one, the
+        # stage's p99_drift is INCONCLUSIVE whatever the run shows.
+        if quantile_ranks(stage.samples, 1 - TAIL, experiment.spec.slo.confidence) is None:
+            print(
+                f"warning: control stage {stage.stage}%: {stage.samples} latencies are too few for a P99 interval at "
+                f"{100 * experiment.spec.slo.confidence:g}% confidence: p99_drift at this stage will be INCONCLUSIVE; "
+                "record a longer control (--duration)",
+                file=sys.stderr,
+            )
     return EXIT_PASS
+
+
+def _warn_short_stages(experiment: Experiment, base_dir: Path, duration: float, stages: list[int]) -> None:
+    """Before replaying: the stages whose control plan is too small for the P99 interval the drift check needs
+    (the plan's count from kfchaos.verdict.samples, the interval rule from kfchaos.verdict.stats)."""
+    from kfchaos.verdict.samples import stage_support
+    from kfchaos.verdict.stats import TAIL, quantile_ranks
+
+    try:
+        support = stage_support(experiment, base_dir, duration)
+    except (KfchaosError, OSError, ValueError):
+        return  # the replay itself reports what is wrong with the plan
+    confidence = experiment.spec.slo.confidence
+    for entry in support:
+        if (not stages or entry.stage in stages) and quantile_ranks(entry.planned, 1 - TAIL, confidence) is None:
+            print(
+                f"warning: control stage {entry.stage}%: {entry.planned} requests planned in {duration:g}s, too few "
+                f"for a P99 interval at {100 * confidence:g}% confidence: p99_drift at this stage will be "
+                "INCONCLUSIVE; give a longer --duration",
+                file=sys.stderr,
+            )
 
 
 def run_show(args: argparse.Namespace) -> int:
