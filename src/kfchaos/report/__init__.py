@@ -302,21 +302,43 @@ def _stage_table(figures: list[StageFigures]) -> str:
     return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
 
 
+# The unit of an abort rule's per-window value (kfchaos.verdict.gate._rule_values), which its check does not carry.
+_ABORT_UNITS = {"error_rate": "fraction", "timeout_rate": "fraction", "p99_latency": "s", "ttft_p99": "s",
+                "dependency_p99": "s", "oom_kills": ""}  # fmt: skip
+
+
+def _abort_value(check: dict[str, Any]) -> str:
+    """An abort rule trips on `consecutive` windows in a row above its threshold, not on one window: its worst
+    window may lie above the threshold while it PASSes. So it shows the run of windows that decides it (e.g.
+    "1/2 windows > 20%; worst 38.5%"), not "worst / threshold", which read as a value above its limit marked PASS."""
+    metric = str(check.get("name", "")).removeprefix("abort.").split(".")[0]
+    unit = _ABORT_UNITS.get(metric, "")
+    details = check.get("details") or {}
+    run, needed = details.get("longest_run_above"), details.get("consecutive")
+    threshold, worst = _fmt(check.get("threshold"), unit), _fmt(check.get("value"), unit)
+    if not isinstance(run, int) or not isinstance(needed, int):
+        return f"worst {worst}; rule > {threshold}"
+    return f"{run}/{needed} windows > {threshold}; worst {worst}"
+
+
+def _fmt(v: Any, unit: str) -> str:
+    if not isinstance(v, int | float):
+        return "—"
+    if unit == "s":
+        return f"{v * 1000:.0f} ms"
+    if unit == "fraction":
+        return f"{v * 100:.3g}%"
+    if unit == "ratio":  # a relative change: +12% drift
+        return f"{v * 100:+.1f}%"
+    return f"{v:g} {unit}".strip()
+
+
 def _value(check: dict[str, Any]) -> str:
+    """The value / limit column, in terms that agree with the check's status."""
+    if str(check.get("name", "")).startswith("abort.") and not check.get("unit"):
+        return _abort_value(check)
     value, threshold, unit = check.get("value"), check.get("threshold"), check.get("unit") or ""
-
-    def fmt(v: Any) -> str:
-        if not isinstance(v, int | float):
-            return "—"
-        if unit == "s":
-            return f"{v * 1000:.0f} ms"
-        if unit == "fraction":
-            return f"{v * 100:.3g}%"
-        if unit == "ratio":  # a relative change: +12% drift
-            return f"{v * 100:+.1f}%"
-        return f"{v:g} {unit}".strip()
-
-    return f"{fmt(value)} / {fmt(threshold)}" if threshold is not None else fmt(value)
+    return f"{_fmt(value, unit)} / {_fmt(threshold, unit)}" if threshold is not None else _fmt(value, unit)
 
 
 def checks_table(checks: list[dict[str, Any]]) -> str:
