@@ -68,20 +68,9 @@ def _pct(value: float) -> str:
 
 
 def _matches(document: dict[str, Any], context: dict[str, Any]) -> list[Match]:
-    """Known failure modes that fit, best first: the most signals the OOM evidence bundle found, the fewest it
-    contradicted, then the most failing checks pointing at a mode (its fault type counting as one more), then
-    the larger share of the mode's own checks."""
+    """Known failure modes that fit, best first by the run's evidence (kfchaos.knowledge.rank)."""
     normalized = {"checks": document.get("checks", []), "stages": stages_of(document)}
-    found = match(normalized, _fault_types(context), evidence_section.findings(context))
-    return sorted(
-        found,
-        key=lambda m: (
-            -m.evidence_score,
-            m.contradicted,
-            -(len(m.checks) + m.fault_match),
-            -len(m.checks) / len(m.mode.checks),
-        ),
-    )
+    return match(normalized, _fault_types(context), evidence_section.findings(context))
 
 
 def _slo(context: dict[str, Any]) -> Any:
