@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from html import escape
 from typing import Any
 
@@ -26,6 +27,7 @@ from kfchaos.report.data import (
     baseline_band,
     check_of,
     control_stages,
+    events,
     fault_windows,
     load_frame,
     stage_figures,
@@ -71,6 +73,17 @@ def _matches(document: dict[str, Any], context: dict[str, Any]) -> list[Match]:
     """Known failure modes that fit, best first by the run's evidence (kfchaos.knowledge.rank)."""
     normalized = {"checks": document.get("checks", []), "stages": stages_of(document)}
     return match(normalized, _fault_types(context), evidence_section.findings(context))
+
+
+def _one_shot(context: dict[str, Any]) -> frozenset[str]:
+    """The experiment's faults that act once (pod-kill, container-kill: kfchaos.faults.catalog one_shot; Chaos
+    Mesh kills the selected pod or container once, chaos-mesh/chaos-mesh README.md "pod-kill"/"container-kill"),
+    drawn as instants: "verified active for 27 s" means nothing for a kill."""
+    from kfchaos.faults.catalog import CATALOG
+
+    experiment = context.get("experiment")
+    faults = experiment.spec.faults if experiment is not None else []
+    return frozenset(f.name for f in faults if f.type in CATALOG and CATALOG[f.type].one_shot)
 
 
 def _slo(context: dict[str, Any]) -> Any:
@@ -411,8 +424,10 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
         "counts it); goodput: requests that succeeded within p99_max (and ttft_p99_max) per request sent.</small></p>"
     )
     first = True
+    story = events(context, frame, faults, context.get("metrics"))
     figure = plots.timeline(time_series(frame) if frame is not None else None, spans, faults, band, p99_max,
-                            context.get("metrics"))  # fmt: skip
+                            context.get("metrics"), story=story, instants=_one_shot(context),
+                            evidence_kv=evidence_section.kv_usage(context))  # fmt: skip
     parts.append("<h2>Over the run</h2>")
     legend = (
         "<p class='legend'><small>Shaded: <span style='background:rgba(120,120,120,.15)'></span>stages "
@@ -455,7 +470,12 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
         parts += ["<h2>Experiment-wide checks</h2>", checks_table(document["checks"])]
     parts.append(evidence_section.html(context))
     parts += ["<h2>Known failure modes that fit, best match first</h2>", _failure_modes(_matches(document, context))]
-    data = {"verdict": document, "metrics": _metrics_dict(context.get("metrics"))}
+    data = {
+        "verdict": document,
+        "metrics": _metrics_dict(context.get("metrics")),
+        # The run's story in the order it happened, as the first chart draws it (data.events).
+        "events": [asdict(e) for e in story],
+    }
     bundle = evidence_section.bundle_of(context)
     if bundle is not None:  # the pipeline's run folder takes evidence/ from here (kfchaos.rundir)
         data["evidence"] = bundle.to_dict()
