@@ -121,7 +121,8 @@ def describe(support: StageSupport) -> str:
         else:
             parts.append(f"{need.check} >= {max(need.requests, support.min_samples)}")
     verdict = "enough" if not support.short else "too few for " + "; ".join(n.check for n in support.short)
+    planned = f"{'at least ' if support.capped else ''}{support.planned}"
     return (
-        f"stage {support.stage}%: {'at least ' if support.capped else ''}{support.planned} requests planned; a PASS needs, with none above the limit: "
+        f"stage {support.stage}%: {planned} requests planned; a PASS needs, with none above the limit: "
         f"{', '.join(parts)}: {verdict}"
     )
