@@ -142,6 +142,14 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
         experiment_dir: str = DEFAULT_EXPERIMENT_DIR,
         target: str = "",
     ) -> None:
+        """One chaos experiment run: baseline, steady state, faults over the traffic ramp, verdict.
+
+        Args:
+            experiment: The experiment YAML (kfchaos.io/v1alpha1 Experiment), the whole file as text.
+            baseline: The baseline YAML as text; empty: no baseline, so P99 drift is INCONCLUSIVE.
+            experiment_dir: Folder in the task pods where the experiment's relative paths (traffic.file) resolve.
+            target: Endpoint URL that replaces spec.target.endpoint; empty: the experiment's own.
+        """
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         exit_task = _no_cache(cleanup_op(experiment=experiment, run_id=run_id), retries=2)
         exit_task.set_display_name("cleanup (exit handler)")

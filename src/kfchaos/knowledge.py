@@ -79,6 +79,23 @@ def failure_modes() -> tuple[FailureMode, ...]:
     return tuple(FailureMode.model_validate(item) for item in yaml.safe_load(text))
 
 
+def rank(found: Match) -> tuple[int, int, int, float, bool]:
+    """Sort key, best first, by the evidence the run holds (the one ranking: the report shows this order):
+    1. the most signals the evidence bundle saw (a mode confirmed by what was collected);
+    2. the fewest signals it collected and did not see (evidence against the mode);
+    3. the most failing checks pointing at the mode, a fault of its kind injected by this experiment counting
+       as one more (the run's own stimulus);
+    4. the larger share of the mode's own checks that failed; then a mode the experiment provoked first."""
+    share = len(found.checks) / len(found.mode.checks)
+    return (
+        -found.evidence_score,
+        found.contradicted,
+        -(len(found.checks) + found.fault_match),
+        -share,
+        not found.fault_match,
+    )
+
+
 def failing_checks(verdict: Mapping[str, Any], statuses: Iterable[str] = ("FAIL",)) -> list[str]:
     """Names of the checks with one of `statuses` in a verdict's JSON (stage and experiment-wide)."""
     wanted = set(statuses)
@@ -93,8 +110,7 @@ def match(
 ) -> list[Match]:
     """Known failure modes for the verdict's failing checks (and the replay check when INCONCLUSIVE), and for
     the signals the evidence bundle found (`findings`: name -> seen; absent: not collected; None: no bundle).
-    Best first: the most signals seen, then the fewest contradicted, then a fault-type match, then the most
-    failing checks."""
+    Best first (`rank`)."""
     failing = set(failing_checks(verdict))
     failing |= {n for n in failing_checks(verdict, ("INCONCLUSIVE",)) if n == "replay"}
     faults = set(fault_types)
@@ -116,4 +132,4 @@ def match(
                 [s for s in mode.signals if findings is None or s not in findings],
             )
         )
-    return sorted(found, key=lambda m: (-m.evidence_score, m.contradicted, not m.fault_match, -len(m.checks)))
+    return sorted(found, key=rank)

@@ -513,7 +513,7 @@ def _faults_verified(steps: list[dict[str, Any]]) -> dict[str, bool]:
 
 def _baseline_file(parameters: dict[str, Any]) -> Path | None:
     """Where the run's baseline file lies on this machine (for the control records beside it): the experiment's
-    spec.baseline.file, absolute or relative to the experiments folder's parent (the repository root)."""
+    spec.baseline.file, absolute or relative to the experiment file's folder (kfchaos.spec.experiment_relative)."""
     try:
         experiment = yaml.safe_load(parameters.get("experiment", "") or "{}") or {}
     except yaml.YAMLError:
@@ -522,7 +522,7 @@ def _baseline_file(parameters: dict[str, Any]) -> Path | None:
     if not isinstance(name, str) or not name:
         return None
     folder = Path(str(parameters.get("experiment_dir") or "."))
-    candidate = Path(name) if Path(name).is_absolute() else folder.parent / name
+    candidate = Path(name) if Path(name).is_absolute() else folder / name
     return candidate if candidate.is_file() else None
 
 

@@ -538,7 +538,7 @@ class Capture(StrictModel):
 
 
 class BaselineSource(StrictModel):
-    file: str | None = Field(None, description="a baseline in baselines/, relative to the repository root")
+    file: str | None = Field(None, description="the baseline file, relative to the experiment file")
     capture: Capture | None = None
 
     @model_validator(mode="after")
@@ -762,18 +762,16 @@ def experiment_warnings(document: YamlDocument, experiment: Experiment) -> list[
                     f"the fault is cut to {limit:g}s and the later stages run without it",
                 )
             )
-    baseline = experiment.spec.baseline.file
-    if baseline and experiment.spec.baseline.capture is None:
-        # Relative to the repository root: the current directory or any folder above the experiment file.
-        folders = [FsPath.cwd(), *FsPath(document.file).resolve().parents]
-        if not any((folder / baseline).is_file() for folder in folders):
-            warnings.append(
-                document.problem(
-                    ("spec", "baseline", "file"),
-                    f"warning: baseline file {baseline} not found (looked in the current directory and the folders "
-                    "above the experiment); a run without a baseline cannot judge P99 drift and ends INCONCLUSIVE",
-                )
+    baseline = baseline_path(document.file, experiment)
+    if baseline is not None and experiment.spec.baseline.capture is None and not baseline.is_file():
+        warnings.append(
+            document.problem(
+                ("spec", "baseline", "file"),
+                f"warning: baseline file {experiment.spec.baseline.file} not found ({baseline}: paths in an "
+                "experiment are relative to its file); a run without a baseline cannot judge P99 drift and ends "
+                "INCONCLUSIVE",
             )
+        )
     return warnings
 
 
@@ -795,6 +793,20 @@ def load_experiment_warnings(path: str | FsPath) -> list[Problem]:
     except (OSError, SpecError, ValidationError):
         return []
     return experiment_warnings(document, experiment)
+
+
+def experiment_relative(experiment_file: str | FsPath, value: str) -> FsPath:
+    """The one rule for every path written in an experiment (traffic.file, traffic.synthetic.fit_from,
+    baseline.file): as written when absolute, else relative to the folder that holds the experiment file --
+    never to the current directory or the repository root, so a file means the same from wherever it is run."""
+    path = FsPath(value)
+    return path if path.is_absolute() else FsPath(experiment_file).parent / path
+
+
+def baseline_path(experiment_file: str | FsPath, experiment: Experiment) -> FsPath | None:
+    """Where spec.baseline.file lies (experiment_relative), or None when the experiment names none."""
+    name = experiment.spec.baseline.file
+    return experiment_relative(experiment_file, name) if name else None
 
 
 def load_experiment(path: str | FsPath) -> Experiment:

@@ -37,6 +37,18 @@ def test_up_prints_the_exports_and_run_line_and_down_stops_everything(tmp_path: 
         assert f"export KFCHAOS_FAULT_PROXY={state['control']}" in out
         assert f"--local --target {state['target']}" in out and "kfchaos demo down" in out
         assert all(_alive(pid) for pid in state["pids"])
+        # The same environment in a file to `source`: a shell that sources it has what `run --local` needs.
+        env_file = runs / ".work" / "demo-up.env"
+        assert f"source {env_file}" in out
+        shell = subprocess.run(
+            ["bash", "-c", f"source {env_file} && echo $KFCHAOS_FAULT_BACKEND $KFCHAOS_FAULT_PROXY $KFCHAOS_TARGET"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+            env={"PATH": os.environ["PATH"]},
+        )
+        assert shell.stdout.split() == ["local", state["control"], state["target"]]
         # The stack answers through the fault proxy, as `run --local` will use it.
         with urllib.request.urlopen(f"{state['target']}/health", timeout=10) as response:
             assert response.status == 200
@@ -45,7 +57,7 @@ def test_up_prints_the_exports_and_run_line_and_down_stops_everything(tmp_path: 
     finally:
         stopped = kfchaos("demo", "down", "--runs", str(runs))
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
-    assert not state_file.exists()
+    assert not state_file.exists() and not env_file.exists()
     assert not any(_alive(pid) for pid in state["pids"])
     server_state = Path(state["server_state"])  # the supervisor removes it when it stops cleanly
     server = json.loads(server_state.read_text()).get("pid") if server_state.exists() else None

@@ -38,13 +38,13 @@ def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Pat
     component.write_text(
         component.read_text().replace("from kfchaos.steps import stages", "import kfchaos.steps.stages as stages")
     )
-    compiled = root / "pipelines/compiled/vllm-network-delay/1.1.0.yaml"
+    compiled = root / "pipelines/compiled/vllm-network-delay/1.2.0.yaml"
     before = compiled.read_bytes()
 
     check = kfchaos("compile", "--check", "--root", str(root))
     assert check.returncode == 1
-    assert "pipeline vllm-network-delay changed but its version 1.1.0 did not" in check.stderr
-    assert "experiments/vllm-network-delay.yaml (metadata.version), e.g. to 1.1.1" in check.stderr
+    assert "pipeline vllm-network-delay changed but its version 1.2.0 did not" in check.stderr
+    assert "experiments/vllm-network-delay.yaml (metadata.version), e.g. to 1.2.1" in check.stderr
     assert "pipeline kfchaos-experiment changed" in check.stderr and "pyproject.toml" in check.stderr
 
     # Compiling without --force refuses to rewrite a released version.
@@ -58,18 +58,18 @@ def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Pat
 
     # Bumping the experiment's version compiles a new file and leaves the old version untouched.
     experiment = root / "experiments/vllm-network-delay.yaml"
-    experiment.write_text(experiment.read_text().replace("version: 1.1.0", "version: 1.1.1", 1))
+    experiment.write_text(experiment.read_text().replace("version: 1.2.0", "version: 1.2.1", 1))
     kfchaos("compile", "--root", str(root))
-    assert (root / "pipelines/compiled/vllm-network-delay/1.1.1.yaml").is_file()
+    assert (root / "pipelines/compiled/vllm-network-delay/1.2.1.yaml").is_file()
     assert compiled.read_bytes() == before
-    assert read_lock(root / "pipelines/versions.lock.yaml")["vllm-network-delay"].version == "1.1.1"
+    assert read_lock(root / "pipelines/versions.lock.yaml")["vllm-network-delay"].version == "1.2.1"
 
 
 def test_check_fails_when_compiled_output_is_missing(tmp_path: Path) -> None:
     root = copy_sources(tmp_path / "repo")
     check = kfchaos("compile", "--check", "--root", str(root))
     assert check.returncode == 1
-    assert "pipelines/compiled/vllm-network-delay/1.1.0.yaml: missing" in check.stderr
+    assert "pipelines/compiled/vllm-network-delay/1.2.0.yaml: missing" in check.stderr
     assert not (root / "pipelines/compiled").exists()  # --check writes nothing
 
 
@@ -104,7 +104,7 @@ def test_the_image_override_reaches_every_component(tmp_path: Path) -> None:
         [sys.executable, "-m", "kfchaos", "compile", "--root", str(root)], env=env, capture_output=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    spec = next(yaml.safe_load_all((root / "pipelines/compiled/vllm-network-delay/1.1.0.yaml").read_text()))
+    spec = next(yaml.safe_load_all((root / "pipelines/compiled/vllm-network-delay/1.2.0.yaml").read_text()))
     assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {
         "registry.internal/kfchaos:dev"
     }
@@ -118,3 +118,55 @@ def test_the_ci_template_checks_on_pull_requests_and_uploads_on_main() -> None:
     assert upload["needs"] == "check" and "refs/heads/main" in upload["if"]
     assert any("kfchaos upload" in step.get("run", "") for step in upload["steps"])
     assert True in workflow and "pull_request" in workflow[True]  # YAML 1.1 reads the key `on` as True
+
+
+def test_pipeline_parameters_carry_descriptions_in_the_ir() -> None:
+    lock = read_lock(ROOT / "pipelines/versions.lock.yaml")
+    for entry in lock.values():
+        spec = next(yaml.safe_load_all((ROOT / entry.file).read_text()))
+        parameters = spec["root"]["inputDefinitions"]["parameters"]
+        assert {"experiment", "baseline", "experiment_dir", "target"} <= set(parameters), entry.name
+        for name in ("experiment", "baseline", "experiment_dir", "target"):
+            assert parameters[name].get("description"), f"{entry.name}: parameter {name} has no description"
+
+
+def test_compile_path_takes_any_experiment_in_the_repository_and_keeps_it(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path / "repo")
+    mine = root / "team" / "mine.yaml"
+    mine.parent.mkdir()
+    text = (root / "experiments/vllm-network-delay.yaml").read_text()
+    mine.write_text(
+        text.replace("name: vllm-network-delay", "name: team-delay").replace("../baselines/", "../baselines/")
+    )
+    done = kfchaos("compile", str(mine), "--root", str(root))
+    assert done.returncode == 0, done.stderr
+    lock = read_lock(root / "pipelines/versions.lock.yaml")
+    assert lock["team-delay"].version_source == "team/mine.yaml (metadata.version)"
+    assert (root / lock["team-delay"].file).is_file()
+    # Once in the lock it stays compiled and checked without naming it again.
+    assert kfchaos("compile", "--check", "--root", str(root)).returncode == 0
+
+
+def test_compile_refuses_an_experiment_or_baseline_outside_the_repository_unless_told(tmp_path: Path) -> None:
+    root = copy_sources(tmp_path / "repo")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "b.yaml").write_text((root / "baselines/vllm-network-delay.yaml").read_text())
+    text = (root / "experiments/vllm-network-delay.yaml").read_text().replace("name: vllm-network-delay", "name: out")
+    outside_file = elsewhere / "out.yaml"
+    outside_file.write_text(text.replace("../baselines/vllm-network-delay.yaml", "b.yaml"))
+    refused = kfchaos("compile", str(outside_file), "--root", str(root))
+    assert (
+        refused.returncode == 3
+        and "lies outside the repository" in refused.stderr
+        and "--allow-outside" in refused.stderr
+    )
+    assert not (root / "pipelines/compiled").exists()
+    # An experiment inside whose baseline lies outside is refused too: the pipeline would embed it silently.
+    inside = root / "experiments" / "vllm-network-delay.yaml"
+    inside.write_text(inside.read_text().replace("../baselines/vllm-network-delay.yaml", str(elsewhere / "b.yaml")))
+    refused = kfchaos("compile", "--root", str(root))
+    assert refused.returncode == 3 and f"the baseline {elsewhere / 'b.yaml'} lies outside" in refused.stderr
+    allowed = kfchaos("compile", str(outside_file), "--allow-outside", "--root", str(root))
+    assert allowed.returncode == 0, allowed.stderr
+    assert "embedding the experiment" in allowed.stderr and "embedding the baseline" in allowed.stderr

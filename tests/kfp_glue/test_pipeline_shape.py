@@ -8,7 +8,7 @@ import yaml
 
 from tests.conftest import ROOT
 
-PIPELINE = ROOT / "pipelines/compiled/vllm-network-delay/1.1.0.yaml"
+PIPELINE = ROOT / "pipelines/compiled/vllm-network-delay/1.2.0.yaml"
 
 
 def _load() -> tuple[dict[str, Any], dict[str, Any]]:

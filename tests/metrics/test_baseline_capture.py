@@ -171,3 +171,28 @@ def test_cli_reads_the_capture_step_from_the_spec(prom: History, tmp_path: Path)
     baseline, _ = load_baseline(tmp_path / "b.yaml")
     assert baseline.provenance.step == 600.0  # spec.baseline.capture.step, not the command's 300 s
     assert baseline.series["latency_p99"].intervals <= 2 * 24 * 6 + 1
+
+
+def test_cli_writes_the_baseline_where_the_experiment_names_it_relative_to_its_file(
+    prom: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One rule for paths in an experiment: baseline.file is relative to the experiment file, not to the current
+    directory (the old code wrote it relative to wherever the command ran, outside the repository)."""
+    from kfchaos.cli import main
+    from tests.verdict.builders import experiment_text
+
+    folder = tmp_path / "repo" / "experiments"
+    folder.mkdir(parents=True)
+    experiment_file = folder / "verdict-test.yaml"
+    end = prom.end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    capture_section = (
+        f"{{file: ../baselines/b.yaml, capture: {{prometheus: '{prom.client.url}', days: 2, end: '{end}'}}}}"
+    )
+    experiment_file.write_text(experiment_text().replace("{file: baselines/verdict-test.yaml}", capture_section))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["baseline", "capture", "--experiment", str(experiment_file)]) == 0
+    assert (tmp_path / "repo" / "baselines" / "b.yaml").is_file()
+    assert not (elsewhere / "baselines").exists()
+    assert "writing outside the current directory" in capsys.readouterr().err

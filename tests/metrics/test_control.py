@@ -108,3 +108,20 @@ def test_a_malformed_control_is_refused_naming_the_field(tmp_path: Path) -> None
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(SpecError, match=r"b\.yaml:\d+: control\.stages\[0\]: latency_p99_interval"):
         load_baseline(path)
+
+
+def test_cli_warns_before_and_after_when_a_stage_is_too_small_for_a_p99_interval(
+    server: LoopbackServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """280 samples a stage were stored silently before; fewer than a P99 interval needs (299 at 95 %) make that
+    stage's p99_drift INCONCLUSIVE, so the command says so, before replaying and after."""
+    experiment_file = tmp_path / "verdict-test.yaml"
+    experiment_file.write_text(experiment_text(stages=(100,)))
+    path = baseline().write(tmp_path / "verdict-test.yaml.baseline.yaml")
+    argv = ["baseline", "control", "--experiment", str(experiment_file), "--target", server.url]
+    assert main([*argv, "--duration", "1s", "--baseline", str(path)]) == 0  # 100 requests/s for 1 s
+    err = capsys.readouterr().err
+    assert "warning: control stage 100%: " in err and "requests planned in 1s, too few for a P99 interval" in err
+    assert "latencies are too few for a P99 interval at 95% confidence" in err
+    assert main([*argv, "--duration", "4s", "--baseline", str(path)]) == 0
+    assert "too few" not in capsys.readouterr().err

@@ -103,11 +103,11 @@ def test_a_fault_cut_to_max_fault_duration_is_warned_about(tmp_path: Path) -> No
 
 def test_a_missing_baseline_file_is_warned_about(tmp_path: Path) -> None:
     path = tmp_path / "nobaseline.yaml"
-    text = BASE.replace("file: baselines/vllm-network-delay.yaml", "file: baselines/nowhere.yaml")
+    text = BASE.replace("file: ../baselines/vllm-network-delay.yaml", "file: ../baselines/nowhere.yaml")
     path.write_text(text.split("    capture:")[0] + "  safety:" + text.split("  safety:")[1])
     warnings = [str(w) for w in load_experiment_warnings(path)]
-    assert any("spec.baseline.file: warning: baseline file baselines/nowhere.yaml not found" in w for w in warnings)
-    # The shipped example's baseline exists (relative to the repository root): no warning.
+    assert any("spec.baseline.file: warning: baseline file ../baselines/nowhere.yaml not found" in w for w in warnings)
+    # The shipped example's baseline exists (relative to the experiment file): no warning.
     assert load_experiment_warnings(EXPERIMENTS / "vllm-network-delay.yaml") == []
 
 
@@ -135,3 +135,23 @@ def test_every_schema_default_satisfies_its_own_field_schema() -> None:
             continue  # a nested model's default object: its fields' defaults are checked one by one
         jsonschema.validate(node["default"], {**field, "$defs": schema.get("$defs", {})})
     assert {"0.5%", "20m", "95%"} <= {str(node["default"]) for _, node in defaults}, "sanity: units written"
+
+
+def test_paths_in_an_experiment_are_relative_to_its_file_wherever_it_is_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rule for traffic.file and baseline.file: the experiment file's folder, never the current directory."""
+    from kfchaos.kfp.runs import parameters_for
+    from kfchaos.spec import baseline_path, load_experiment
+
+    folder = tmp_path / "team" / "exps"
+    folder.mkdir(parents=True)
+    (folder / "b.yaml").write_text("beside the experiment\n")
+    (tmp_path / "b.yaml").write_text("in the current directory: the wrong one\n")
+    path = folder / "x.yaml"
+    path.write_text(BASE.replace("file: ../baselines/vllm-network-delay.yaml", "file: b.yaml"))
+    monkeypatch.chdir(tmp_path)
+    experiment = load_experiment(path)
+    assert baseline_path(path, experiment) == folder / "b.yaml"
+    assert parameters_for(path, experiment, tmp_path, "", None)["baseline"] == "beside the experiment\n"
+    assert not any("baseline" in str(w) for w in load_experiment_warnings(path))

@@ -9,7 +9,9 @@ server failed" in CI: it exits 4 with one line naming the bug report file that h
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import os
 import pkgutil
 import sys
@@ -48,12 +50,52 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="kfchaos", description="Chaos engineering as code for Kubeflow Pipelines.")
     parser.add_argument("--version", action="version", version=f"kfchaos {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    package = importlib.import_module(__name__)
-    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.name.startswith("cmd_"))
+    names = _command_modules()
     if only is not None and f"cmd_{only}" in names:
         names = [f"cmd_{only}"]
     for name in names:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
+    return parser
+
+
+def _command_modules() -> list[str]:
+    package = importlib.import_module(__name__)
+    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.name.startswith("cmd_"))
+
+
+def _declared_commands() -> list[tuple[str, str]]:
+    """(name, help) of every subcommand, read from each cmd_*.py's source (`add_parser("name", help=...)`) without
+    importing it: for start-up speed, since importing them all pulls in kfp, scipy and pyarrow (seconds), and
+    `kfchaos --help` needs only their names and one line each."""
+    found = []
+    for name in _command_modules():
+        spec = importlib.util.find_spec(f"{__name__}.{name}")
+        if spec is None or spec.origin is None:
+            continue
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_parser"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                text = next((k.value for k in node.keywords if k.arg == "help"), None)
+                shown = text.value if isinstance(text, ast.Constant) and isinstance(text.value, str) else ""
+                found.append((node.args[0].value, shown))
+                break  # the module's first add_parser is its command; later ones are its actions
+    return found
+
+
+def _overview_parser() -> argparse.ArgumentParser:
+    """The top-level parser for `kfchaos`, `kfchaos --help` and `--version`: every command listed, none imported."""
+    parser = _Parser(prog="kfchaos", description="Chaos engineering as code for Kubeflow Pipelines.")
+    parser.add_argument("--version", action="version", version=f"kfchaos {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, text in _declared_commands():
+        subparsers.add_parser(name, help=text)
     return parser
 
 
@@ -65,7 +107,15 @@ def _command_word(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser(_command_word(argv))
+        word = _command_word(argv)
+        if word is None:
+            # No command (`--help`, `--version`, nothing): the overview parser answers without importing any
+            # command module (for start-up speed); it lists every command and exits.
+            overview = _overview_parser()
+            overview.parse_args(argv)  # SystemExit 0 (help, version) or 3 (a bad option)
+            overview.print_help(sys.stderr)
+            return EXIT_USAGE
+        parser = build_parser(word)
         args = parser.parse_args(argv)  # SystemExit 0 (help) or 3 (usage) passes through
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)

@@ -16,7 +16,7 @@ from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
-from kfchaos.spec import load_experiment
+from kfchaos.spec import Experiment, baseline_path, experiment_relative, load_experiment
 
 
 def register(subparsers: Any) -> None:
@@ -42,7 +42,11 @@ def register(subparsers: Any) -> None:
     grab.add_argument(
         "--query", action="append", default=[], metavar="NAME=PROMQL", help="replace or add a query (repeatable)"
     )
-    grab.add_argument("--out", metavar="PATH", help="default: spec.baseline.file, else baselines/<name>.yaml")
+    grab.add_argument(
+        "--out",
+        metavar="PATH",
+        help="default: spec.baseline.file (relative to the experiment), else <name>.baseline.yaml beside it",
+    )
     grab.set_defaults(func=run_capture)
     control = commands.add_parser(
         "control",
@@ -54,7 +58,11 @@ def register(subparsers: Any) -> None:
         "--duration", metavar="DURATION", help="replay time per stage (default: spec.traffic.stage_duration)"
     )
     control.add_argument("--stage", action="append", type=int, default=[], metavar="PERCENT", help="repeatable")
-    control.add_argument("--baseline", metavar="PATH", help="default: spec.baseline.file, else baselines/<name>.yaml")
+    control.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="default: spec.baseline.file (relative to the experiment), else <name>.baseline.yaml beside it",
+    )
     control.set_defaults(func=run_control)
     show = commands.add_parser("show", help="check a baseline's schema and hash and print it")
     show.add_argument("file", metavar="FILE")
@@ -75,6 +83,22 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _baseline_file(given: str | None, experiment_file: str, experiment: Experiment) -> Path:
+    """--out/--baseline as given (relative to the current directory, like every flag), else spec.baseline.file by
+    the experiment's one path rule, else <name>.baseline.yaml beside the experiment file."""
+    if given:
+        return Path(given)
+    return baseline_path(experiment_file, experiment) or experiment_relative(
+        experiment_file, f"{experiment.metadata.name}.baseline.yaml"
+    )
+
+
+def _say_if_outside(path: Path) -> None:
+    """Nothing is written outside the working directory's tree without saying so."""
+    if not path.resolve().is_relative_to(Path.cwd().resolve()):
+        print(f"note: writing outside the current directory: {path.resolve()}", file=sys.stderr)
 
 
 def _user_queries(items: list[str]) -> dict[str, str]:
@@ -118,7 +142,8 @@ def run_capture(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise KfchaosError(str(exc)) from None
-    out = Path(args.out or experiment.spec.baseline.file or f"baselines/{experiment.metadata.name}.yaml")
+    out = _baseline_file(args.out, args.experiment, experiment)
+    _say_if_outside(out)
     baseline.write(out)
     for warning in baseline.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -144,7 +169,7 @@ def run_control(args: argparse.Namespace) -> int:
     from kfchaos.units import parse_duration
 
     experiment = load_experiment(args.experiment)
-    path = Path(args.baseline or experiment.spec.baseline.file or f"baselines/{experiment.metadata.name}.yaml")
+    path = _baseline_file(args.baseline, args.experiment, experiment)
     if not path.is_file():
         raise KfchaosError(
             f"{path}: no baseline yet; capture the production figures first (kfchaos baseline capture), "
@@ -158,6 +183,8 @@ def run_control(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise KfchaosError(f"--duration {args.duration!r}: {exc}") from None
     records = path.with_name(f"{path.stem}.control.parquet")
+    _say_if_outside(path)
+    _warn_short_stages(experiment, Path(args.experiment).parent, duration, args.stage)
     control = record_control(
         experiment,
         args.target or experiment.spec.target.endpoint,
@@ -168,10 +195,42 @@ def run_control(args: argparse.Namespace) -> int:
     )
     attach(baseline, control).write(path)
     print(f"{path}: control baseline from {control.target}, records {records} (sha256 {control.records_sha256[:12]})")
+    from kfchaos.verdict.stats import TAIL, quantile_ranks
+
     for stage in control.stages:
         p99 = "n/a" if stage.latency_p99 is None else f"{stage.latency_p99:.4g}s"
         print(f"  {stage.stage:>3}%  {stage.sent} sent, {stage.samples} latencies, P99 {p99}")
+        # The verdict judges drift against the control's P99 interval (kfchaos.verdict.drift): without one, the
+        # stage's p99_drift is INCONCLUSIVE whatever the run shows.
+        if quantile_ranks(stage.samples, 1 - TAIL, experiment.spec.slo.confidence) is None:
+            print(
+                f"warning: control stage {stage.stage}%: {stage.samples} latencies are too few for a P99 interval at "
+                f"{100 * experiment.spec.slo.confidence:g}% confidence: p99_drift at this stage will be INCONCLUSIVE; "
+                "record a longer control (--duration)",
+                file=sys.stderr,
+            )
     return EXIT_PASS
+
+
+def _warn_short_stages(experiment: Experiment, base_dir: Path, duration: float, stages: list[int]) -> None:
+    """Before replaying: the stages whose control plan is too small for the P99 interval the drift check needs
+    (the plan's count from kfchaos.verdict.samples, the interval rule from kfchaos.verdict.stats)."""
+    from kfchaos.verdict.samples import stage_support
+    from kfchaos.verdict.stats import TAIL, quantile_ranks
+
+    try:
+        support = stage_support(experiment, base_dir, duration)
+    except (KfchaosError, OSError, ValueError):
+        return  # the replay itself reports what is wrong with the plan
+    confidence = experiment.spec.slo.confidence
+    for entry in support:
+        if (not stages or entry.stage in stages) and quantile_ranks(entry.planned, 1 - TAIL, confidence) is None:
+            print(
+                f"warning: control stage {entry.stage}%: {entry.planned} requests planned in {duration:g}s, too few "
+                f"for a P99 interval at {100 * confidence:g}% confidence: p99_drift at this stage will be "
+                "INCONCLUSIVE; give a longer --duration",
+                file=sys.stderr,
+            )
 
 
 def run_show(args: argparse.Namespace) -> int:

@@ -13,15 +13,26 @@ from typing import Any
 
 from kfchaos.cli import EXIT_FAIL, EXIT_PASS
 from kfchaos.cli.jsonout import emit, problem_dict
+from kfchaos.errors import KfchaosError, SpecError
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "compile",
         help="compile every pipeline to pipelines/compiled/<name>/<version>.yaml and update the lock file",
-        description="Compile the generic pipeline, one pipeline per experiments/*.yaml, and every component. "
+        description="Compile the generic pipeline, one pipeline per experiments/*.yaml (and per experiment file "
+        "given as PATH, which then stays in the lock), and every component. "
         "A compiled version never changes: different output for an existing version is refused, naming the "
         "version to bump, and nothing is written.",
+    )
+    parser.add_argument(
+        "paths", nargs="*", type=Path, metavar="PATH", help="experiment files to compile besides experiments/*.yaml"
+    )
+    parser.add_argument(
+        "--allow-outside",
+        action="store_true",
+        help="compile an experiment, or embed a baseline, that lies outside the repository (refused otherwise: "
+        "the compiled pipeline carries it)",
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything is stale")
     parser.add_argument(
@@ -55,15 +66,42 @@ def _keep_refused_lock_entries(root: Path, result: Any, refused_names: set[str])
         result.writes[LOCK_FILE] = text
 
 
+def _check_inside(args: argparse.Namespace, root: Path, files: list[Path]) -> None:
+    """An experiment or its baseline outside the repository is refused unless --allow-outside; allowed, it is
+    named: the compiled pipeline embeds both as parameter defaults."""
+    from kfchaos.kfp.compile import outside
+    from kfchaos.spec import baseline_path, load_experiment
+
+    for path in files:
+        try:
+            found = baseline_path(path, load_experiment(path))
+        except SpecError:
+            found = None  # reported by the compile itself
+        for what, file in (("experiment", path), ("baseline", found)):
+            if file is None or (what == "baseline" and not file.is_file()) or not outside(root, file):
+                continue
+            if not args.allow_outside:
+                raise KfchaosError(
+                    f"{path}: the {what} {file.resolve()} lies outside the repository {root}, and the compiled "
+                    "pipeline would carry it; move it into the repository or give --allow-outside"
+                )
+            _say(args, f"note: embedding the {what} {file.resolve()} from outside the repository (--allow-outside)")
+
+
 def run(args: argparse.Namespace) -> int:
-    from kfchaos.kfp.compile import apply, plan
+    from kfchaos.kfp.compile import apply, experiment_files, plan
     from kfchaos.spec import load_experiment_warnings
 
     root = args.root.resolve()
-    warnings = [w for path in sorted((root / "experiments").glob("*.yaml")) for w in load_experiment_warnings(path)]
+    for path in args.paths:
+        if not path.is_file():
+            raise KfchaosError(f"{path}: no such experiment file")
+    files = experiment_files(root, args.paths)
+    _check_inside(args, root, files)
+    warnings = [w for path in files for w in load_experiment_warnings(path)]
     for warning in warnings:
         _say(args, str(warning))
-    result = plan(root)
+    result = plan(root, args.paths)
     refused_names = {Path(problem.path).parent.name for problem in result.refusals}
     # A lock entry is stale for a refused pipeline only because its version was not bumped: say that once.
     stale = [p for p in result.stale if not any(p.message.startswith(f"entry for {name} ") for name in refused_names)]

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_PASS
     if args.action == "up":
         from kfchaos.demo.run import SCENARIOS
-        from kfchaos.demo.up import up
+        from kfchaos.demo.up import up, write_env
 
         scenario = (args.scenario or ["tuned"])[-1]
         if scenario not in SCENARIOS:
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 f"demo up --scenario takes the server settings {' or '.join(SCENARIOS)}, not {scenario!r}"
             )
         state = up(args.runs, scenario, args.baseline_seconds, with_baseline=not args.no_baseline)
-        print(state.instructions())
+        print(state.instructions(write_env(state, args.runs)))
         return EXIT_PASS
     if args.action == "down":
         from kfchaos.demo.up import down

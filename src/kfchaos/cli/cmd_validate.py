@@ -2,18 +2,24 @@
 
 The same validator `compile`, `render` and `run` use (kfchaos.spec, safety guards included): a file that
 passes here passes there. Warnings (accepted but changed at run time) go to stderr and do not fail.
+
+Each valid file is also planned: per stage, the requests the replay will send and the fewest with which each
+check can PASS (kfchaos.verdict.samples, the verdict's own rule). A stage too small for a check is a warning
+naming spec.traffic.stages: the run would end INCONCLUSIVE there however well the target holds.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from kfchaos.cli import EXIT_PASS, EXIT_USAGE
 from kfchaos.cli.jsonout import emit, problem_dict
-from kfchaos.errors import SpecError
-from kfchaos.spec import load_experiment, load_experiment_warnings
+from kfchaos.errors import KfchaosError, Problem, SpecError
+from kfchaos.spec import Experiment, load_experiment, load_experiment_warnings
+from kfchaos.yamlsource import load_yaml, read_source
 
 
 def register(subparsers: Any) -> None:
@@ -24,6 +30,45 @@ def register(subparsers: Any) -> None:
         "--json", action="store_true", help="one JSON document on stdout: per file, problems and warnings"
     )
     parser.set_defaults(func=run)
+
+
+def _sample_sizes(path: str, experiment: Experiment) -> tuple[list[Any], list[str], list[Problem]]:
+    """(per-stage support, lines to print, warnings) for one valid experiment file."""
+    from kfchaos.verdict.samples import describe, stage_support  # for start-up speed: loads scipy and the planner
+
+    where = ("spec", "traffic", "stages")
+    document = load_yaml(read_source(path), path)
+    try:
+        support = stage_support(experiment, Path(path).parent)
+    except (KfchaosError, OSError, ValueError) as exc:
+        return [], [], [document.problem(where, f"warning: cannot plan the stages to count their requests: {exc}")]
+    warnings = [
+        document.problem(
+            where,
+            f"warning: stage {s.stage}%: {s.planned} requests planned, too few for "
+            + "; ".join(
+                f"{n.check} (never: limit {100 * n.limit:g}%)"
+                if n.requests is None
+                else f"{n.check} (needs >= {max(n.requests, s.min_samples)} with none above its limit)"
+                for n in s.short
+            )
+            + ": the stage ends INCONCLUSIVE however well the target holds; raise the rate, stage_duration or "
+            "the stage percent",
+        )
+        for s in support
+        if s.short
+    ]
+    return support, [f"  {describe(s)}" for s in support], warnings
+
+
+def _support_dict(support: Any) -> dict[str, Any]:
+    return {
+        "stage": support.stage,
+        "planned": support.planned,
+        "needs": [{"check": n.check, "limit": n.limit, "requests": n.requests} for n in support.needs],
+        "min_samples": support.min_samples,
+        "too_few_for": [n.check for n in support.short],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,13 +86,15 @@ def run(args: argparse.Namespace) -> int:
                 for problem in exc.problems:
                     print(problem, file=sys.stderr)
             continue
-        warnings = load_experiment_warnings(path)
+        support, lines, sample_warnings = _sample_sizes(path, experiment)
+        warnings = [*load_experiment_warnings(path), *sample_warnings]
         meta = experiment.metadata
         entry.update(
             name=meta.name,
             version=meta.version,
             faults=len(experiment.spec.faults),
             warnings=[problem_dict(w) for w in warnings],
+            stages=[_support_dict(s) for s in support],
         )
         if args.json:
             continue
@@ -55,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             print(warning, file=sys.stderr)
         if not args.quiet:
             print(f"{path}: ok ({meta.name} {meta.version}, {len(experiment.spec.faults)} faults)")
+            print("\n".join(lines))
     if args.json:
         emit({"valid": not failed, "files": files})
     return EXIT_USAGE if failed else EXIT_PASS

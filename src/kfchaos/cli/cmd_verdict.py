@@ -18,7 +18,7 @@ from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import stage_activities
 from kfchaos.metrics.snapshot import MetricsSnapshot
-from kfchaos.spec import Experiment, load_experiment
+from kfchaos.spec import Experiment, experiment_relative, load_experiment
 from kfchaos.verdict import Status, Verdict, evaluate
 from kfchaos.verdict.runstate import RunState, load_run_state
 
@@ -81,12 +81,9 @@ def _baseline(
 
 
 def _find_baseline(experiment_file: Path, spec_file: str) -> Path | None:
-    # baselines/<name>.yaml is relative to the repository root: try the working directory, then the
-    # experiment's parent folder (experiments/ sits next to baselines/).
-    for candidate in (Path(spec_file), experiment_file.resolve().parent.parent / spec_file):
-        if candidate.is_file():
-            return candidate
-    return None
+    # The one rule for paths in an experiment: relative to the experiment file (kfchaos.spec.experiment_relative).
+    candidate = experiment_relative(experiment_file, spec_file)
+    return candidate if candidate.is_file() else None
 
 
 def _from_run_folder(args: argparse.Namespace) -> None:

@@ -13,25 +13,49 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
 from kfchaos.errors import KfchaosError
-from kfchaos.kfp.runs import LocalOutcome
+from kfchaos.kfp.runs import TASK_NAMES_PREFIX, LocalOutcome
 
 CHILD_ENV = "KFCHAOS_LOCAL_RUN_CHILD"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TASK_LINE = re.compile(r"Task '(?P<task>[^']+)' finished with status (?P<status>\w+)")
 
 
+def task_names_line(line: str) -> dict[str, str] | None:
+    """The child's map of task keys to KFP display names (kfchaos.kfp.runs.TASK_NAMES_PREFIX), when `line` is it."""
+    import json
+
+    if not line.startswith(TASK_NAMES_PREFIX):
+        return None
+    try:
+        names = json.loads(line[len(TASK_NAMES_PREFIX) :])
+    except ValueError:
+        return None
+    return {str(k): str(v) for k, v in names.items()} if isinstance(names, dict) else None
+
+
 def progress_line(line: str) -> tuple[str, str] | None:
     """(task, status) when `line` is kfp.local's "Task ... finished with status ..." line."""
     match = _TASK_LINE.search(_ANSI.sub("", line))
     return (match["task"], match["status"].lower()) if match else None
+
+
+def follow_output(lines: Iterable[str], log_file: IO[str], on_task: Callable[[str, str], None] | None) -> None:
+    """Copy the child's output to the log; each finished task to `on_task` under the name KFP's UI gives it."""
+    names: dict[str, str] = {}
+    for line in lines:
+        log_file.write(line)
+        names = task_names_line(line) or names
+        task = progress_line(line)
+        if task and on_task:
+            on_task(names.get(task[0], task[0]), task[1])
 
 
 def run_child(
@@ -62,11 +86,7 @@ def run_child(
         )
         assert process.stdout is not None
         try:
-            for line in process.stdout:
-                log_file.write(line)
-                task = progress_line(line)
-                if task and on_task:
-                    on_task(*task)
+            follow_output(process.stdout, log_file, on_task)
             process.wait()
         except BaseException:
             process.terminate()

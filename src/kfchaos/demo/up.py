@@ -2,7 +2,8 @@
 
 `up` starts the demo LLM server (under its supervisor), the fault proxy and a local Prometheus, records a
 control baseline for the demo experiment (unless --no-baseline), writes what it started to a state file
-(runs/.work/demo-up.json) and prints the environment to export and the exact `kfchaos run --local` line.
+(runs/.work/demo-up.json), writes the environment a `run --local` needs to runs/.work/demo-up.env (to
+`source`), and prints it with the exact `kfchaos run --local` line.
 `down` reads the state file and stops every process it names (each is the leader of its own session, so
 its group is signalled), then removes the file. `up` while a stack is up prints the same lines again.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -23,6 +25,11 @@ from kfchaos.demo.stack import RECORD_NAME, DemoStack
 from kfchaos.errors import KfchaosError
 
 STATE_NAME = "demo-up.json"
+ENV_NAME = "demo-up.env"
+# Not read by kfchaos: the demo target's URL for the user's own `run --local --target "$KFCHAOS_TARGET"`, and the
+# stack's control baseline file for `kfchaos init` (which copies it beside a starter experiment).
+TARGET_ENV = "KFCHAOS_TARGET"
+BASELINE_ENV = "KFCHAOS_DEMO_BASELINE"
 
 
 @dataclass
@@ -38,22 +45,33 @@ class UpState:
     started: str
 
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             "KFCHAOS_FAULT_BACKEND": "local",
             "KFCHAOS_FAULT_PROXY": self.control,
             "KFCHAOS_DEMO_STATE": self.server_state,
             "KFCHAOS_PROMETHEUS_URL": self.prometheus,
+            TARGET_ENV: self.target,
         }
+        baseline = Path(self.workdir) / "baseline.yaml"
+        if baseline.is_file():
+            env[BASELINE_ENV] = str(baseline)
+        return env
 
-    def instructions(self) -> str:
+    def env_text(self) -> str:
+        """The environment as a file to `source` (values quoted for a POSIX shell: paths may hold spaces)."""
+        return "".join(f"export {key}={shlex.quote(value)}\n" for key, value in self.env().items())
+
+    def instructions(self, env_file: Path | None = None) -> str:
         from kfchaos.demo.local_backend import LOCAL_FAULT_TYPES
 
-        exports = "\n".join(f"export {key}={value}" for key, value in self.env().items())
+        exports = self.env_text().rstrip("\n")
+        source = f"written to {env_file}: source {env_file}\n" if env_file else ""
         return (
             f"demo stack up ({self.scenario} server settings); logs in {self.workdir}\n\n"
-            f"{exports}\n"
+            f"{exports}\n{source}"
             f"kfchaos run {self.experiment} --local --target {self.target}\n\n"
-            f"Your own experiment: kfchaos run EXPERIMENT --local --target {self.target}\n"
+            "Your own experiment: kfchaos init my-experiment.yaml, then\n"
+            f"kfchaos run my-experiment.yaml --local --target {self.target}\n"
             f"(faults the local backend performs: {', '.join(LOCAL_FAULT_TYPES)}, and long-context bursts)\n"
             "Stop it with: kfchaos demo down"
         )
@@ -61,6 +79,17 @@ class UpState:
 
 def state_path(runs_root: Path) -> Path:
     return runs_root / ".work" / STATE_NAME
+
+
+def env_path(runs_root: Path) -> Path:
+    return runs_root / ".work" / ENV_NAME
+
+
+def write_env(state: UpState, runs_root: Path) -> Path:
+    path = env_path(runs_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(state.env_text())
+    return path
 
 
 def _alive(pid: int) -> bool:
@@ -122,6 +151,7 @@ def up(runs_root: Path, scenario: str, baseline_seconds: float, with_baseline: b
     path = state_path(runs_root)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(state), indent=2))
+    write_env(state, runs_root)
     return state
 
 
@@ -178,4 +208,5 @@ def down(runs_root: Path, grace_s: float = 10.0) -> int:
     state_path(runs_root).unlink(missing_ok=True)
     for record in records:
         record.unlink(missing_ok=True)
+    env_path(runs_root).unlink(missing_ok=True)
     return len(running)

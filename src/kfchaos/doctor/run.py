@@ -154,6 +154,23 @@ def kube_client(options: Options) -> Any:
     return kubeconnect.api_client(options.kubeconfig, options.kube_context, in_cluster=False)
 
 
+def api_server_unreachable(api_client: Any) -> str | None:
+    """One line when the API server does not answer at all (every other check would fail the same way, each with
+    its own misleading fix); None when it answers, even with an error status (then the checks say what it is)."""
+    from kubernetes.client import VersionApi
+    from kubernetes.client.exceptions import ApiException
+
+    host = api_client.configuration.host
+    try:
+        VersionApi(api_client).get_code(_request_timeout=(HTTP_TIMEOUT / 2, HTTP_TIMEOUT))
+    except ApiException:
+        return None  # it answered (401, 403, ...)
+    except Exception as exc:  # urllib3's MaxRetryError, timeouts, TLS and DNS errors: no answer
+        reason = getattr(exc, "reason", None) or exc
+        return f"cannot reach the API server at {host} ({str(reason)[:200]}); check the kube context and the network"
+    return None
+
+
 def diagnose(options: Options, api_client: Any | None = None) -> Report:
     """Every check; a check that cannot run is UNKNOWN (never a pass)."""
     from kfchaos.faults.render import render_experiment
@@ -167,8 +184,12 @@ def diagnose(options: Options, api_client: Any | None = None) -> Report:
         try:
             api_client = kube_client(options)
         except Exception as exc:
-            report.add("kubernetes access", Status.UNKNOWN, str(exc)[:200], "give --kubeconfig / --kube-context")
+            report.no_cluster = f"no cluster configured ({str(exc)[:200]}); give --kubeconfig / --kube-context"
             return report
+    unreachable = api_server_unreachable(api_client)
+    if unreachable is not None:
+        report.no_cluster = unreachable
+        return report
     cluster.check_identity(report, api_client, options.kfp_namespace, options.service_account)
     cluster.check_permissions(report, api_client, experiment, options.kfp_namespace, options.service_account)
     kinds = [m["kind"].lower() for m in render_experiment(experiment, "doctor")]

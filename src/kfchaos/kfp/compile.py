@@ -1,7 +1,8 @@
 """Compile every pipeline and component deterministically, and check that what is committed is current.
 
 Targets: the generic pipeline (`kfchaos-experiment`, versioned with the package) and one pipeline per
-experiment in experiments/ (named metadata.name, versioned metadata.version, parameters defaulting to the file).
+experiment in experiments/ (named metadata.name, versioned metadata.version, parameters defaulting to the file),
+plus any other experiment file named on the command line (`kfchaos compile PATH`) or already in the lock.
 Outputs: pipelines/compiled/<name>/<version>.yaml, pipelines/versions.lock.yaml, components/<c>/component.yaml.
 
 A compiled version is immutable: once pipelines/compiled/<name>/<version>.yaml exists, a different compile result
@@ -14,6 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from typing import Any
 from kfchaos import __version__
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.kfp.versioning import LockEntry, read_lock, render_lock, seal
-from kfchaos.spec import Experiment, load_experiment
+from kfchaos.spec import Experiment, baseline_path, load_experiment
 
 GENERIC_PIPELINE = "kfchaos-experiment"
 LOCK_FILE = Path("pipelines/versions.lock.yaml")
@@ -91,9 +93,8 @@ def experiment_target(root: Path, path: Path, experiment: Experiment | None = No
     module = _import(root, "pipelines.chaos_experiment")
     experiment = experiment or load_experiment(path)
     meta = experiment.metadata
-    baseline = ""
-    if experiment.spec.baseline.file and (root / experiment.spec.baseline.file).is_file():
-        baseline = (root / experiment.spec.baseline.file).read_text()
+    found = baseline_path(path, experiment)
+    baseline = found.read_text() if found is not None and found.is_file() else ""
     auth = experiment.spec.target.auth
     try:
         where = str(path.resolve().relative_to(root.resolve()))
@@ -102,7 +103,7 @@ def experiment_target(root: Path, path: Path, experiment: Experiment | None = No
     return Target(
         name=meta.name,
         version=meta.version,
-        version_source=f"{where} (metadata.version)",
+        version_source=f"{where}{VERSION_SOURCE_SUFFIX}",
         defaults=module.PipelineDefaults(
             name=meta.name,
             version=meta.version,
@@ -116,7 +117,34 @@ def experiment_target(root: Path, path: Path, experiment: Experiment | None = No
     )
 
 
-def discover(root: Path) -> list[Target]:
+VERSION_SOURCE_SUFFIX = " (metadata.version)"
+
+
+def experiment_files(root: Path, extra: Sequence[Path] = ()) -> list[Path]:
+    """experiments/*.yaml, then the experiment files elsewhere that the lock already holds (compiled once by
+    `kfchaos compile PATH`: they stay compiled and checked), then `extra`; each file once."""
+    paths = sorted((root / "experiments").glob("*.yaml"))
+    for entry in read_lock(root / LOCK_FILE).values():
+        source = entry.version_source
+        if source.endswith(VERSION_SOURCE_SUFFIX):
+            path = root / source.removesuffix(VERSION_SOURCE_SUFFIX)
+            if path.is_file():
+                paths.append(path)
+    paths += list(extra)
+    seen: set[Path] = set()
+    unique = []
+    for path in paths:
+        if path.resolve() not in seen:
+            seen.add(path.resolve())
+            unique.append(path)
+    return unique
+
+
+def outside(root: Path, path: Path) -> bool:
+    return not path.resolve().is_relative_to(root.resolve())
+
+
+def discover(root: Path, extra: Sequence[Path] = ()) -> list[Target]:
     """The generic pipeline plus one per experiment file, in a stable order; invalid experiments are errors."""
     module = _import(root, "pipelines.chaos_experiment")
     defaults_cls = module.PipelineDefaults
@@ -135,14 +163,14 @@ def discover(root: Path) -> list[Target]:
     ]
     problems: list[str] = []
     seen: dict[str, Path] = {}
-    for path in sorted((root / "experiments").glob("*.yaml")):
+    for path in experiment_files(root, extra):
         try:
             experiment = load_experiment(path)
         except SpecError as exc:
             problems.append(str(exc))
             continue
         meta = experiment.metadata
-        relative = path.relative_to(root)
+        relative = path.resolve().relative_to(root.resolve()) if not outside(root, path) else path.resolve()
         if meta.name in seen or meta.name == GENERIC_PIPELINE:
             other = seen.get(meta.name, Path("the generic pipeline"))
             problems.append(f"{relative}: metadata.name {meta.name!r} is also used by {other}")
@@ -179,13 +207,13 @@ class Plan:
     entries: list[LockEntry]
 
 
-def plan(root: Path) -> Plan:
+def plan(root: Path, extra: Sequence[Path] = ()) -> Plan:
     lock = read_lock(root / LOCK_FILE)
     writes: dict[Path, bytes] = {}
     refusals: list[Problem] = []
     stale: list[Problem] = []
     entries: list[LockEntry] = []
-    for target in discover(root):
+    for target in discover(root, extra):
         sealed, digest = compile_target(root, target)
         entries.append(LockEntry(target.name, target.version, digest, str(target.file), target.version_source))
         existing = root / target.file

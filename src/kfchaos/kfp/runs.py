@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
-from kfchaos.spec import Experiment, load_experiment
+from kfchaos.spec import Experiment, baseline_path, load_experiment
 
 EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
 
@@ -23,9 +25,8 @@ def parameters_for(
     experiment_path: Path, experiment: Experiment, root: Path, target: str, experiment_dir: str | None
 ) -> dict[str, str]:
     """The run parameters: the experiment YAML, its committed baseline, where traffic resolves, the target."""
-    baseline = ""
-    if experiment.spec.baseline.file and (root / experiment.spec.baseline.file).is_file():
-        baseline = (root / experiment.spec.baseline.file).read_text()
+    found = baseline_path(experiment_path, experiment)
+    baseline = found.read_text() if found is not None and found.is_file() else ""
     parameters = {"experiment": experiment_path.read_text(), "baseline": baseline, "target": target}
     if experiment_dir is not None:
         parameters["experiment_dir"] = experiment_dir
@@ -72,6 +73,25 @@ class LocalOutcome:
         return f"{self.status}: {self.message} ({where})"
 
 
+# The line a local run prints before its first task: the display name KFP's UI shows for each task key, so that
+# progress read from kfp.local's "Task 'replay-stage-2' finished" lines says "replay 30%" as the UI does.
+TASK_NAMES_PREFIX = "kfchaos task names: "
+
+
+def task_display_names(pipeline_spec: dict[str, Any]) -> dict[str, str]:
+    """Task key -> display name (taskInfo.name) over the root DAG and every sub-DAG of a compiled pipeline spec.
+    Task keys are unique in one pipeline (the compiler suffixes repeated names: replay-stage-2, ...)."""
+    dags = [pipeline_spec.get("root", {}).get("dag", {})]
+    dags += [c.get("dag", {}) for c in pipeline_spec.get("components", {}).values() if isinstance(c, dict)]
+    names: dict[str, str] = {}
+    for dag in dags:
+        for key, task in (dag.get("tasks") or {}).items():
+            shown = (task.get("taskInfo") or {}).get("name") if isinstance(task, dict) else None
+            if isinstance(shown, str) and shown:
+                names[key] = shown
+    return names
+
+
 def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: Path) -> LocalOutcome:
     """Run the experiment's pipeline with kfp.local (SubprocessRunner, current environment)."""
     from kfp import local
@@ -83,6 +103,8 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
     # Run exactly the sealed IR `kfchaos compile` produces, so the audit record's IR hash is the real one.
     sealed, _digest = compile_target(root, experiment_target(root, experiment_path, experiment))
     pipeline = load_component_from_text(sealed.decode("utf-8"))
+    spec = next((d for d in yaml.safe_load_all(sealed) if isinstance(d, dict) and "root" in d), {})
+    print(TASK_NAMES_PREFIX + json.dumps(task_display_names(spec), sort_keys=True), flush=True)
     pipeline_root.mkdir(parents=True, exist_ok=True)
     local.init(local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
     started = time.time()

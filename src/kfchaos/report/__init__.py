@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from html import escape
 from typing import Any
 
@@ -26,6 +27,7 @@ from kfchaos.report.data import (
     baseline_band,
     check_of,
     control_stages,
+    events,
     fault_windows,
     load_frame,
     stage_figures,
@@ -68,20 +70,20 @@ def _pct(value: float) -> str:
 
 
 def _matches(document: dict[str, Any], context: dict[str, Any]) -> list[Match]:
-    """Known failure modes that fit, best first: the most signals the OOM evidence bundle found, the fewest it
-    contradicted, then the most failing checks pointing at a mode (its fault type counting as one more), then
-    the larger share of the mode's own checks."""
+    """Known failure modes that fit, best first by the run's evidence (kfchaos.knowledge.rank)."""
     normalized = {"checks": document.get("checks", []), "stages": stages_of(document)}
-    found = match(normalized, _fault_types(context), evidence_section.findings(context))
-    return sorted(
-        found,
-        key=lambda m: (
-            -m.evidence_score,
-            m.contradicted,
-            -(len(m.checks) + m.fault_match),
-            -len(m.checks) / len(m.mode.checks),
-        ),
-    )
+    return match(normalized, _fault_types(context), evidence_section.findings(context))
+
+
+def _one_shot(context: dict[str, Any]) -> frozenset[str]:
+    """The experiment's faults that act once (pod-kill, container-kill: kfchaos.faults.catalog one_shot; Chaos
+    Mesh kills the selected pod or container once, chaos-mesh/chaos-mesh README.md "pod-kill"/"container-kill"),
+    drawn as instants: "verified active for 27 s" means nothing for a kill."""
+    from kfchaos.faults.catalog import CATALOG
+
+    experiment = context.get("experiment")
+    faults = experiment.spec.faults if experiment is not None else []
+    return frozenset(f.name for f in faults if f.type in CATALOG and CATALOG[f.type].one_shot)
 
 
 def _slo(context: dict[str, Any]) -> Any:
@@ -302,21 +304,43 @@ def _stage_table(figures: list[StageFigures]) -> str:
     return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
 
 
+# The unit of an abort rule's per-window value (kfchaos.verdict.gate._rule_values), which its check does not carry.
+_ABORT_UNITS = {"error_rate": "fraction", "timeout_rate": "fraction", "p99_latency": "s", "ttft_p99": "s",
+                "dependency_p99": "s", "oom_kills": ""}  # fmt: skip
+
+
+def _abort_value(check: dict[str, Any]) -> str:
+    """An abort rule trips on `consecutive` windows in a row above its threshold, not on one window: its worst
+    window may lie above the threshold while it PASSes. So it shows the run of windows that decides it (e.g.
+    "1/2 windows > 20%; worst 38.5%"), not "worst / threshold", which read as a value above its limit marked PASS."""
+    metric = str(check.get("name", "")).removeprefix("abort.").split(".")[0]
+    unit = _ABORT_UNITS.get(metric, "")
+    details = check.get("details") or {}
+    run, needed = details.get("longest_run_above"), details.get("consecutive")
+    threshold, worst = _fmt(check.get("threshold"), unit), _fmt(check.get("value"), unit)
+    if not isinstance(run, int) or not isinstance(needed, int):
+        return f"worst {worst}; rule > {threshold}"
+    return f"{run}/{needed} windows > {threshold}; worst {worst}"
+
+
+def _fmt(v: Any, unit: str) -> str:
+    if not isinstance(v, int | float):
+        return "—"
+    if unit == "s":
+        return f"{v * 1000:.0f} ms"
+    if unit == "fraction":
+        return f"{v * 100:.3g}%"
+    if unit == "ratio":  # a relative change: +12% drift
+        return f"{v * 100:+.1f}%"
+    return f"{v:g} {unit}".strip()
+
+
 def _value(check: dict[str, Any]) -> str:
+    """The value / limit column, in terms that agree with the check's status."""
+    if str(check.get("name", "")).startswith("abort.") and not check.get("unit"):
+        return _abort_value(check)
     value, threshold, unit = check.get("value"), check.get("threshold"), check.get("unit") or ""
-
-    def fmt(v: Any) -> str:
-        if not isinstance(v, int | float):
-            return "—"
-        if unit == "s":
-            return f"{v * 1000:.0f} ms"
-        if unit == "fraction":
-            return f"{v * 100:.3g}%"
-        if unit == "ratio":  # a relative change: +12% drift
-            return f"{v * 100:+.1f}%"
-        return f"{v:g} {unit}".strip()
-
-    return f"{fmt(value)} / {fmt(threshold)}" if threshold is not None else fmt(value)
+    return f"{_fmt(value, unit)} / {_fmt(threshold, unit)}" if threshold is not None else _fmt(value, unit)
 
 
 def checks_table(checks: list[dict[str, Any]]) -> str:
@@ -400,8 +424,10 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
         "counts it); goodput: requests that succeeded within p99_max (and ttft_p99_max) per request sent.</small></p>"
     )
     first = True
+    story = events(context, frame, faults, context.get("metrics"))
     figure = plots.timeline(time_series(frame) if frame is not None else None, spans, faults, band, p99_max,
-                            context.get("metrics"))  # fmt: skip
+                            context.get("metrics"), story=story, instants=_one_shot(context),
+                            evidence_kv=evidence_section.kv_usage(context))  # fmt: skip
     parts.append("<h2>Over the run</h2>")
     legend = (
         "<p class='legend'><small>Shaded: <span style='background:rgba(120,120,120,.15)'></span>stages "
@@ -444,7 +470,12 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
         parts += ["<h2>Experiment-wide checks</h2>", checks_table(document["checks"])]
     parts.append(evidence_section.html(context))
     parts += ["<h2>Known failure modes that fit, best match first</h2>", _failure_modes(_matches(document, context))]
-    data = {"verdict": document, "metrics": _metrics_dict(context.get("metrics"))}
+    data = {
+        "verdict": document,
+        "metrics": _metrics_dict(context.get("metrics")),
+        # The run's story in the order it happened, as the first chart draws it (data.events).
+        "events": [asdict(e) for e in story],
+    }
     bundle = evidence_section.bundle_of(context)
     if bundle is not None:  # the pipeline's run folder takes evidence/ from here (kfchaos.rundir)
         data["evidence"] = bundle.to_dict()

@@ -185,7 +185,8 @@ def stage_figures(document: dict[str, Any], frame: pd.DataFrame | None, slo: Any
 
 @dataclass
 class TimeSeries:
-    """Records bucketed into fixed windows of `width` seconds by intended send time."""
+    """Records bucketed into fixed windows of `width` seconds: latencies and rates by intended send time, errors
+    by the time they happened (failure_times: a request cut off by a crash fails when it is cut off)."""
 
     width: float
     starts: np.ndarray
@@ -205,7 +206,8 @@ def time_series(frame: pd.DataFrame) -> TimeSeries | None:
     span = float(frame["intended"].max()) - start
     width = window_width(span)
     bins = ((frame["intended"] - start) // width).astype(int)
-    count = int(bins.max()) + 1
+    failed_bins = ((failure_times(frame) - start) // width).clip(lower=0).fillna(0).astype(int)
+    count = max(int(bins.max()), int(failed_bins.max())) + 1
     starts = start + width * np.arange(count)
     ok = _succeeded(frame)
     series = TimeSeries(width, starts)
@@ -230,12 +232,14 @@ def time_series(frame: pd.DataFrame) -> TimeSeries | None:
         series.columns["never_completed"] = np.bincount(bins[sent & ~ok], minlength=count).astype(float)
     if "error" in frame:
         for kind in sorted(str(k) for k in frame["error"].dropna().unique()):
-            series.errors[kind] = np.bincount(bins[frame["error"] == kind], minlength=count).astype(float)
+            # dropped and cancelled requests were never sent: they have no failure, only their planned time
+            at = bins if kind in ("dropped", "cancelled") else failed_bins
+            series.errors[kind] = np.bincount(at[frame["error"] == kind], minlength=count).astype(float)
     if "status" in frame:
         http = frame["error"].isna() if "error" in frame else pd.Series(True, index=frame.index)
         bad = http & frame["status"].notna() & ~frame["status"].fillna(0).between(200, 399)
         if bad.any():
-            series.errors["HTTP status >= 400"] = np.bincount(bins[bad], minlength=count).astype(float)
+            series.errors["HTTP status >= 400"] = np.bincount(failed_bins[bad], minlength=count).astype(float)
     return series
 
 
@@ -478,3 +482,96 @@ def counter_events(points: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.nda
     increase = np.where(diff < 0, values[1:], diff)
     at = np.flatnonzero(increase > 0)
     return times[1:][at], increase[at]
+
+
+def counter_intervals(points: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[float, float, float]]:
+    """(previous sample, sample where the counter rose, increase) for each rise: the event happened after the
+    previous scrape and by this one, so the scrape interval is its uncertainty, not its time."""
+    if points is None or len(points[0]) < 2:
+        return []
+    times, values = points
+    values = np.nan_to_num(values, nan=0.0)
+    diff = np.diff(values)
+    increase = np.where(diff < 0, values[1:], diff)
+    return [(float(times[i]), float(times[i + 1]), float(increase[i])) for i in np.flatnonzero(increase > 0)]
+
+
+# --- events in the order they happened -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened, at the time it happened: in [earliest, latest], equal when its own time is known
+    (a chaos object's injection time, a container's termination time); a scrape interval otherwise."""
+
+    kind: str  # "fault", "first error", "OOM kill", "container restart"
+    label: str
+    earliest: float
+    latest: float
+    source: str  # where the time comes from
+
+    @property
+    def exact(self) -> bool:
+        return self.earliest == self.latest
+
+
+def failure_times(frame: pd.DataFrame) -> pd.Series:
+    """When each request ended: its send (else intended) time plus its latency where it has one. A request cut
+    off by a crash fails when the connection breaks, not when it was sent: the errors a kill causes then sit
+    at or after the kill, not seconds before it."""
+    start = frame["sent"].where(frame["sent"].notna(), frame["intended"]) if "sent" in frame else frame["intended"]
+    latency = frame["latency"].astype(float).fillna(0.0) if "latency" in frame else 0.0
+    return (start + latency).astype(float)
+
+
+def _failed(frame: pd.DataFrame) -> pd.Series:
+    failed = pd.Series(False, index=frame.index)
+    if "error" in frame:
+        failed |= frame["error"].notna() & ~frame["error"].isin(["dropped", "cancelled", "client_abort"])
+    if "status" in frame:
+        failed |= frame["status"].notna() & (frame["status"].fillna(0) >= 500)
+    return failed
+
+
+def _terminations(context: dict[str, Any]) -> list[tuple[float, str]]:
+    """(finishedAt, reason) of the containers the OOM evidence bundle read from the pod status
+    (lastState.terminated, kfchaos.evidence.collect; k8s.io/api core/v1 ContainerStateTerminated)."""
+    from kfchaos.report.evidence import bundle_of
+
+    bundle = bundle_of(context)
+    out = []
+    for item in bundle.items if bundle is not None else []:
+        data = item.data if item.kind == "last-state" and isinstance(item.data, dict) else {}
+        terminated = (data.get("lastState") or {}).get("terminated") if isinstance(data, dict) else None
+        if isinstance(terminated, dict):
+            at = _epoch(terminated.get("finishedAt"))
+            if at is not None:
+                out.append((at, str(terminated.get("reason") or "")))
+    return out
+
+
+def events(context: dict[str, Any], frame: pd.DataFrame | None, faults: list[FaultWindow], metrics: Any) -> list[Event]:
+    """The run's story in order: each fault's start (injection time), the first failed request (when it
+    failed), each OOM kill and container restart (the container's termination time from the pod status where
+    the evidence bundle read it, else the scrape interval in which the counter rose)."""
+    from kfchaos.metrics.names import OOM_KILLS, RESTARTS
+
+    found = [Event("fault", f"⚡ {f.name}", f.first, f.first, f.source) for f in faults if f.first is not None]
+    if frame is not None and len(frame):
+        failed = _failed(frame)
+        if failed.any():
+            at = float(failure_times(frame)[failed].min())
+            found.append(Event("first error", "first failed request", at, at, "records (send time + latency)"))
+    terminations = _terminations(context)
+    for name, kind, reasons in ((OOM_KILLS, "OOM kill", ("OOMKilled",)), (RESTARTS, "container restart", None)):
+        previous = -math.inf
+        for before, after, _count in counter_intervals(series_points(metrics, name)):
+            # The pod status' own time where the bundle read one since the counter's previous rise: a restart is
+            # counted only when the next container starts, after the back-off, so it may precede this interval.
+            exact = [t for t, why in terminations if previous < t <= after and (reasons is None or why in reasons)]
+            if exact:
+                found.append(Event(kind, kind, max(exact), max(exact), "pod status lastState.terminated.finishedAt"))
+            else:
+                found.append(Event(kind, kind, before, after, "between two scrapes of the counter"))
+            previous = after
+    return sorted(found, key=lambda e: (e.earliest, e.latest))

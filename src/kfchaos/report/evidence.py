@@ -6,6 +6,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+import numpy as np
+
 from kfchaos.evidence.model import FINDINGS, Bundle
 
 
@@ -20,6 +22,19 @@ def findings(context: dict[str, Any]) -> dict[str, bool] | None:
     """The bundle's findings (None: no bundle was collected)."""
     bundle = bundle_of(context)
     return bundle.findings() if bundle is not None else None
+
+
+def kv_usage(context: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The KV-cache usage the bundle read around the kill ([time, fraction] pairs of its kv-cache item), or None."""
+    bundle = bundle_of(context)
+    for item in bundle.items if bundle is not None else []:
+        points = item.data.get("usage") if item.kind == "kv-cache" and isinstance(item.data, dict) else None
+        if isinstance(points, list) and points:
+            pairs = [p for p in points if isinstance(p, list | tuple) and len(p) == 2]
+            if pairs:
+                array = np.asarray(pairs, dtype=float)
+                return array[:, 0], array[:, 1]
+    return None
 
 
 def _folder_link(item: Any) -> str:

@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 from kfchaos.report.data import (
     BaselineBand,
     ControlStage,
+    Event,
     FaultWindow,
     StageFigures,
     TimeSeries,
@@ -60,8 +61,21 @@ def _band(x0: float, x1: float, fill: str) -> dict[str, Any]:
             "fillcolor": fill, "line": {"width": 0}, "layer": "below"}  # fmt: skip
 
 
-def _shade(fig: go.Figure, spans: list[tuple[int, float, float]], faults: list[FaultWindow], end: float) -> None:
-    """Stage boundaries and fault windows (applied -> verified -> removed) across every row of the figure."""
+def _instant(at: float) -> dict[str, Any]:
+    """A one-shot fault (a pod killed once) is an instant: a line at the time it was done, not a window."""
+    return {"type": "line", "xref": "x", "yref": "paper", "x0": _dt(at)[0], "x1": _dt(at)[0], "y0": 0, "y1": 1,
+            "line": {"color": "rgb(200,30,30)", "width": 2}}  # fmt: skip
+
+
+def _shade(
+    fig: go.Figure,
+    spans: list[tuple[int, float, float]],
+    faults: list[FaultWindow],
+    end: float,
+    instants: frozenset[str] = frozenset(),
+) -> None:
+    """Stage boundaries and fault windows (applied -> verified -> removed) across every row of the figure; the
+    faults named in `instants` (one-shot) as a line at their time."""
     shapes: list[dict[str, Any]] = []
     for i, (stage, start, stop) in enumerate(spans):
         shapes.append(_band(start, stop, STAGE_SHADE[i % 2]))
@@ -69,6 +83,10 @@ def _shade(fig: go.Figure, spans: list[tuple[int, float, float]], faults: list[F
                        "y0": 0, "y1": 1, "line": {"color": "#888", "width": 1, "dash": "dot"}})  # fmt: skip
         _label_above(fig, start, f"<b>stage {stage}%</b>", yshift=22, font={"size": 12, "color": "#333"})
     for fault in faults:
+        if fault.name in instants:
+            if fault.first is not None:
+                shapes.append(_instant(fault.first))
+            continue
         # Orange from applied to removed (in place, effect not seen), red over each verified window on top.
         first = fault.first
         stop = fault.removed if fault.removed is not None else (fault.verified[-1][1] if fault.verified else end)
@@ -107,8 +125,15 @@ def timeline(
     band: BaselineBand | None,
     p99_max: float | None,
     metrics: Any,
+    *,
+    story: list[Event] | None = None,
+    instants: frozenset[str] = frozenset(),
+    evidence_kv: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> go.Figure | None:
-    """One figure, one shared time axis: latency, token latencies, request rate, errors, send lag, cluster."""
+    """One figure, one shared time axis: latency, token latencies, request rate, errors, send lag, cluster.
+    `story`: the run's events (data.events): OOM kills and restarts are drawn at their time, or over the scrape
+    interval they fell in. `evidence_kv`: the OOM evidence bundle's KV-cache usage, read at its own finer step,
+    drawn over the snapshot's so the peak the evidence reports is on the chart."""
     from kfchaos.metrics.names import (
         GPU_MEMORY_USED,
         KV_CACHE_USAGE,
@@ -122,8 +147,11 @@ def timeline(
     prefix_hits = series_points(metrics, PREFIX_CACHE_HIT_RATE)
     gpu = series_points(metrics, GPU_MEMORY_USED)
     preempt = counter_events(series_points(metrics, PREEMPTIONS))
-    oom = counter_events(series_points(metrics, OOM_KILLS))
-    restarts = counter_events(series_points(metrics, RESTARTS))
+    if story is None:  # without the events, the counters' rises at their scrape times
+        oom = counter_events(series_points(metrics, OOM_KILLS))
+        restarts = counter_events(series_points(metrics, RESTARTS))
+    else:
+        oom, restarts = _event_points(story, "OOM kill"), _event_points(story, "container restart")
     if series is None and kv is None and gpu is None:
         return None
     rows = [
@@ -269,6 +297,19 @@ def timeline(
                 col=1,
                 secondary_y=False,
             )
+    if evidence_kv is not None and len(evidence_kv[0]):
+        fig.add_trace(
+            go.Scatter(
+                x=_dt(evidence_kv[0]),
+                y=evidence_kv[1] * 100,
+                mode="lines",
+                name="KV-cache usage % (evidence)",
+                line={"color": "#ff7f0e", "dash": "dot"},
+            ),
+            row=6,
+            col=1,
+            secondary_y=False,
+        )
     if gpu is not None:
         fig.add_trace(
             go.Scatter(x=_dt(gpu[0]), y=gpu[1], mode="lines", name="GPU memory used MiB", line={"color": "#7f7f7f"}),
@@ -295,10 +336,27 @@ def timeline(
             row=7,
             col=1,
         )
+    for event in story or []:
+        if event.kind in ("OOM kill", "container restart") and not event.exact:
+            # Known only to lie between two scrapes: the interval is drawn, so no one reads the scrape as the time.
+            lane = "OOM kills" if event.kind == "OOM kill" else "container restarts"
+            fig.add_trace(
+                go.Scatter(
+                    x=_dt([event.earliest, event.latest]),
+                    y=[lane, lane],
+                    mode="lines",
+                    showlegend=False,
+                    line={"color": "rgba(214,39,40,0.35)", "width": 8},
+                    name=f"{lane} (between scrapes)",
+                    hoverinfo="skip",
+                ),
+                row=7,
+                col=1,
+            )
     starts = [s for _, s, _ in spans] or ([float(series.starts[0])] if series is not None else [])
     end = max([e for _, _, e in spans] + ([float(series.starts[-1] + series.width)] if series is not None else [0]))
     if starts:
-        _shade(fig, spans, faults, end)
+        _shade(fig, spans, faults, end, instants)
     _row_legends(fig, len(rows))
     fig.update_layout(
         height=1700,
@@ -321,6 +379,13 @@ def timeline(
         if ticks:
             fig.update_yaxes(tickvals=[t * 1000 for t in ticks], ticktext=[_label(t) for t in ticks], row=1, col=1)
     return fig
+
+
+def _event_points(story: list[Event], kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(times, counts) of one kind of event: its own time, or the middle of the interval it is known to lie in
+    (the interval itself is drawn beside it)."""
+    chosen = [e for e in story if e.kind == kind]
+    return np.array([(e.earliest + e.latest) / 2 for e in chosen]), np.ones(len(chosen))
 
 
 def _focus(
