@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from numpy.typing import NDArray
 
+from kfchaos import parquetguard
 from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, IdReader, RecordsError, impossible_data
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
@@ -204,6 +205,7 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
     if isinstance(source, pa.Table):
         return from_table(source)
     path = Path(source)
+    parquetguard.check(path)  # rows, columns and expanded sizes from the footer, before any data is read
     try:
         dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
         names = set(dataset.schema.names)
