@@ -38,8 +38,9 @@ from typing import Any
 
 import yaml
 
-from kfchaos import runseal, safefile
+from kfchaos import parquetguard, runseal, safefile
 from kfchaos.errors import KfchaosError
+from kfchaos.jsonsource import load_json
 from kfchaos.records import RUN_ID_KEY
 
 LAYOUT_VERSION = 1
@@ -117,12 +118,10 @@ class RunDir:
 
 
 def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise RunDirError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RunDirError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    try:  # capped before reading: a run folder is outside input (a 3 GB file is refused, not read whole)
+        data = load_json(path, "run folder file", finite_only=False)
+    except KfchaosError as exc:
+        raise RunDirError(str(exc)) from None
     if not isinstance(data, dict):
         raise RunDirError(f"{path}: expected a JSON object")
     return data
@@ -194,9 +193,12 @@ def _write(
     if isinstance(records, pa.Table):
         table = records
     elif isinstance(records, list):
+        for part in records:
+            parquetguard.check(part)
         tables = [pq.read_table(p) for p in records]
         table = pa.concat_tables(tables, promote_options="default") if tables else None
     else:
+        parquetguard.check(records)
         table = pq.read_table(records)
     if table is None:
         raise RunDirError(f"{run.path}: the run has no request records")

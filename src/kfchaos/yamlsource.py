@@ -117,8 +117,10 @@ def _walk(node: yaml.Node, path: Path, state: _Walk) -> None:
             _walk(item, child, state)
 
 
-def load_yaml(text: str | bytes, file: str) -> YamlDocument:
-    """One YAML document with its line map. Raises SpecError (never a parser exception) on bad input."""
+def load_yaml(text: str | bytes, file: str, *, max_bytes: int = MAX_BYTES) -> YamlDocument:
+    """One YAML document with its line map. Raises SpecError (never a parser exception) on bad input. Every
+    YAML from outside -- a file, or a server's answer (Prometheus's configuration) -- comes through here:
+    bounded in bytes (`max_bytes`) and in nodes with aliases expanded (MAX_NODES: an alias bomb stops)."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -126,8 +128,8 @@ def load_yaml(text: str | bytes, file: str) -> YamlDocument:
             raise SpecError(
                 [Problem(file, 1, (), f"not a UTF-8 text file ({exc.reason} at byte {exc.start})")]
             ) from None
-    if len(text) > MAX_BYTES:
-        raise SpecError([Problem(file, 1, (), f"file too large (over {MAX_BYTES} bytes)")])
+    if len(text) > max_bytes:
+        raise SpecError([Problem(file, 1, (), f"file too large (over {max_bytes} bytes)")])
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         raise SpecError([Problem(file, line, (), "binary data (NUL byte) in a YAML file")])

@@ -17,10 +17,12 @@ from kfchaos.baseline import Baseline, load_baseline
 from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import stage_activities
+from kfchaos.jsonsource import load_json
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.spec import Experiment, experiment_relative, load_experiment
 from kfchaos.verdict import Status, Verdict, evaluate
 from kfchaos.verdict.runstate import RunState, load_run_state
+from kfchaos.yamlsource import read_source
 
 EXIT_BY_STATUS = {Status.PASS: EXIT_PASS, Status.FAIL: EXIT_FAIL, Status.INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
@@ -187,16 +189,17 @@ def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: Metri
     spec_file = load_experiment(Path(args.experiment)).spec.baseline.file
     if baseline_path is None and verdict.baseline is not None and spec_file is not None:
         baseline_path = _find_baseline(Path(args.experiment), spec_file)
-    run_state = json.loads(Path(args.run_state).read_text()) if args.run_state else {}
+    # Capped before reading (kfchaos.jsonsource, kfchaos.yamlsource): a 3 GB run.json is refused, not read whole.
+    run_state = load_json(args.run_state, "run state") if args.run_state else {}
     if args.faults_verified:
         run_state["faults_verified"] = True  # so that re-judging the folder asserts what this command did
     try:
         folder = rundir.write(
             args.out,
-            experiment_text=Path(args.experiment).read_text(),
+            experiment_text=read_source(args.experiment).decode("utf-8", "replace"),
             records=args.records,
             verdict=verdict.to_dict(),
-            baseline_text=Path(baseline_path).read_text() if baseline_path else None,
+            baseline_text=read_source(baseline_path).decode("utf-8", "replace") if baseline_path else None,
             baseline_path=Path(baseline_path) if baseline_path else None,
             metrics=metrics,
             run_state=run_state or None,

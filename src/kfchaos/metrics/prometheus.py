@@ -15,17 +15,19 @@ from typing import Any
 
 import numpy as np
 import urllib3
-import yaml
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from kfchaos import netsafe
-from kfchaos.errors import KfchaosError
+from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.metrics.source import RangeSeries, Sample
 from kfchaos.units import parse_duration
+from kfchaos.yamlsource import load_yaml
 
 MAX_POINTS = 11_000  # Prometheus refuses range queries of more than 11,000 points per series
 # The most of one answer held in memory (a 7-day range of a few hundred series at a 5-minute step is ~10 MiB).
 MAX_ANSWER_BYTES = 256 << 20
+# A Prometheus configuration with thousands of scrape jobs is a few megabytes.
+MAX_CONFIG_BYTES = 16 << 20
 
 
 class PrometheusError(KfchaosError):
@@ -175,15 +177,16 @@ class PrometheusClient:
         the grace an event count needs, since a kill shows in the series up to one interval late."""
         try:
             data = self._call("/api/v1/status/config", {})
-            config = yaml.safe_load(data.get("yaml", "")) or {}
-        except (PrometheusError, yaml.YAMLError, AttributeError):
-            return None
-        default = (config.get("global") or {}).get("scrape_interval", "1m")
-        intervals = [default] + [job.get("scrape_interval", default) for job in config.get("scrape_configs") or []]
-        try:
+            # The bounded loader of experiment files: an alias bomb in the answer stops at MAX_NODES, not at 5 GB.
+            text = data.get("yaml", "")
+            where = f"{self.url}/api/v1/status/config"
+            config = load_yaml(text, where, max_bytes=MAX_CONFIG_BYTES).data if text.strip() else {}
+            default = (config.get("global") or {}).get("scrape_interval", "1m")
+            jobs = config.get("scrape_configs") or []
+            intervals = [default] + [job.get("scrape_interval", default) for job in jobs]
             return max(parse_duration(str(i)) for i in intervals)
-        except ValueError:
-            return None
+        except (PrometheusError, SpecError, AttributeError, TypeError, ValueError):
+            return None  # unreadable, or not the shape of a Prometheus configuration
 
     def range_chunked(self, query: str, start: float, end: float, step: float) -> list[RangeSeries]:
         """A range query split into pieces under the 11,000-point limit, joined per label set."""

@@ -18,6 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kfchaos import parquetguard
+
 COLUMNS = (
     "stage", "fault_active", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot",
     "long_context", "fault_request",
@@ -49,6 +51,7 @@ def load_frame(records: Any) -> pd.DataFrame | None:
     if isinstance(records, pa.Table):
         table = records
     elif isinstance(records, str | Path):
+        parquetguard.check(records)
         schema = pq.read_schema(records) if Path(records).is_file() else None
         names = [c for c in COLUMNS if schema is None or c in schema.names]
         table = pq.read_table(records, columns=names)

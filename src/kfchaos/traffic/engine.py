@@ -32,12 +32,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from kfchaos.traffic import clientfault
-from kfchaos.traffic.bounds import MAX_REQUESTS
+from kfchaos.traffic.bounds import MAX_DURATION, MAX_REQUESTS
 from kfchaos.traffic.http1 import Exchange, Pool, Target, parse_target
 from kfchaos.traffic.plan import Planned, ReplayPlan
 from kfchaos.traffic.progress import Progress, Snapshot
 from kfchaos.traffic.recorder import Recorder, write_parquet
-from kfchaos.traffic.source import SourceReport
+from kfchaos.traffic.source import SourceReport, read_until
 from kfchaos.traffic.sse import SseTimer, stream_error
 from kfchaos.traffic.summary import StageSummary, summarize
 from kfchaos.traffic.tagging import new_trace_id
@@ -47,6 +47,9 @@ SPIN = 0.001  # wake this long before a request is due (timer resolution), then 
 SWEEP = 0.05  # how often timeouts are checked
 YIELD_EVERY = 32  # when behind schedule, still let responses in after this many sends
 START_DELAY = 0.05  # the first request is due this long after the engine starts
+# How far past its duration a stage may still be sending (or reading its source) before it stops: a request due
+# just before the end and sent a little late is the send lag's business, not a cut.
+OVERRUN_GRACE = 1.0
 STOP_POLL = 0.1  # with a stop event, a long wait for the next request is cut in slices this long
 
 
@@ -97,6 +100,7 @@ class _Stage:
         self.start = 0.0
         self.stopped = False
         self.capped = False  # the plan had more than MAX_REQUESTS requests: the rest were not sent
+        self.overran = False  # the wall clock reached the stage's end (plus grace) with requests still planned
 
     # ------------------------------------------------------------ sending
 
@@ -202,8 +206,15 @@ class _Stage:
         )
         # The schedule's first request is made before the clock starts: a generator's set-up (a workload's
         # length fits import scipy, ~1 s) would otherwise land on the first requests as send lag.
+        # Reading the source stops at the stage's end whatever it holds (kfchaos.traffic.source.read_until).
+        reading = contextlib.ExitStack()
+        reading.enter_context(read_until(time.monotonic() + START_DELAY + self._duration_bound()))
         schedule = self.plan.schedule()
-        first = tuple(itertools.islice(schedule, 1))  # made now; empty when the plan is
+        try:
+            first = tuple(itertools.islice(schedule, 1))  # made now; empty when the plan is
+        except BaseException:
+            reading.close()
+            raise
         planned_requests = itertools.chain(first, schedule)
         # Everything alive now (modules, the plan's settings) is moved out of the collector's view, so a
         # full collection during the stage scans only the stage's own objects: fewer multi-ms pauses.
@@ -215,7 +226,8 @@ class _Stage:
             # time. A shard that starts after it sends its first requests late, and that shows as send lag.
             self.start = start_at - self.epoch
         try:
-            await self._send_all(stop, planned_requests)
+            with reading:
+                await self._send_all(stop, planned_requests)
             if not self.stopped:
                 end = self.clock() + self.settings.timeout + 2 * SWEEP
                 while self.in_flight and self.clock() < end and not (stop and stop.is_set()):
@@ -231,14 +243,22 @@ class _Stage:
                 self._show(progress)
                 progress.end()
 
+    def _duration_bound(self) -> float:
+        duration = self.settings.duration if self.settings.duration is not None else MAX_DURATION
+        return duration + OVERRUN_GRACE
+
     async def _send_all(self, stop: asyncio.Event | None, planned_requests: Iterator[Planned]) -> None:
         clock, start = self.clock, self.start
         since_yield = 0
         sleep = asyncio.sleep
-        # The plan ends at the duration; this is the engine's own bound on it, whatever a source yields.
+        # The plan ends at the duration; this is the engine's own bound on it, whatever a source yields: by
+        # the schedule (offsets) and by the wall clock (a source or a sender that fell behind stops here too).
         end = self.settings.duration if self.settings.duration is not None else math.inf
         for planned in planned_requests:
             if not planned.offset < end:
+                return
+            if clock() - start >= end + OVERRUN_GRACE:
+                self.overran = True
                 return
             if self.scheduled >= MAX_REQUESTS:  # records are held in memory: their count is bounded too
                 self.capped = True
@@ -327,6 +347,14 @@ async def replay(
     if stage.capped:
         summary.valid = False
         summary.invalid_reason = f"the plan has more than {MAX_REQUESTS} requests; only that many were sent"
+    if stage.overran or plan.report.out_of_time:
+        summary.valid = False
+        summary.invalid_reason = (
+            f"the stage reached its duration ({s.duration:g}s) with requests still planned: the source was "
+            "read too slowly (or the sender fell behind); what was sent until then is recorded"
+            if s.duration is not None
+            else "the stage reached its longest duration with requests still planned"
+        )
     return StageResult(summary, table, plan.report)
 
 

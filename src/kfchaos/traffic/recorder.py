@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kfchaos import safefile
+from kfchaos import parquetguard, safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA
 
@@ -174,6 +174,7 @@ def read_records(paths: list[str | Path]) -> pa.Table:
     """Shard files of one stage, merged into one table in intended-send order."""
     tables = []
     for path in paths:
+        parquetguard.check(path)
         missing = [name for name in REQUEST_SCHEMA.names if name not in pq.read_schema(path).names]
         if missing:  # pyarrow would fill them with nulls, and missing data must never look like data
             raise KfchaosError(f"records file {path}: not kfchaos request records; missing columns {missing}")

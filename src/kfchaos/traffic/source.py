@@ -7,9 +7,11 @@ what was skipped and why (with line numbers), so a replay never drops input sile
 from __future__ import annotations
 
 import gzip
+import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -18,6 +20,32 @@ from kfchaos.traffic.bounds import MAX_LINE_BYTES
 
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_SAMPLES = 20  # malformed lines quoted in a report; the count covers all of them
+
+# When a replay must stop reading (time.monotonic()): the stage's end. A reader that finds no request for a long
+# stretch -- a gzip bomb of blank lines, ten million malformed ones -- would otherwise hold the sender (it runs in
+# the event loop's thread) past the stage's duration. Readers look at it once a line; context-local, so two
+# stages in one process (shards in threads) each have their own.
+_READ_UNTIL: ContextVar[float | None] = ContextVar("kfchaos_read_until", default=None)
+DEADLINE_NOTE = "the stage's duration ended while reading the source; the rest was not read"
+
+
+@contextmanager
+def read_until(deadline: float) -> Iterator[None]:
+    """Readers in this context stop (the report says so) once time.monotonic() passes `deadline`."""
+    token = _READ_UNTIL.set(deadline)
+    try:
+        yield
+    finally:
+        _READ_UNTIL.reset(token)
+
+
+def out_of_time(report: SourceReport, line: int) -> bool:
+    """Whether the replay's reading deadline has passed; the first time it has, the report notes it."""
+    deadline = _READ_UNTIL.get()
+    if deadline is None or time.monotonic() <= deadline:
+        return False
+    report.out_of_time = True
+    return True
 
 
 @dataclass
@@ -41,6 +69,7 @@ class SourceReport:
     malformed: list[Malformed] = field(default_factory=list)
     out_of_order: int = 0
     truncated: bool = False
+    out_of_time: bool = False  # reading stopped at the stage's end (read_until)
 
     def skip(self, line: int, reason: str) -> None:
         self.malformed_count += 1
@@ -55,6 +84,8 @@ class SourceReport:
             out.append(f"{self.path}: ... and {hidden} more malformed lines")
         if self.out_of_order:
             out.append(f"{self.path}: {self.out_of_order} records out of time order were sent at their turn")
+        if self.out_of_time:
+            out.append(f"{self.path}:{self.lines}: {DEADLINE_NOTE}")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +98,7 @@ class SourceReport:
             "malformed": [m.to_dict() for m in self.malformed],
             "out_of_order": self.out_of_order,
             "truncated": self.truncated,
+            "out_of_time": self.out_of_time,
         }
 
 
@@ -93,9 +125,12 @@ def iter_lines(
             while line := stream.readline(limit + 1):
                 number += 1
                 report.lines = number
+                if out_of_time(report, number):
+                    return
                 if len(line) > limit and not line.endswith(b"\n"):
                     while (rest := stream.readline(limit + 1)) and not rest.endswith(b"\n"):
-                        pass
+                        if out_of_time(report, number):
+                            return
                     report.skip(number, f"line longer than {limit} bytes")
                     continue
                 yield number, line if keep_ends else line.rstrip(b"\r\n")

@@ -23,6 +23,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from kfchaos import parquetguard
 from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, RUN_ID_KEY, IdReader, RecordsError, impossible_data
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
@@ -285,6 +286,7 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
     if isinstance(source, pa.Table):
         return from_table(source)
     path = Path(source)
+    parquetguard.check(path)  # rows, columns and expanded sizes from the footer, before any data is read
     try:
         dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
         _one_run(path, dataset)

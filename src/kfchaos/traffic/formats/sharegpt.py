@@ -22,7 +22,7 @@ import numpy as np
 
 from kfchaos.traffic.bounds import MAX_ELEMENT_BYTES, MAX_JSON_DEPTH, json_depth_ok
 from kfchaos.traffic.request import TrafficRequest
-from kfchaos.traffic.source import SourceReport, open_binary
+from kfchaos.traffic.source import SourceReport, open_binary, out_of_time
 from kfchaos.traffic.synthetic import arrival_times
 
 DEFAULT_MAX_TOKENS = 128
@@ -109,9 +109,12 @@ def _line_elements(stream: IO[bytes], report: SourceReport) -> Iterator[tuple[in
     while raw := stream.readline(MAX_ELEMENT_BYTES + 1):
         line += 1
         report.lines = line
+        if out_of_time(report, line):
+            return
         if len(raw) > MAX_ELEMENT_BYTES and not raw.endswith(b"\n"):
             while (rest := stream.readline(MAX_ELEMENT_BYTES + 1)) and not rest.endswith(b"\n"):
-                pass
+                if out_of_time(report, line):
+                    return
             report.skip(line, f"conversation longer than {MAX_ELEMENT_BYTES} bytes")
             continue
         if raw.strip():
@@ -182,6 +185,8 @@ def _array_elements(stream: IO[str], report: SourceReport) -> Iterator[tuple[int
     pos = buffer.index("[") + 1
     line = 1 + buffer.count("\n", 0, pos)  # the line at `pos`
     while True:
+        if out_of_time(report, line):
+            return
         while True:  # separators
             while pos < len(buffer) and buffer[pos] in " \t\r\n,":
                 if buffer[pos] == "\n":
@@ -217,6 +222,8 @@ def _array_elements(stream: IO[str], report: SourceReport) -> Iterator[tuple[int
             elif kept:
                 parts.append(piece)
             buffer, pos = stream.read(_READ), 0
+            if out_of_time(report, line):
+                return
             if not buffer:
                 report.truncated = True
                 report.skip(start_line, "invalid JSON array element (file ends inside it); rest of the file ignored")
