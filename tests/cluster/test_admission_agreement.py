@@ -213,7 +213,7 @@ def test_real_admission_agrees_with_kfchaos(real_cluster: RealCluster, case: Cas
 # of the summary (the fake is being brought in line with Chaos Mesh at the same time).
 KNOWN_FAKE: dict[str, str] = {
     "stress-memory size '512Mi'": "the fake admits it; go-units v0.5.0 FromHumanSize refuses a unit ending in i",
-    "stress-memory size '1e3'": "the fake refuses it; go-units v0.5.0 parses the number with ParseFloat",
+    "stress-memory size '1e3'": "the fake refuses it; the real webhook (go-units v0.5.0 FromHumanSize) admits it",
     "stress-cpu workers 0": "the fake refuses workers 0; the real webhook admits it",
     "container-kill without containers": "the fake admits it; the real vpodchaos.kb.io needs containerNames",
 }
