@@ -26,9 +26,22 @@ from localcluster import controlplane  # noqa: E402  (scripts/cluster is not an 
 
 # (case, agrees, kfchaos admits, the real API server admits, who refused): filled by test_admission_agreement.
 AGREEMENT: list[tuple[str, bool, bool, bool, str]] = []
+# (case, the loopback fake admits, the real API server admits): filled by the fake-vs-real contract test.
+FAKE_AGREEMENT: list[tuple[str, bool, bool]] = []
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    fake = FAKE_AGREEMENT
+    if fake:
+        same = sum(1 for _, ours, real in fake if ours == real)
+        terminalreporter.section("the loopback fake's webhook model vs the real Chaos Mesh webhooks")
+        terminalreporter.write_line(f"{same} of {len(fake)} fault specs answered alike")
+        for label, ours, real in fake:
+            if ours != real:
+                terminalreporter.write_line(
+                    f"  DIFFERENT {label}: fake {'admits' if ours else 'refuses'}, "
+                    f"real {'admits' if real else 'refuses'}"
+                )
     if not AGREEMENT:
         return
     agreed = sum(1 for row in AGREEMENT if row[1])

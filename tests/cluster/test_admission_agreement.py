@@ -10,6 +10,7 @@ the session (tests/cluster/conftest.py, pytest_terminal_summary).
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +20,11 @@ from kubernetes.client.rest import ApiException
 
 from kfchaos.errors import SpecError
 from kfchaos.faults.render import render_fault
-from tests.cluster.conftest import AGREEMENT, RealCluster
+from tests.cluster.conftest import AGREEMENT, FAKE_AGREEMENT, RealCluster
 from tests.cluster.test_smoke import status_message
 from tests.faults.experiments import experiment_with
 from tests.faults.test_render_crds import CASES
+from tests.support.kubeapi import KubeApiServer, kubernetes_client
 
 pytestmark = pytest.mark.cluster
 
@@ -202,3 +204,39 @@ def test_real_admission_agrees_with_kfchaos(real_cluster: RealCluster, case: Cas
         f"{case.label}: kfchaos {'admits' if admitted else 'refuses (' + why + ')'}, "
         f"the real API server {'admits' if dry.admitted else 'refuses (' + dry.by + ')'}"
     )
+
+
+# ---------------------------------------------------------------- the fake's webhook model, against the real one
+
+# Cases where tests/support/kubeapi_webhook.py (the loopback fake's model of Chaos Mesh's webhooks) answers
+# differently from the real webhooks (issue 21 §4). A new difference fails the test; a fixed one just drops out
+# of the summary (the fake is being brought in line with Chaos Mesh at the same time).
+KNOWN_FAKE: dict[str, str] = {
+    "stress-memory size '512Mi'": "the fake admits it; go-units v0.5.0 FromHumanSize refuses a unit ending in i",
+    "stress-memory size '1e3'": "the fake refuses it; the real webhook (go-units v0.5.0 FromHumanSize) admits it",
+    "stress-cpu workers 0": "the fake refuses workers 0; the real webhook admits it",
+    "container-kill without containers": "the fake admits it; the real vpodchaos.kb.io needs containerNames",
+}
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        yield server
+
+
+def test_the_fake_webhook_model_answers_as_the_real_webhooks(
+    real_cluster: RealCluster, fake_server: KubeApiServer
+) -> None:
+    real_api = k8s.CustomObjectsApi(real_cluster.api_client())
+    fake_api = k8s.CustomObjectsApi(kubernetes_client(fake_server.url))
+    differences = {}
+    for index, case in enumerate(ALL):
+        _, _, manifest = kfchaos_answer(case, f"fake-{index}")
+        _namespaces(real_cluster, manifest)
+        real = real_answer(real_api, copy.deepcopy(manifest), "All")
+        fake = real_answer(fake_api, copy.deepcopy(manifest), "All")
+        FAKE_AGREEMENT.append((case.label, fake.admitted, real.admitted))
+        if fake.admitted != real.admitted:
+            differences[case.label] = f"fake {'admits' if fake.admitted else 'refuses'}, real {real.by or 'admits'}"
+    assert sorted(set(differences) - set(KNOWN_FAKE)) == [], differences

@@ -353,7 +353,7 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     for crd_file in sorted((bins["chaos-mesh"] / "crds").glob("*.yaml")):
         for document in yaml.safe_load_all(crd_file.read_text()):
             if document:
-                api.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", document)
+                api.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", align_with_api_module(document))
     for namespace in (CHAOS_NAMESPACE, RUNNER_NAMESPACE):
         api.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
@@ -471,6 +471,31 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         f"export KUBE_STATE_METRICS_URL=http://127.0.0.1:{ports['ksm']}\n"
     )
     return env
+
+
+# Fields of the Go types in the served chaos-mesh `api` module that the release's CRDs lack (cluster/chaos-mesh/
+# go.mod: the proxy serves `api` only at a later master commit than the controller). Without them the API server
+# prunes what the mutating webhook defaults, and the validating webhook's `reflect.DeepEqual(old.Spec, new.Spec)`
+# (api/v1alpha1/zz_generated.chaosmesh.go, ValidateUpdate) then refuses every update the controller makes
+# ("Cannot update chaos spec"): records and desiredPhase could never be written.
+# NetworkChaosSpec.PartitionBehavior: api/v1alpha1/networkchaos_types.go, defaulted to "drop" in
+# networkchaos_webhook.go.
+API_MODULE_FIELDS = {
+    "networkchaos.chaos-mesh.org": {
+        "partitionBehavior": {
+            "type": "string",
+            "enum": ["drop", "reject"],
+            "description": "added by kfchaos's local cluster: a field of the api module the controller is built with",
+        }
+    }
+}
+
+
+def align_with_api_module(crd: dict[str, object]) -> dict[str, object]:
+    fields = API_MODULE_FIELDS.get(crd["metadata"]["name"])  # type: ignore[index]
+    for version in crd["spec"]["versions"] if fields else []:  # type: ignore[index]
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].update(fields)
+    return crd
 
 
 def _tls_accepts(port: int, context: ssl.SSLContext) -> bool:

@@ -38,7 +38,13 @@ def start(state: Path, name: str, argv: Sequence[str], env: Mapping[str, str] | 
             start_new_session=True,  # its own process group: stop_all signals the group
         )
     (_pid_dir(state) / name).write_text(str(process.pid))
+    _children[(str(state.resolve()), name)] = process
     return process
+
+
+# Processes started by this Python process: their liveness is poll(), which has no window in which a just
+# exec'd child's /proc entry does not show the marker yet.
+_children: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
 
 
 def _ours(state: Path, pid: int) -> bool:
@@ -53,6 +59,9 @@ def _ours(state: Path, pid: int) -> bool:
 
 
 def alive(state: Path, name: str) -> bool:
+    child = _children.get((str(state.resolve()), name))
+    if child is not None:
+        return child.poll() is None
     path = _pid_dir(state) / name
     try:
         pid = int(path.read_text().strip())
@@ -93,19 +102,20 @@ def stop_all(state: Path, order: Sequence[str] = ()) -> list[str]:
         except (OSError, ValueError):
             path.unlink(missing_ok=True)
             continue
-        if _ours(state, pgid):
-            _signal_group(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_GRACE
-            while _ours(state, pgid) and time.monotonic() < deadline:
-                _reap(pgid)
-                time.sleep(0.05)
-            if _ours(state, pgid):
-                _signal_group(pgid, signal.SIGKILL)
+        child = _children.pop((str(state.resolve()), name), None)
+
+        def running(pgid: int = pgid, child: subprocess.Popen[bytes] | None = child) -> bool:
+            return child.poll() is None if child is not None else _ours(state, pgid)
+
+        if running():
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                _signal_group(pgid, sig)
                 deadline = time.monotonic() + STOP_GRACE
-                while _ours(state, pgid) and time.monotonic() < deadline:
+                while running() and time.monotonic() < deadline:
                     _reap(pgid)
                     time.sleep(0.05)
-            _reap(pgid)
+                if not running():
+                    break
             stopped.append(name)
         # Children that outlived their leader still carry the group id (and the marker).
         for member in _group_members(pgid):
