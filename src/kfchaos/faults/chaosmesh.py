@@ -268,12 +268,16 @@ class ChaosMeshBackend:
         )
 
     def _kw(self) -> dict[str, Any]:
-        if self._deadline is None:
-            return {"_request_timeout": self.request_timeout}
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise BackendError("the call's deadline passed before the Kubernetes API answered")
-        return {"_request_timeout": min(self.request_timeout, left)}
+        """The per-request timeout, cut to what is left of a whole-call deadline. As a (connect, read) pair: the
+        kubernetes client (kubernetes/client/rest.py RESTClientObject.request) honours a single number only
+        when it is an int and silently drops a float, which left requests without any timeout."""
+        timeout = self.request_timeout
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise BackendError("the call's deadline passed before the Kubernetes API answered")
+            timeout = min(timeout, left)
+        return {"_request_timeout": (timeout, timeout)}
 
     # ------------------------------------------------------------ generic object access (chaos kinds and pods)
 
