@@ -626,9 +626,15 @@ class ChaosMeshBackend:
             if current is None or _recovered(handle, current):
                 return
             if time.monotonic() - started >= timeout:
+                remedy = ""
+                if _stuck_on_records(handle.plural, current):
+                    remedy = (
+                        "; if the fault cannot be undone (its chaos-daemon or node gone), check the target, then: "
+                        + _force_command(handle.plural, current)
+                    )
                 raise RecoveryTimeout(
                     f"{handle.kind} {handle.namespace}/{handle.name} not recovered after {timeout:g}s "
-                    f"(conditions {_conditions(current)}); Chaos Mesh's finalizer may be stuck"
+                    f"(conditions {_conditions(current)}); Chaos Mesh's finalizer may be stuck{remedy}"
                 )
             self._sleep(self.poll_interval)
 
