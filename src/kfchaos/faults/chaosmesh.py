@@ -680,10 +680,9 @@ class ChaosMeshBackend:
             raise BackendError("sweep needs a run id, or older_than to sweep every run's leftovers")
         selector = run_selector(run_id) if run_id else f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         # One deadline for the whole call: every request's timeout and every retry is cut to what is left of it.
-        deadline = time.monotonic() + timeout
-        self._deadline = deadline
+        self._deadline = time.monotonic() + timeout
         try:
-            return self._sweep(run_id, namespaces, older_than, timeout, selector, deadline)
+            return self._sweep(run_id, namespaces, older_than, timeout, selector)
         finally:
             self._deadline = None
 
@@ -694,7 +693,6 @@ class ChaosMeshBackend:
         older_than: float | None,
         timeout: float,
         selector: str,
-        deadline: float,
     ) -> int:
         # Ages by the server's clock, as creationTimestamp is: a local clock ahead of the server's would
         # otherwise make other runs' live faults look old and sweep them.
