@@ -60,9 +60,11 @@ class Cluster:
     namespace: str
     # Extra pod spec fields (nodeSelector, tolerations) so pods run there; {} for the fake.
     pod_spec: dict[str, Any] = field(default_factory=dict)
-    # (namespace, name) -> make that chaos object's Recover fail for good. Fake: KubeApiServer.stall_recovery.
-    # Real: take away what Recover needs (upstream, a Recover error keeps the record Injected).
-    stall_recovery: Callable[[str, str], None] | None = None
+    # (namespace, name) -> make that chaos object's recovery impossible; may return a callable that undoes the
+    # stall, called once the cleanFinalizer annotation is set. Fake: KubeApiServer.stall_recovery (Recover keeps
+    # failing, as with chaos-daemon gone). Real: e.g. stop the chaos-controller-manager (nothing recovers the
+    # records or removes the finalizer) and return what starts it again, so its CleanReconciler sees `forced`.
+    stall_recovery: Callable[[str, str], Callable[[], None] | None] | None = None
     poll: float = 0.05
 
     def backend(self) -> ChaosMeshBackend:
@@ -332,7 +334,7 @@ def finalizer_stuck_then_forced(cluster: Cluster) -> None:
     try:
         handle = backend.apply(manifest)
         backend.wait_injected(handle, timeout=WAIT)
-        cluster.stall_recovery(cluster.namespace, name)
+        resume = cluster.stall_recovery(cluster.namespace, name)
         try:
             backend.sweep(run_id, [cluster.namespace], timeout=3.0)
         except StuckTerminating as exc:
@@ -347,6 +349,8 @@ def finalizer_stuck_then_forced(cluster: Cluster) -> None:
         assert any(r.phase != "Not Injected" for r in parse_records(obj))
         patch = {"metadata": {"annotations": {CLEAN_FINALIZER_ANNOTATION: "forced"}}}
         _custom(cluster).patch_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "podchaos", name, patch)
+        if resume is not None:
+            resume()
         _wait("the forced object gone", lambda: not _get(cluster, "podchaos", name))
         assert backend.sweep(run_id, [cluster.namespace], timeout=WAIT) == 0
     finally:
