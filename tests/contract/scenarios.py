@@ -23,6 +23,7 @@ Upstream behaviours asserted (chaos-mesh/chaos-mesh v2.8.x):
 from __future__ import annotations
 
 import copy
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -41,11 +42,13 @@ from kfchaos.faults.backend import (
     InjectionTimeout,
     StuckTerminating,
 )
-from kfchaos.faults.catalog import API_VERSION, GROUP, VERSION
+from kfchaos.faults.catalog import API_VERSION, CATALOG, GROUP, PLURALS, VERSION
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from kfchaos.faults.naming import run_labels
 from kfchaos.faults.records import parse_records
+from kfchaos.faults.render import render_experiment
 from kfchaos.faults.retry import RetryPolicy
+from tests.faults.experiments import experiment_with
 
 FINALIZER = "chaos-mesh/records"
 WAIT = 60.0  # the most any wait in a scenario takes (a bound, never an assertion about speed)
@@ -57,9 +60,11 @@ class Cluster:
     namespace: str
     # Extra pod spec fields (nodeSelector, tolerations) so pods run there; {} for the fake.
     pod_spec: dict[str, Any] = field(default_factory=dict)
-    # (namespace, name) -> make that chaos object's Recover fail for good. Fake: KubeApiServer.stall_recovery.
-    # Real: take away what Recover needs (upstream, a Recover error keeps the record Injected).
-    stall_recovery: Callable[[str, str], None] | None = None
+    # (namespace, name) -> make that chaos object's recovery impossible; may return a callable that undoes the
+    # stall, called once the cleanFinalizer annotation is set. Fake: KubeApiServer.stall_recovery (Recover keeps
+    # failing, as with chaos-daemon gone). Real: e.g. stop the chaos-controller-manager (nothing recovers the
+    # records or removes the finalizer) and return what starts it again, so its CleanReconciler sees `forced`.
+    stall_recovery: Callable[[str, str], Callable[[], None] | None] | None = None
     poll: float = 0.05
 
     def backend(self) -> ChaosMeshBackend:
@@ -329,7 +334,7 @@ def finalizer_stuck_then_forced(cluster: Cluster) -> None:
     try:
         handle = backend.apply(manifest)
         backend.wait_injected(handle, timeout=WAIT)
-        cluster.stall_recovery(cluster.namespace, name)
+        resume = cluster.stall_recovery(cluster.namespace, name)
         try:
             backend.sweep(run_id, [cluster.namespace], timeout=3.0)
         except StuckTerminating as exc:
@@ -344,6 +349,8 @@ def finalizer_stuck_then_forced(cluster: Cluster) -> None:
         assert any(r.phase != "Not Injected" for r in parse_records(obj))
         patch = {"metadata": {"annotations": {CLEAN_FINALIZER_ANNOTATION: "forced"}}}
         _custom(cluster).patch_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "podchaos", name, patch)
+        if resume is not None:
+            resume()
         _wait("the forced object gone", lambda: not _get(cluster, "podchaos", name))
         assert backend.sweep(run_id, [cluster.namespace], timeout=WAIT) == 0
     finally:
@@ -408,12 +415,83 @@ ADMISSION_CASES: list[tuple[str, str, dict[str, Any]]] = [
 ]  # fmt: skip
 
 
+# One minimal fault of every cluster-side catalog type, as `kfchaos render` writes it.
+MINIMAL_PARAMS: dict[str, dict[str, Any]] = {
+    "network-delay": {"latency": "100ms"}, "network-loss": {"loss": "10%"},
+    "network-duplicate": {"duplicate": "10%"}, "network-corrupt": {"corrupt": "10%"},
+    "network-bandwidth": {"rate": "10mbps", "limit": 100, "buffer": 100},
+    "network-partition": {"external_targets": ["10.0.0.1"]},
+    "stress-memory": {"size": "256MB"}, "http-abort": {"port": 80}, "http-delay": {"port": 80, "delay": "1s"},
+    "http-replace": {"port": 80, "replace_code": 503}, "io-latency": {"volume_path": "/d", "delay": "10ms"},
+    "io-fault": {"volume_path": "/d", "errno": 5}, "io-attr-override": {"volume_path": "/d", "perm": 420},
+    "time-offset": {"offset": "-5m"}, "dns-error": {"patterns": ["*"]}, "dns-random": {"patterns": ["*"]},
+}  # fmt: skip
+
+
+def minimal_fault(fault_type: str) -> dict[str, Any]:
+    fault: dict[str, Any] = {"name": "f", "type": fault_type}
+    if fault_type == "container-kill":
+        fault["containers"] = ["server"]
+    if fault_type in MINIMAL_PARAMS:
+        fault["params"] = MINIMAL_PARAMS[fault_type]
+    return fault
+
+
+def rendered_cases() -> list[tuple[str, str, dict[str, Any]]]:
+    """Every Chaos Mesh fault type kfchaos renders, as rendered: all must be admitted."""
+    out = []
+    for fault_type in sorted(t for t, e in CATALOG.items() if e.kind != "Pod"):
+        (manifest,) = render_experiment(experiment_with(minimal_fault(fault_type)))
+        spec = copy.deepcopy(manifest["spec"])
+        spec["selector"] = {k: v for k, v in spec["selector"].items() if k != "namespaces"}
+        out.append((f"rendered {fault_type}", manifest["kind"], spec))
+    return out
+
+
+_TOKENS = {
+    "size": ["512Mi", "512MiB", "1g", "1gb", "1G", "512", "5 kb", "1.5GB", "80%", "100%", "101%", "-1%", "+5%",
+             "1e3MB", "0x1p4MB", "MB", "", "1KiBs", "1 GiB", "٣MB", "1_000MB", "-5MB", "1PB", "1EB"],
+    "duration": ["90s", "1h30m", "1h 2m", "1d", "5", "-5m", "", "0", ".5s", "1.5h", "1µs", "9999999999h", "1s\n"],
+    "value": ["1", "0", "-1", "1.0", "12.5", "+50", "100", "101", "007", "", "1e2", " 1", "٣"],
+    "workers": [0, -1, 1, 64, 65, 8192, 8193],
+    "rate": ["1mbps", "1.5mbps", "10 kbit", "1MBPS", "bps", "-1bps", "+1bps", "18446744073709551616bps"],
+}  # fmt: skip
+
+
+def fuzz_cases(seed: int = 0, count: int = 200) -> list[tuple[str, str, dict[str, Any]]]:
+    """Deterministic admission fuzz corpus: odd sizes, durations, mode values, workers, rates and offsets
+    combined at random (seeded), for kfchaos's verdict and a webhook to be compared on."""
+    pick = random.Random(seed).choice
+    out = []
+    for index in range(count):
+        shape = index % 5
+        if shape == 0:
+            stressor = {"workers": pick(_TOKENS["workers"]), "size": pick(_TOKENS["size"])}
+            spec = {"stressors": {"memory": stressor}, "duration": pick(_TOKENS["duration"])}
+            kind = "StressChaos"
+        elif shape == 1:
+            mode = pick(["fixed", "fixed-percent", "random-max-percent", "one", "all"])
+            spec = {"action": "pod-failure", "mode": mode, "value": pick(_TOKENS["value"])}
+            kind = "PodChaos"
+        elif shape == 2:
+            spec = {"timeOffset": pick(_TOKENS["duration"]), "duration": pick(_TOKENS["duration"])}
+            kind = "TimeChaos"
+        elif shape == 3:
+            delay = {"latency": pick(_TOKENS["duration"]), "jitter": pick(_TOKENS["duration"])}
+            spec = {"action": "delay", "delay": delay, "duration": pick(_TOKENS["duration"])}
+            kind = "NetworkChaos"
+        else:
+            bandwidth = {"rate": pick(_TOKENS["rate"]), "limit": 1, "buffer": 1}
+            spec = {"action": "bandwidth", "bandwidth": bandwidth}
+            kind = "NetworkChaos"
+        out.append((f"fuzz {seed}/{index}", *_case(kind, spec)))
+    return out
+
+
 def admission_agreement(cluster: Cluster, cases: list[tuple[str, str, dict[str, Any]]] | None = None) -> int:
     """Server-side dry run of every case; the answer (201 admitted, 403 webhook or 422 schema refused) must
     be kfchaos.faults.admission.verdict's. Returns how many cases agree (all of them, or it fails)."""
     custom = _custom(cluster)
-    plurals = {"PodChaos": "podchaos", "StressChaos": "stresschaos", "TimeChaos": "timechaos",
-               "NetworkChaos": "networkchaos", "HTTPChaos": "httpchaos", "IOChaos": "iochaos"}  # fmt: skip
     disagreements, agreed = [], 0
     for index, (label, kind, spec) in enumerate(cases if cases is not None else ADMISSION_CASES):
         body = chaos(cluster, kind, f"admission-{index}", {"app": "contract"}, "admission", {})
@@ -422,7 +500,7 @@ def admission_agreement(cluster: Cluster, cases: list[tuple[str, str, dict[str, 
         expected = admission.verdict(body)
         try:
             custom.create_namespaced_custom_object(
-                GROUP, VERSION, cluster.namespace, plurals[kind], body, dry_run="All"
+                GROUP, VERSION, cluster.namespace, PLURALS[kind], body, dry_run="All"
             )
             admitted, answer = True, "201"
         except ApiException as exc:

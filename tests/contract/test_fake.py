@@ -48,3 +48,8 @@ def test_finalizer_stuck_then_forced(cluster: scenarios.Cluster) -> None:
 
 def test_admission_agreement(cluster: scenarios.Cluster) -> None:
     assert scenarios.admission_agreement(cluster) == len(scenarios.ADMISSION_CASES)
+
+
+def test_admission_agreement_on_rendered_faults_and_the_fuzz_corpus(cluster: scenarios.Cluster) -> None:
+    cases = scenarios.rendered_cases() + scenarios.fuzz_cases(seed=0, count=300)
+    assert scenarios.admission_agreement(cluster, cases) == len(cases)

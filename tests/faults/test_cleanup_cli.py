@@ -55,3 +55,27 @@ def test_cleanup_reports_a_fault_stuck_terminating_with_the_forced_remedy(
         "chaos-mesh.chaos-mesh.org/cleanFinalizer=forced"
     )
     assert command in err
+
+
+def test_sweep_deadline_covers_a_server_that_never_answers() -> None:
+    """One deadline for the whole sweep: a request to an API server that accepts and never answers is cut to
+    what is left of it, retries included, so cleanup and the exit handler end with an error, never hang."""
+    import socket
+
+    from kfchaos.faults.backend import BackendError
+    from kfchaos.faults.retry import RetryPolicy
+    from tests.support.kubeapi import kubernetes_client
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        host, port = listener.getsockname()
+        backend = ChaosMeshBackend(
+            kubernetes_client(f"http://{host}:{port}"),
+            retry=RetryPolicy(attempts=50, base_delay=0.01, max_delay=0.05),
+            request_timeout=600,
+        )
+        with pytest.raises(BackendError) as caught:
+            backend.sweep("run-x", ["llm-serving"], timeout=0.5)
+    assert "deadline" in str(caught.value) or "did not answer" in str(caught.value)
+    assert "timed out" in str(caught.value) or "deadline" in str(caught.value)

@@ -12,8 +12,8 @@ import pytest
 from kfchaos.errors import SpecError
 from kfchaos.faults import admission
 from kfchaos.faults.catalog import CATALOG
-from kfchaos.faults.params import PARAMS_OPTIONAL
 from kfchaos.faults.render import render_experiment
+from tests.contract.scenarios import minimal_fault
 from tests.faults.experiments import experiment_with
 
 BASE = {
@@ -80,28 +80,9 @@ def test_time_offset_must_parse() -> None:
     assert admission.verdict(manifest).admitted
 
 
-def _minimal(fault_type: str) -> dict[str, Any]:
-    params: dict[str, dict[str, Any]] = {
-        "network-delay": {"latency": "100ms"}, "network-loss": {"loss": "10%"},
-        "network-duplicate": {"duplicate": "10%"}, "network-corrupt": {"corrupt": "10%"},
-        "network-bandwidth": {"rate": "10mbps", "limit": 100, "buffer": 100},
-        "network-partition": {"external_targets": ["10.0.0.1"]},
-        "stress-memory": {"size": "256MB"}, "http-abort": {"port": 80}, "http-delay": {"port": 80, "delay": "1s"},
-        "http-replace": {"port": 80, "replace_code": 503}, "io-latency": {"volume_path": "/d", "delay": "10ms"},
-        "io-fault": {"volume_path": "/d", "errno": 5}, "io-attr-override": {"volume_path": "/d", "perm": 420},
-        "time-offset": {"offset": "-5m"}, "dns-error": {"patterns": ["*"]}, "dns-random": {"patterns": ["*"]},
-    }  # fmt: skip
-    fault: dict[str, Any] = {"name": "f", "type": fault_type}
-    if fault_type == "container-kill":
-        fault["containers"] = ["vllm"]
-    if fault_type not in PARAMS_OPTIONAL:
-        fault["params"] = params[fault_type]
-    return fault
-
-
 @pytest.mark.parametrize("fault_type", sorted(t for t, e in CATALOG.items() if e.kind != "Pod"))
 def test_every_rendered_fault_type_is_admitted(fault_type: str) -> None:
-    (manifest,) = render_experiment(experiment_with(_minimal(fault_type)))
+    (manifest,) = render_experiment(experiment_with(minimal_fault(fault_type)))
     assert admission.verdict(manifest).admitted, admission.verdict(manifest)
 
 

@@ -64,7 +64,7 @@ def _rate(path: str, rate: str) -> list[str]:
     for unit in _RATE_UNITS:
         if text.endswith(unit):
             number = text[: -len(unit)].strip()
-            if re.fullmatch(r"[0-9]+", number):
+            if re.fullmatch(r"[0-9]+", number) and int(number) < 2**64:  # strconv.ParseUint(s, 10, 64)
                 return []
             return [
                 _invalid(path, rate, f'parse rate field error:strconv.ParseUint: parsing "{number}": invalid syntax')

@@ -262,12 +262,16 @@ class ChaosMeshBackend:
         )
 
     def _kw(self) -> dict[str, Any]:
-        if self._deadline is None:
-            return {"_request_timeout": self.request_timeout}
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise BackendError("the call's deadline passed before the Kubernetes API answered")
-        return {"_request_timeout": min(self.request_timeout, left)}
+        """The per-request timeout, cut to what is left of a whole-call deadline. As a (connect, read) pair: the
+        kubernetes client (kubernetes/client/rest.py RESTClientObject.request) honours a single number only
+        when it is an int and silently drops a float, which left requests without any timeout."""
+        timeout = self.request_timeout
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise BackendError("the call's deadline passed before the Kubernetes API answered")
+            timeout = min(timeout, left)
+        return {"_request_timeout": (timeout, timeout)}
 
     def _raw_kw(self) -> dict[str, Any]:
         return {**self._kw(), "_preload_content": False}
@@ -621,9 +625,15 @@ class ChaosMeshBackend:
             if current is None or _recovered(handle, current):
                 return
             if time.monotonic() - started >= timeout:
+                remedy = ""
+                if _stuck_on_records(handle.plural, current):
+                    remedy = (
+                        "; if the fault cannot be undone (its chaos-daemon or node gone), check the target, then: "
+                        + _force_command(handle.plural, current)
+                    )
                 raise RecoveryTimeout(
                     f"{handle.kind} {handle.namespace}/{handle.name} not recovered after {timeout:g}s "
-                    f"(conditions {_conditions(current)}); Chaos Mesh's finalizer may be stuck"
+                    f"(conditions {_conditions(current)}); Chaos Mesh's finalizer may be stuck{remedy}"
                 )
             self._sleep(self.poll_interval)
 
@@ -669,10 +679,9 @@ class ChaosMeshBackend:
             raise BackendError("sweep needs a run id, or older_than to sweep every run's leftovers")
         selector = run_selector(run_id) if run_id else f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         # One deadline for the whole call: every request's timeout and every retry is cut to what is left of it.
-        deadline = time.monotonic() + timeout
-        self._deadline = deadline
+        self._deadline = time.monotonic() + timeout
         try:
-            return self._sweep(run_id, namespaces, older_than, timeout, selector, deadline)
+            return self._sweep(run_id, namespaces, older_than, timeout, selector)
         finally:
             self._deadline = None
 
@@ -683,7 +692,6 @@ class ChaosMeshBackend:
         older_than: float | None,
         timeout: float,
         selector: str,
-        deadline: float,
     ) -> int:
         # Ages by the server's clock, as creationTimestamp is: a local clock ahead of the server's would
         # otherwise make other runs' live faults look old and sweep them.
