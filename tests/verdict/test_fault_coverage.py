@@ -50,7 +50,7 @@ def test_without_run_state_a_stage_planned_under_a_fault_is_inconclusive_naming_
     verdict = _verdict(None)
     check = verdict.stage(10).check("fault_active")
     assert check.status is Status.INCONCLUSIVE and check.gating
-    assert "kill-one is planned for stage 10% but was never observed active in it (no run state" in check.reason
+    assert "kill-one is planned for stage 10% but was never observed active in it (no fault activity" in check.reason
     assert verdict.stage(10).status is Status.INCONCLUSIVE and verdict.status is Status.INCONCLUSIVE
 
 

@@ -155,7 +155,11 @@ def coverage_checks(
     for fault in planned:
         if fault in observed:
             continue
-        source = "no run state was given" if activities is None else "the run state holds no observation of it"
+        source = (
+            "no fault activity was recorded for the stage: no run state, or records judged by hand"
+            if activities is None
+            else "the run state holds no observation of it"
+        )
         checks.append(
             Check(
                 "fault_active",
