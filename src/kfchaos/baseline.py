@@ -478,7 +478,8 @@ def capture(
     requests = float(np.nansum(fetch("requests")[1]))
     _, error_values = fetch("errors")
     errors = float(np.nansum(error_values)) if len(error_values) else None
-    oom_kills = _oom_kills(source, scope, t0, t1, step, excluded, used)
+    oom_notes: list[str] = []
+    oom_kills = _oom_kills(source, scope, t0, t1, step, excluded, used, oom_notes)
     if errors is not None and errors > requests:
         raise BaselineError(
             f"Prometheus counts {errors:g} errors out of {requests:g} requests: an error rate above "
@@ -510,7 +511,7 @@ def capture(
         provenance=provenance,
         series=series,
         totals=totals,
-        warnings=coverage_notes + release_notes + notes,
+        warnings=coverage_notes + release_notes + oom_notes + notes,
         latency_histogram=histogram,
         sense=sense,
         coverage=coverage,
@@ -573,9 +574,11 @@ def _oom_kills(
     step: float,
     excluded: list[tuple[float, float]],
     used: dict[str, str],
+    notes: list[str],
 ) -> float | None:
     """Host OOM kills in the kept intervals, counted as the verdict counts them (kfchaos.metrics.oom: per
-    container series, then summed); None without kube-state-metrics."""
+    container series, then summed); None without kube-state-metrics. A gap in kube-state-metrics' samples
+    (docs/verdict.md, "Freshness") adds a note: kills in it are not in the total."""
     grid_step = max(step, (t1 - t0) / 10_000)  # under Prometheus's 11,000 points per series
     for part, query in oom.queries(scope).items():
         used[f"oom.{part}"] = query
@@ -583,6 +586,11 @@ def _oom_kills(
     series = counted.series.get(oom.HOST_OOM)
     if series is None or len(series.times) < 2:
         return None
+    interval = getattr(source, "scrape_interval", lambda: None)()
+    counted.grace = interval if interval is not None else counted.grace
+    gap = counted.stale(oom.HOST_OOM, t0, t1)
+    if gap:
+        notes.append(f"OOM kills undercounted: {gap}")
     steps = np.diff(series.values)
     keep = kept_intervals(series.times[1:], grid_step, excluded)
     return float(steps[keep].sum())

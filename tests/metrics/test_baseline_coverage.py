@@ -6,7 +6,8 @@ and shows in one signal only, as kube-state-metrics exports it (kubernetes/kube-
 internal/store/pod.go `kube_pod_container_info{container,image,image_id}`, internal/store/replicaset.go
 `kube_replicaset_created` = creation time, `kube_replicaset_spec_replicas`); neither has Deployment series:
 - image: the container's image id changes at the release's start; old-image pods run until its end;
-- replicaset: a new ReplicaSet is created at the release's start; the old one is scaled to 0 at its end.
+- replicaset: a new ReplicaSet is created at the release's start; the old one is scaled to 0 at its end;
+- unscraped: no release, but kube-state-metrics unscraped for six hours.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def namespace_history(namespace: str, times: np.ndarray, release: tuple[int, int
     out["http"] += _series("http_requests_total", f'{labels},status="2xx"', times, ok)
     kill = np.where(times >= release[0] + 600, 1.0, 0.0)
     container = f'{labels},container="vllm",uid="u-{namespace}"'
-    out["restarts"] += _series("kube_pod_container_status_restarts_total", container, times, kill)
+    # "unscraped": kube-state-metrics not scraped for six hours, three days before the end (no staleness
+    # marker in backfilled blocks: the lookback repeats the count before the gap).
+    seen = (times < times[-1] - 3 * 86400) | (times >= times[-1] - 3 * 86400 + 6 * 3600) | (namespace != "unscraped")
+    out["restarts"] += _series("kube_pod_container_status_restarts_total", container, times[seen], kill[seen])
     out["reason"] += [
         f'kube_pod_container_status_last_terminated_reason{{{container},reason="OOMKilled"}} 1 {t}'
         for t in times[kill > 0]
@@ -111,7 +115,9 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     end = int(time.time()) // 3600 * 3600 - 3600
     release = (end - 2 * 86400, end - 2 * 86400 + 3600)
     tmp = tmp_path_factory.mktemp("prom-coverage")
-    backfill(tmp / "data", history(end - DAYS * 86400 - 600, end + 60, {"image": release, "replicaset": release}))
+    before = (end - 10 * 86400, end - 10 * 86400 + 3600)  # a release long before the window: none in it
+    releases = {"image": release, "replicaset": release, "unscraped": before}
+    backfill(tmp / "data", history(end - DAYS * 86400 - 600, end + 60, releases))
     with PrometheusServer(tmp / "data") as server:
         yield Prom(PrometheusClient(server.url, timeout=20), datetime.fromtimestamp(end, UTC))
 
@@ -150,3 +156,11 @@ def test_a_release_seen_only_as_a_new_image_or_replicaset_is_excluded(prom: Prom
         detect_releases=False,
     )  # fmt: skip
     assert blind.totals.oom_kills == 1 and blind.totals.error_rate > 2 * NORMAL_ERRORS
+
+
+def test_a_gap_in_kube_state_metrics_is_a_loud_undercount_of_oom_kills(prom: Prom) -> None:
+    baseline = capture("x", prom.client, Scope("unscraped"), end=prom.end, days=DAYS, step=STEP, short_history=WHY)
+    (note,) = [w for w in baseline.warnings if w.startswith("OOM kills undercounted")]
+    assert "series oom_kills has no sample from" in note and "unknown, not zero" in note
+    clean = capture("x", prom.client, Scope("image"), end=prom.end, days=DAYS, step=STEP, short_history=WHY)
+    assert not [w for w in clean.warnings if w.startswith("OOM kills undercounted")]

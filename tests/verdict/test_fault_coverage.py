@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kfchaos.faults.activity import FaultActivity
-from kfchaos.spec import load_experiment_warnings
+from kfchaos.spec import load_experiment_warnings, parse_experiment
 from kfchaos.verdict import Status, evaluate, gate
 from kfchaos.verdict.checks import SEND_LAG_SHARE, send_lag_tolerance
 from tests.verdict.builders import POD_KILL, concat, experiment, experiment_text, records
@@ -50,7 +50,7 @@ def test_without_run_state_a_stage_planned_under_a_fault_is_inconclusive_naming_
     verdict = _verdict(None)
     check = verdict.stage(10).check("fault_active")
     assert check.status is Status.INCONCLUSIVE and check.gating
-    assert "kill-one is planned for stage 10% but was never observed active in it (no run state" in check.reason
+    assert "kill-one is planned for stage 10% but was never observed active in it (no fault activity" in check.reason
     assert verdict.stage(10).status is Status.INCONCLUSIVE and verdict.status is Status.INCONCLUSIVE
 
 
@@ -146,3 +146,19 @@ def test_a_stage_that_applied_a_fraction_of_its_planned_load_is_inconclusive_wit
     thin_check = thin.stage(10).check("load")
     assert thin_check.status is Status.INCONCLUSIVE
     assert "ran" not in thin_check.reason and "sent 300 of its 3000 planned requests" in thin_check.reason
+
+
+def test_recorded_traffic_checks_each_stage_against_the_ramps_rate_per_percent() -> None:
+    # A recording: every stage replays it from its start keeping stage/100 of its requests, so 10 % and 30 %
+    # send in the ratio 1:3. The plan's own rate is unknown to the verdict; the other stages give it.
+    text = experiment_text(stages=[10, 30]).replace("synthetic: {rate: 1000}", "file: prod.jsonl")
+    spec = parse_experiment(text, "recorded.yaml")
+    low = records(10, np.full(N, 0.05), start=START)  # 100/s for 30 s
+    full = records(30, np.full(3 * N, 0.05), start=START + 60, rate=300.0)
+    thin = records(30, np.full(N // 10, 0.05), start=START + 60, rate=10.0)  # a tenth of it: a shard lost
+    assert evaluate(concat(low, full), spec, baseline=baseline(0.25)).stage(30).check("load").status is Status.PASS
+    check = evaluate(concat(low, thin), spec, baseline=baseline(0.25)).stage(30).check("load")
+    assert check.status is Status.INCONCLUSIVE and "the other stages' rate per percent" in check.reason
+    alone = parse_experiment(experiment_text(stages=[10]).replace("synthetic: {rate: 1000}", "file: p.jsonl"), "a")
+    one = evaluate(low, alone, baseline=baseline(0.25)).stage(10).check("load")
+    assert one.status is Status.PASS and "duration checked only" in one.reason

@@ -24,7 +24,7 @@ from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
 from kfchaos.verdict.delivery import fault_requests_check
 from kfchaos.verdict.gate import gate
-from kfchaos.verdict.load import load_check
+from kfchaos.verdict.load import load_check, ramp_rates
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
 from kfchaos.verdict.recovery import RECOVERY_WINDOW, recorded_check, recovery_check
 from kfchaos.verdict.requests import DROPPED, Requests, load_requests
@@ -191,7 +191,11 @@ def coverage_checks(
     for fault in planned:
         if fault in observed:
             continue
-        source = "no run state was given" if activities is None else "the run state holds no observation of it"
+        source = (
+            "no fault activity was recorded for the stage: no run state, or records judged by hand"
+            if activities is None
+            else "the run state holds no observation of it"
+        )
         checks.append(
             Check(
                 "fault_active",
@@ -295,6 +299,8 @@ def evaluate(
         notes.append(f"records for unplanned stage(s) {extra} are not stage-checked (recovery may use them)")
 
     stages: list[StageResult] = []
+    own = requests.was_sent() & ~requests.injected
+    per_percent = ramp_rates(experiment, {p: int(np.count_nonzero(own & (requests.stage == p))) for p in planned})
     for percent in planned:
         in_stage = requests.stage == percent
         # Requests a traffic-side fault sent (long-context bursts, ...) are the fault itself; the SLOs judge what
@@ -311,7 +317,7 @@ def evaluate(
         # in it; traffic-side faults are the stage's own requests (fault_requests_check).
         planned_faults = [f.name for f in spec.faults if f.cluster_side and percent in experiment.fault_stages(f)]
         checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity, planned_faults)
-        checks.append(load_check(subset, experiment, percent, baseline))
+        checks.append(load_check(subset, experiment, percent, baseline, per_percent))
         fault_requests = requests.where(in_stage & requests.injected)  # a few rows: copied once, not the stage
         delivered = fault_requests_check(experiment, percent, fault_requests)
         if delivered is not None:
