@@ -102,3 +102,10 @@ def test_errors_are_plotted_when_they_happened() -> None:
     first = int(np.flatnonzero(series.errors["connect"])[0])
     low, high = series.starts[first], series.starts[first] + series.width
     assert low <= KILL + 0.05 < high  # binned by send time, they sat a window before the kill
+
+
+def test_a_fault_starts_at_the_chaos_objects_own_injection_time_when_the_run_state_has_it() -> None:
+    context = _context(evidence=True)
+    context["run_state"]["fault_windows"][0]["injected_at"] = T0 + 28.4
+    fault = next(e for e in _page_events(context) if e["kind"] == "fault")
+    assert fault["earliest"] == fault["latest"] == T0 + 28.4 and "injected_at" in fault["source"]

@@ -268,6 +268,9 @@ class FaultWindow:
     verified: tuple[tuple[float, float], ...]
     removed: float | None
     source: str  # where it was read from: "run state", "verdict", "pipeline", "records"
+    # The chaos object's own injection time, where the run state carries it (`injected_at`: Chaos Mesh's
+    # status.experiment.containerRecords[].events[] Apply timestamp); the event time of the fault's start.
+    injected: float | None = None
 
     @property
     def first(self) -> float | None:
@@ -323,7 +326,7 @@ def _windows_from(items: Any, source: str) -> list[FaultWindow]:
         if applied is None and not verified:
             continue
         name = str(item.get("fault") or item.get("name") or item.get("type") or "fault")
-        out.append(FaultWindow(name, applied, verified, removed, source))
+        out.append(FaultWindow(name, applied, verified, removed, source, _epoch(item.get("injected_at"))))
     return out
 
 
@@ -353,7 +356,8 @@ def _merge(a: FaultWindow, b: FaultWindow) -> FaultWindow:
     """One fault as two stages saw it."""
     applied = min((t for t in (a.applied, b.applied) if t is not None), default=None)
     removed = max((t for t in (a.removed, b.removed) if t is not None), default=None)
-    return FaultWindow(a.name, applied, tuple(sorted(a.verified + b.verified)), removed, a.source)
+    injected = min((t for t in (a.injected, b.injected) if t is not None), default=None)
+    return FaultWindow(a.name, applied, tuple(sorted(a.verified + b.verified)), removed, a.source, injected)
 
 
 def _windows_from_records(frame: pd.DataFrame | None) -> list[FaultWindow]:
@@ -556,7 +560,15 @@ def events(context: dict[str, Any], frame: pd.DataFrame | None, faults: list[Fau
     the evidence bundle read it, else the scrape interval in which the counter rose)."""
     from kfchaos.metrics.names import OOM_KILLS, RESTARTS
 
-    found = [Event("fault", f"⚡ {f.name}", f.first, f.first, f.source) for f in faults if f.first is not None]
+    found = []
+    for fault in faults:
+        if fault.injected is not None:
+            at, source = fault.injected, "the chaos object's status (injected_at)"
+        elif fault.first is not None:
+            at, source = fault.first, f"{fault.source}: applied, else first verified"
+        else:
+            continue
+        found.append(Event("fault", f"⚡ {fault.name}", at, at, source))
     if frame is not None and len(frame):
         failed = _failed(frame)
         if failed.any():
