@@ -622,12 +622,13 @@ def events(context: dict[str, Any], frame: pd.DataFrame | None, faults: list[Fau
             )
             found.append(Event("first error", "first failed request", low, high, source))
     terminations = _terminations(context)
-    for name, kind, reasons in ((OOM_KILLS, "OOM kill", ("OOMKilled",)), (RESTARTS, "container restart", None)):
+    # A restart is the next container's start, not the old one's termination: only kills take the pod status' time.
+    for name, kind, reasons in ((OOM_KILLS, "OOM kill", ("OOMKilled",)), (RESTARTS, "container restart", ())):
         previous = -math.inf
         for _before, after, _count in rise_intervals(metrics, name):
             # The pod status' own time where the bundle read one since the counter's previous rise: a restart is
             # counted only when the next container starts, after the back-off, so it may precede this interval.
-            exact = [t for t, why in terminations if previous < t <= after and (reasons is None or why in reasons)]
+            exact = [t for t, why in terminations if previous < t <= after and why in reasons]
             if exact:
                 found.append(Event(kind, kind, max(exact), max(exact), "pod status lastState.terminated.finishedAt"))
             else:
