@@ -2,7 +2,8 @@
 function, discovered at start-up, so parts of the tool can add commands without touching this file.
 
 Exit codes (the contract CI jobs rely on): 0 pass, 1 fail, 2 inconclusive, 3 usage or input error, 4 internal
-error (a kfchaos bug: never a verdict). An exception nobody handled must not exit 1, which reads as "the model
+error (a kfchaos bug: never a verdict); `doctor` alone exits 5 when no cluster can be reached at all
+(kfchaos.doctor.model.EXIT_NO_CLUSTER). An exception nobody handled must not exit 1, which reads as "the model
 server failed" in CI: it exits 4 with one line naming the bug report file that holds the traceback.
 """
 

@@ -115,7 +115,10 @@ def standard_queries(scope: Scope, window: float = 300.0) -> dict[str, CatalogQu
         ),
         CatalogQuery(
             names.KV_CACHE_USAGE,
-            f"max(vllm:kv_cache_usage_perc{{{sel}}})",
+            # The highest value in each step's range, not the one sample at the step: a burst fills the cache for
+            # seconds, between two steps of a run's snapshot (Prometheus docs, querying/functions.md
+            # "max_over_time"). The rise still shows at the first step after it.
+            f"max(max_over_time(vllm:kv_cache_usage_perc{{{sel}}}[{w}]))",
             "gauge",
             "fraction",
             "KV-cache usage 0..1 (vllm:gpu_cache_usage_perc before 0.9.2)",

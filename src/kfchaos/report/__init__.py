@@ -474,7 +474,10 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
         "verdict": document,
         "metrics": _metrics_dict(context.get("metrics")),
         # The run's story in the order it happened, as the first chart draws it (data.events).
-        "events": [asdict(e) for e in story],
+        "events": [
+            {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(e).items()}
+            for e in story
+        ],
     }
     bundle = evidence_section.bundle_of(context)
     if bundle is not None:  # the pipeline's run folder takes evidence/ from here (kfchaos.rundir)

@@ -271,6 +271,9 @@ class FaultWindow:
     verified: tuple[tuple[float, float], ...]
     removed: float | None
     source: str  # where it was read from: "run state", "verdict", "pipeline", "records"
+    # The chaos object's own injection time, where the run state carries it (`injected_at`: Chaos Mesh's
+    # status.experiment.containerRecords[].events[] Apply timestamp); the event time of the fault's start.
+    injected: float | None = None
 
     @property
     def first(self) -> float | None:
@@ -326,7 +329,7 @@ def _windows_from(items: Any, source: str) -> list[FaultWindow]:
         if applied is None and not verified:
             continue
         name = str(item.get("fault") or item.get("name") or item.get("type") or "fault")
-        out.append(FaultWindow(name, applied, verified, removed, source))
+        out.append(FaultWindow(name, applied, verified, removed, source, _epoch(item.get("injected_at"))))
     return out
 
 
@@ -356,7 +359,8 @@ def _merge(a: FaultWindow, b: FaultWindow) -> FaultWindow:
     """One fault as two stages saw it."""
     applied = min((t for t in (a.applied, b.applied) if t is not None), default=None)
     removed = max((t for t in (a.removed, b.removed) if t is not None), default=None)
-    return FaultWindow(a.name, applied, tuple(sorted(a.verified + b.verified)), removed, a.source)
+    injected = min((t for t in (a.injected, b.injected) if t is not None), default=None)
+    return FaultWindow(a.name, applied, tuple(sorted(a.verified + b.verified)), removed, a.source, injected)
 
 
 def _windows_from_records(frame: pd.DataFrame | None) -> list[FaultWindow]:
@@ -487,6 +491,30 @@ def counter_events(points: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.nda
     return times[1:][at], increase[at]
 
 
+def rise_intervals(metrics: Any, name: str) -> list[tuple[float, float, float]]:
+    """(previous sample, first sample showing it, how many) for each event of a snapshot series: a cumulative
+    counter's rises; for an increase per interval (the catalog's restarts, `increase(...[w])` sampled more often
+    than w, stored as a gauge) each run of positive samples is one event, which happened after the last sample
+    that showed none -- not each wobble of the overlapping increases, which counted one restart four times."""
+    points = series_points(metrics, name)
+    if points is None:
+        return []
+    from kfchaos.metrics.snapshot import MetricsSnapshot
+
+    snapshot = metrics if isinstance(metrics, MetricsSnapshot) else MetricsSnapshot.from_dict(metrics)
+    if snapshot.series[name].kind == "counter":
+        return counter_intervals(points)
+    times, values = points
+    positive = np.nan_to_num(values, nan=0.0) > 0
+    out = []
+    for start in np.flatnonzero(positive[1:] & ~positive[:-1]) + 1:
+        stop = start
+        while stop < len(values) and positive[stop]:
+            stop += 1
+        out.append((float(times[start - 1]), float(times[start]), float(np.round(np.nanmax(values[start:stop])))))
+    return out
+
+
 def counter_intervals(points: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[float, float, float]]:
     """(previous sample, sample where the counter rose, increase) for each rise: the event happened after the
     previous scrape and by this one, so the scrape interval is its uncertainty, not its time."""
@@ -519,12 +547,26 @@ class Event:
 
 
 def failure_times(frame: pd.DataFrame) -> pd.Series:
-    """When each request ended: its send (else intended) time plus its latency where it has one. A request cut
-    off by a crash fails when the connection breaks, not when it was sent: the errors a kill causes then sit
-    at or after the kill, not seconds before it."""
+    """The earliest time each request can have ended: its send (else intended) time plus its latency where the
+    records hold one (a response, an HTTP error); else its last sign of life, the first token when it streamed
+    one, else its send. The replayer records no end time for a connection cut or a malformed stream
+    (kfchaos.traffic.engine: latency only with a status), so such an error is known only to lie between this
+    time and its send + the target's timeout (failure_bounds)."""
     start = frame["sent"].where(frame["sent"].notna(), frame["intended"]) if "sent" in frame else frame["intended"]
-    latency = frame["latency"].astype(float).fillna(0.0) if "latency" in frame else 0.0
-    return (start + latency).astype(float)
+    start = start.astype(float)
+    latency = frame["latency"].astype(float) if "latency" in frame else pd.Series(np.nan, index=frame.index)
+    alive = frame["ttft"].astype(float).fillna(0.0) if "ttft" in frame else 0.0
+    return (start + latency.where(latency.notna(), alive)).astype(float)
+
+
+def failure_bounds(frame: pd.DataFrame, timeout: float | None) -> tuple[pd.Series, pd.Series]:
+    """(earliest, latest) end of each request: equal where the records hold its latency; otherwise from its last
+    sign of life to its send + `timeout` (had it run longer it would be a timeout), or unbounded without one."""
+    earliest = failure_times(frame)
+    start = frame["sent"].where(frame["sent"].notna(), frame["intended"]) if "sent" in frame else frame["intended"]
+    known = frame["latency"].notna() if "latency" in frame else pd.Series(False, index=frame.index)
+    limit = start.astype(float) + (timeout if timeout is not None else math.inf)
+    return earliest, earliest.where(known, limit)
 
 
 def _failed(frame: pd.DataFrame) -> pd.Series:
@@ -559,22 +601,43 @@ def events(context: dict[str, Any], frame: pd.DataFrame | None, faults: list[Fau
     the evidence bundle read it, else the scrape interval in which the counter rose)."""
     from kfchaos.metrics.names import OOM_KILLS, RESTARTS
 
-    found = [Event("fault", f"⚡ {f.name}", f.first, f.first, f.source) for f in faults if f.first is not None]
+    found = []
+    for fault in faults:
+        if fault.injected is not None:
+            at, source = fault.injected, "the chaos object's status (injected_at)"
+        elif fault.first is not None:
+            at, source = fault.first, f"{fault.source}: applied, else first verified"
+        else:
+            continue
+        found.append(Event("fault", f"⚡ {fault.name}", at, at, source))
     if frame is not None and len(frame):
         failed = _failed(frame)
         if failed.any():
-            at = float(failure_times(frame)[failed].min())
-            found.append(Event("first error", "first failed request", at, at, "records (send time + latency)"))
+            experiment = context.get("experiment")
+            timeout = experiment.spec.target.timeout if experiment is not None else None
+            earliest, latest = failure_bounds(frame, timeout)
+            low, high = float(earliest[failed].min()), float(latest[failed].min())
+            source = (
+                "records: send time + latency"
+                if low == high
+                else "records: between the last sign of life of a failed request (its end time is not recorded) "
+                "and its send + the target's timeout"
+            )
+            found.append(Event("first error", "first failed request", low, high, source))
     terminations = _terminations(context)
-    for name, kind, reasons in ((OOM_KILLS, "OOM kill", ("OOMKilled",)), (RESTARTS, "container restart", None)):
+    # A restart is the next container's start, not the old one's termination: only kills take the pod status' time.
+    for name, kind, reasons in ((OOM_KILLS, "OOM kill", ("OOMKilled",)), (RESTARTS, "container restart", ())):
         previous = -math.inf
-        for before, after, _count in counter_intervals(series_points(metrics, name)):
+        for _before, after, _count in rise_intervals(metrics, name):
             # The pod status' own time where the bundle read one since the counter's previous rise: a restart is
             # counted only when the next container starts, after the back-off, so it may precede this interval.
-            exact = [t for t, why in terminations if previous < t <= after and (reasons is None or why in reasons)]
+            exact = [t for t, why in terminations if previous < t <= after and why in reasons]
             if exact:
                 found.append(Event(kind, kind, max(exact), max(exact), "pod status lastState.terminated.finishedAt"))
             else:
-                found.append(Event(kind, kind, before, after, "between two scrapes of the counter"))
+                # Only when it was counted is known: kube-state-metrics counts an OOM kill or restart when the next
+                # container starts, after the kubelet's back-off, so it happened before -- how long before is not.
+                found.append(Event(kind, kind, -math.inf, after, "counted by the scrape at `latest`; happened before"))
             previous = after
-    return sorted(found, key=lambda e: (e.earliest, e.latest))
+    # In order of the earliest time each can have happened; one known only by when it was counted, by that.
+    return sorted(found, key=lambda e: (e.earliest if math.isfinite(e.earliest) else e.latest, e.latest))

@@ -131,9 +131,9 @@ def timeline(
     evidence_kv: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> go.Figure | None:
     """One figure, one shared time axis: latency, token latencies, request rate, errors, send lag, cluster.
-    `story`: the run's events (data.events): OOM kills and restarts are drawn at their time, or over the scrape
-    interval they fell in. `evidence_kv`: the OOM evidence bundle's KV-cache usage, read at its own finer step,
-    drawn over the snapshot's so the peak the evidence reports is on the chart."""
+    `story`: the run's events (data.events): OOM kills and restarts are drawn at their time where the pod status
+    gave it, else at the scrape that counted them (they happened before). `evidence_kv`: the OOM evidence
+    bundle's KV-cache usage, read at its own finer step, drawn over the snapshot's so its peak is on the chart."""
     from kfchaos.metrics.names import (
         GPU_MEMORY_USED,
         KV_CACHE_USAGE,
@@ -158,7 +158,7 @@ def timeline(
         "Latency per window (successful requests), ms",
         "TTFT / ITL / TPOT P99 per window, ms",
         "Request rate: intended vs achieved, req/s",
-        "Errors per window, by kind",
+        "Errors per window, by kind, when they failed (a cut-off request: at its last sign of life)",
         "Send lag P99 (sent − intended), ms",
         "KV-cache usage and prefix-cache hit rate (%), GPU memory used (MiB)",
         "Preemptions, restarts and OOM kills",
@@ -336,23 +336,6 @@ def timeline(
             row=7,
             col=1,
         )
-    for event in story or []:
-        if event.kind in ("OOM kill", "container restart") and not event.exact:
-            # Known only to lie between two scrapes: the interval is drawn, so no one reads the scrape as the time.
-            lane = "OOM kills" if event.kind == "OOM kill" else "container restarts"
-            fig.add_trace(
-                go.Scatter(
-                    x=_dt([event.earliest, event.latest]),
-                    y=[lane, lane],
-                    mode="lines",
-                    showlegend=False,
-                    line={"color": "rgba(214,39,40,0.35)", "width": 8},
-                    name=f"{lane} (between scrapes)",
-                    hoverinfo="skip",
-                ),
-                row=7,
-                col=1,
-            )
     starts = [s for _, s, _ in spans] or ([float(series.starts[0])] if series is not None else [])
     end = max([e for _, _, e in spans] + ([float(series.starts[-1] + series.width)] if series is not None else [0]))
     if starts:
@@ -382,10 +365,11 @@ def timeline(
 
 
 def _event_points(story: list[Event], kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """(times, counts) of one kind of event: its own time, or the middle of the interval it is known to lie in
-    (the interval itself is drawn beside it)."""
+    """(times, counts) of one kind of event: its own time, the middle of the interval it is known to lie in, or,
+    known only by when it was counted, that time."""
     chosen = [e for e in story if e.kind == kind]
-    return np.array([(e.earliest + e.latest) / 2 for e in chosen]), np.ones(len(chosen))
+    at = [(e.earliest + e.latest) / 2 if math.isfinite(e.earliest) else e.latest for e in chosen]
+    return np.array(at), np.ones(len(chosen))
 
 
 def _focus(
