@@ -52,3 +52,25 @@ def test_a_run_folder_being_written_is_refused_to_a_second_writer(
         assert main([*sample.verdict_argv(), "--out", str(out)]) == 3
     assert "in use by another kfchaos process" in capsys.readouterr().err
     assert not list(out.iterdir())
+
+
+def test_a_crash_report_is_never_written_through_a_planted_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import time
+
+    from kfchaos.cli import CRASH_DIR_ENV, internal_error
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv(CRASH_DIR_ENV, str(folder))
+    now = time.time()
+    for second in range(-1, 10):  # the name is the time to the second and the pid: plant the next few
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(now + second))
+        (folder / f"kfchaos-crash-{stamp}-{os.getpid()}.txt").symlink_to(victim)
+    assert internal_error(ValueError("boom")) == 4
+    assert victim.read_text() == "precious\n"
+    assert "internal error" in capsys.readouterr().err

@@ -139,8 +139,9 @@ def _write_crash_report(text: str) -> Path:
     folder = Path(os.environ.get(CRASH_DIR_ENV) or tempfile.gettempdir())
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"kfchaos-crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
-    # 0600: the traceback names local paths; it is for the person who ran the command.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # 0600: the traceback names local paths; it is for the person who ran the command. A new file only (O_EXCL,
+    # O_NOFOLLOW): the name is guessable, and a link planted at it in a shared /tmp must not be written through.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
     return path

@@ -20,7 +20,7 @@ import kubernetes.config
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from kfchaos import kubeconnect
+from kfchaos import kubeconnect, netsafe
 from kfchaos.faults import clustercheck
 from kfchaos.faults.backend import (
     CLEAN_FINALIZER_ANNOTATION,
@@ -222,6 +222,12 @@ class ChaosMeshBackend:
                     continue
                 raise BackendError(
                     f"{verb} {resource}: the Kubernetes API did not answer after {attempt} attempts ({exc})"
+                ) from None
+            except (ValueError, RecursionError) as exc:  # decoding an answer that is not the API's (not UTF-8,
+                # not JSON, nested too deep, no items: kubernetes/client/api_client.py `deserialize`)
+                self._record(verb, resource, namespace, name, 0, None, attempt, dry_run, type(exc).__name__)
+                raise BackendError(
+                    f"{verb} {resource}: the Kubernetes API's answer is not one ({type(exc).__name__})"
                 ) from None
             self._record(verb, resource, namespace, name, 201 if verb == "create" else 200, result, attempt, dry_run)
             return result
@@ -903,12 +909,13 @@ def _items(listed: Any) -> list[dict[str, Any]]:
 
 
 def _message(exc: ApiException) -> str:
-    import json
-
+    """The Status message of an error answer (one printable line: it is the server's text), else its body."""
     try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except ValueError:
-        return str(exc.body or exc.reason)
+        body = json.loads(exc.body or "{}")
+        text = body.get("message") if isinstance(body, dict) else None
+        return netsafe.printable(text or exc.reason)[:500]
+    except (ValueError, RecursionError, TypeError):
+        return netsafe.printable(exc.body or exc.reason)[:500]
 
 
 def _retry_after(exc: ApiException) -> float | None:

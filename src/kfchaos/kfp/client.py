@@ -7,6 +7,7 @@ Authentication is what `kfp.Client` supports: in cluster (no host: the SDK finds
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ def _client_class() -> type:
     passes `configuration.retries` to urllib3 (kfp_server_api/rest.py). Built on first use: importing kfp
     takes a second that commands without KFP should not pay."""
     import kfp
+    import kfp_server_api
 
     class Client(kfp.Client):
         def _load_config(self, *args: Any, **kwargs: Any) -> Any:
@@ -43,7 +45,33 @@ def _client_class() -> type:
             config.retries = netsafe.retry()
             return config
 
+        def get_kfp_healthz(self, sleep_duration: int = 1) -> Any:
+            """The SDK's healthz check (its constructor calls it), bounded: HEALTHZ_TRIES tries a second apart,
+            each request under the whole-call deadline. The SDK's own tries five times 5 s apart, so a KFP
+            that answers errors held `connect` for 25 s and more."""
+            _bound(self)
+            for attempt in range(HEALTHZ_TRIES):
+                try:
+                    return self._healthz_api.healthz_service_get_healthz()
+                except kfp_server_api.ApiException:
+                    if attempt + 1 == HEALTHZ_TRIES:
+                        raise
+                    time.sleep(min(sleep_duration, 1))
+            return None
+
     return Client
+
+
+HEALTHZ_TRIES = 3
+
+
+def _bound(client: Any) -> None:
+    """Every API request of the client bounded as a whole (kfchaos.netsafe; kfp_server_api/rest.py keeps its
+    urllib3 PoolManager as `rest_client.pool_manager`, whose pools are made on first use). Once per client."""
+    if getattr(client, "_kfchaos_bounded", False):
+        return
+    netsafe.watch_pools(client._healthz_api.api_client.rest_client.pool_manager, netsafe.DEFAULT_DEADLINE_S)
+    client._kfchaos_bounded = True
 
 
 def connect(connection: Connection) -> Any:
@@ -61,11 +89,7 @@ def connect(connection: Connection) -> Any:
             )
     except Exception as exc:  # the SDK raises many kinds; all mean "cannot reach or authenticate"
         raise KfchaosError(f"cannot connect to KFP at {connection.host or '(in cluster)'}: {exc}") from None
-    # Every later API request bounded as a whole (kfp_server_api/rest.py: `rest_client.pool_manager`); the pools
-    # the constructor's own healthz call made are dropped so that new, watched ones replace them.
-    pool_manager = client._healthz_api.api_client.rest_client.pool_manager
-    netsafe.watch_pools(pool_manager, netsafe.DEFAULT_DEADLINE_S)
-    pool_manager.clear()
+    _bound(client)  # when the constructor made no healthz call
     return client
 
 

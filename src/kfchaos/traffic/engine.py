@@ -26,17 +26,18 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
+from kfchaos.errors import KfchaosError
 from kfchaos.traffic import clientfault
 from kfchaos.traffic.bounds import MAX_DURATION, MAX_REQUESTS
 from kfchaos.traffic.http1 import Exchange, Pool, Target, parse_target
 from kfchaos.traffic.plan import Planned, ReplayPlan
 from kfchaos.traffic.progress import Progress, Snapshot
-from kfchaos.traffic.recorder import Recorder, write_parquet
+from kfchaos.traffic.recorder import Recorder, Spool, write_parquet
 from kfchaos.traffic.source import SourceReport, read_until
 from kfchaos.traffic.sse import SseTimer, stream_error
 from kfchaos.traffic.summary import StageSummary, summarize
@@ -60,6 +61,7 @@ class StageResult:
     report: SourceReport
     path: Path | None = None
     interrupted: int | None = None  # the signal (SIGINT, SIGTERM) that stopped the stage, when `signals` was on
+    recorder: Recorder | None = field(default=None, repr=False)
 
 
 def _itl(gaps: list[float]) -> tuple[float, float, float]:
@@ -82,6 +84,7 @@ class _Stage:
         self.plan = plan
         self.settings = s
         self.loop = loop
+        self.spool: Spool | None = None  # records written as they are taken (an output file was given)
         self.clock = time.perf_counter  # uvloop's loop.time() has only millisecond resolution
         self.epoch = time.time() - time.perf_counter()  # clock -> epoch seconds
         self.fault_active = fault_active
@@ -201,6 +204,10 @@ class _Stage:
         if warm:
             await self.pool.warm(warm)
         sweeper = asyncio.ensure_future(self._every(SWEEP, self._sweep))
+        spool = self.spool
+        spooler = (
+            asyncio.ensure_future(self._every(spool.interval, lambda: spool.flush(self.recorder))) if spool else None
+        )
         reporter = (
             asyncio.ensure_future(self._every(progress.interval, lambda: self._show(progress))) if progress else None
         )
@@ -235,6 +242,8 @@ class _Stage:
         finally:
             gc.unfreeze()
             sweeper.cancel()
+            if spooler:
+                spooler.cancel()
             if reporter:
                 reporter.cancel()
             self.cancel_all()
@@ -320,6 +329,7 @@ async def replay(
     progress: Progress | None = None,
     warm_connections: int = 0,
     start_at: float | None = None,
+    spool: Spool | None = None,
 ) -> StageResult:
     """Replay one stage against `target` (base URL) and return its records and summary.
 
@@ -329,6 +339,7 @@ async def replay(
     start); default: as soon as the engine is ready.
     """
     stage = _Stage(plan, parse_target(target), asyncio.get_running_loop(), fault_active)
+    stage.spool = spool
     await stage.run(stop, progress, warm_connections, start_at)
     table = stage.recorder.table()
     s = plan.settings
@@ -355,7 +366,7 @@ async def replay(
             if s.duration is not None
             else "the stage reached its longest duration with requests still planned"
         )
-    return StageResult(summary, table, plan.report)
+    return StageResult(summary, table, plan.report, recorder=stage.recorder)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -387,6 +398,9 @@ def run_stage(
     a pipeline step must die on SIGTERM, not report a shortened stage as complete.
     """
     raise_open_file_limit(plan.settings.concurrency_limit)
+    spool = Spool(out) if out is not None else None
+    if spool is not None:
+        options["spool"] = spool
     loop = new_event_loop()
     caught: list[int] = []
     if signals:
@@ -403,6 +417,10 @@ def run_stage(
                 loop.add_signal_handler(signum, handler)
     try:
         result = loop.run_until_complete(replay(plan, target, **options))  # type: ignore[arg-type]
+    except BaseException:
+        if spool is not None:
+            spool.close()  # the parts written so far stay: what was measured before the failure
+        raise
     finally:
         if signals:
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -412,6 +430,18 @@ def run_stage(
     if caught:
         result.interrupted = caught[0]
         result.summary.notes.append(f"stopped by {signal.Signals(caught[0]).name}")
-    if out is not None:
-        result.path = write_parquet(result.table, out)
+    if spool is not None:
+        try:
+            result.path = write_parquet(result.table, out)  # type: ignore[arg-type]
+        except OSError as exc:  # a full disk: what was measured is in the parts, marked incomplete
+            if result.recorder is not None:
+                spool.flush(result.recorder)
+            spool.close()
+            raise KfchaosError(
+                f"{out}: cannot write the records ({exc.strerror or exc}); the records taken are kept, marked "
+                f"incomplete, in {spool.folder}/ ({spool.written} rows in {spool.parts} part(s)"
+                + (f"; {len(spool.errors)} part(s) failed too" if spool.errors else "")
+                + ")"
+            ) from None
+        spool.discard()
     return result

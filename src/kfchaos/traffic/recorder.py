@@ -7,7 +7,9 @@ The table has exactly kfchaos.records.REQUEST_SCHEMA; missing values are null, n
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import shutil
 from array import array
 from pathlib import Path
 
@@ -99,6 +101,21 @@ class Recorder:
         else:
             self.fault_request.append(self.fault_names.setdefault(fault_request, len(self.fault_names)))
 
+    def sliced(self, start: int, end: int) -> Recorder:
+        """A copy of rows [start, end) (each column copied: the original keeps growing while the copy is
+        written from another thread)."""
+        part = Recorder(self.stage, self.shard)
+        for name, value in vars(self).items():
+            if isinstance(value, array) and name != "id_ends":
+                setattr(part, name, value[start:end])
+        ends = self.id_ends[start:end]
+        first = self.id_ends[start - 1] if start else 0
+        part.id_ends = array("q", (e - first for e in ends))
+        part.ids = bytearray(self.ids[first : (ends[-1] if len(ends) else first)])
+        part.trace = bytearray(self.trace[16 * start : 16 * end])
+        part.fault_names = dict(self.fault_names)
+        return part
+
     def nbytes(self) -> int:
         """Memory held by the columns (for the bytes-per-record benchmark)."""
         columns = [v for v in vars(self).values() if isinstance(v, array | bytearray)]
@@ -161,6 +178,54 @@ class Recorder:
         }
         table = pa.table([columns[name] for name in REQUEST_SCHEMA.names], schema=REQUEST_SCHEMA)
         return table.sort_by("intended")
+
+
+# How often a replay with an output file writes the records taken since the last part (kfchaos.traffic.engine).
+SPOOL_S = 10.0
+INCOMPLETE = {b"kfchaos.records.complete": b"false"}
+
+
+class Spool:
+    """Records written as they are taken, so that a kill or a full disk keeps what was measured: every SPOOL_S
+    the rows since the last part go to a new, complete Parquet file in `<out>.partial/` (written by one worker
+    thread, off the sender's loop; each marked `kfchaos.records.complete: false` in its schema metadata). When
+    the stage's whole file is written the folder is removed; when it cannot be, the folder stays and says what
+    was measured (a folder of Parquet files is records to `verdict` and `replay --merge`)."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.interval = SPOOL_S  # read now, not at import: a test may shorten it
+        self.folder = Path(f"{out}.partial")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.written = 0
+        self.parts = 0
+        self.errors: list[str] = []
+        self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kfchaos-spool")
+
+    def flush(self, recorder: Recorder) -> None:
+        """Hand the rows taken since the last flush to the writer (a copy: cheap, on the caller's thread)."""
+        end = len(recorder)
+        if end == self.written:
+            return
+        part = recorder.sliced(self.written, end)
+        self.written = end
+        self.parts += 1
+        self._worker.submit(self._write, part, self.folder / f"part-{self.parts:05d}.parquet")
+
+    def _write(self, part: Recorder, path: Path) -> None:
+        table = part.table()
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **INCOMPLETE})
+        try:
+            safefile.replace_with(path, lambda temporary: pq.write_table(table, temporary))
+        except OSError as exc:  # a full disk: the parts before stay; the error is reported at the end
+            self.errors.append(f"{path.name}: {exc.strerror or exc}")
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+
+    def discard(self) -> None:
+        """The whole file is written: the parts are not needed."""
+        self.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def write_parquet(table: pa.Table, path: str | Path) -> Path:
