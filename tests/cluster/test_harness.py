@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import ROOT, controlplane
+from tests.cluster.test_smoke import eventually
 from tests.conftest import require_tool
 
 pytestmark = pytest.mark.cluster
@@ -73,7 +74,8 @@ def test_stopping_leaves_no_process_behind(tmp_path: Path, monkeypatch: pytest.M
     procs.start(tmp_path, "stubborn", ["sh", "-c", script])
     procs.start(tmp_path, "plain", ["sleep", "300"])
     assert procs.alive(tmp_path, "stubborn") and procs.alive(tmp_path, "plain")
-    assert len(procs.leftovers(tmp_path)) >= 3
+    # the leader, its two sleeps and the plain sleep, once the shell has forked
+    eventually("every process started", lambda: len(procs.leftovers(tmp_path)) == 4)
     stopped = procs.stop_all(tmp_path, ("plain",))
     assert stopped == ["plain", "stubborn"]
     assert procs.leftovers(tmp_path) == []

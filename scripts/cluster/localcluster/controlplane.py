@@ -105,10 +105,19 @@ def default_state() -> Path:
     return Path(os.environ.get("KFCHAOS_CLUSTER_DIR", ROOT / ".cluster"))
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_ports(*names: str) -> dict[str, int]:
+    """Distinct free loopback ports: every probe socket stays bound until all are chosen, so no two names get
+    the same port (a port can still be taken by another program before its component binds it)."""
+    probes = []
+    try:
+        for _ in names:
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+        return {name: int(probe.getsockname()[1]) for name, probe in zip(names, probes, strict=True)}
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def build() -> dict[str, Path]:
@@ -232,10 +241,9 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
 
 def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: KeyPair) -> ClusterEnv:
     k8s = bins["kubernetes"]
-    ports = {
-        name: free_port()
-        for name in ("etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus")
-    }
+    ports = free_ports(
+        "etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus"
+    )
     server = f"https://127.0.0.1:{ports['apiserver']}"
 
     # etcd: flags as controller-runtime's envtest starts it (kubernetes-sigs/controller-runtime,
