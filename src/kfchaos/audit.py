@@ -5,6 +5,9 @@ with (so `kfchaos rerun` can resubmit it), the experiment and baseline with thei
 of every stage, every chaos object applied with its events, timestamps, every step's result and the verdict.
 `record_hash` covers all of it (canonical JSON), so an edited record is detected; `verify` recomputes every
 hash it can from the record itself, plus the IR hash from the compiled pipeline file when the repository has it.
+A recomputable hash does not stop whoever rewrites the record from rewriting the hash: when the step that writes
+it has the runner's key (KFCHAOS_SEAL_KEY, kfchaos.runseal), `record_hmac` signs `record_hash`, and `verify`
+checks it where the key is given (and says "not checked" where it is not).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kfchaos import runseal
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
 from kfchaos.jsonsource import load_json
@@ -91,6 +95,9 @@ def build_record(
         "verdict": verdict,
     }
     record["record_hash"] = sha256_json(record)
+    secret = runseal.key()
+    if secret is not None:
+        record["record_hmac"] = runseal.sign(secret, record["record_hash"])
     return record
 
 
@@ -234,8 +241,10 @@ def _verify_plans(record: dict[str, Any]) -> list[Finding]:
 def verify(record: dict[str, Any], root: Path | None = None) -> list[Finding]:
     """Recompute every hash; with `root`, also the IR hash of pipelines/compiled/<name>/<version>.yaml."""
     findings: list[Finding] = []
-    body = {k: v for k, v in record.items() if k != "record_hash"}
+    body = {k: v for k, v in record.items() if k not in ("record_hash", "record_hmac")}
     findings.append(_compare("record_hash", record.get("record_hash"), sha256_json(body)))
+    signed, detail = runseal.check_signature(record.get("record_hmac"), record.get("record_hash"))
+    findings.append(Finding("record_hmac", signed, detail))
     parameters = record.get("parameters", {})
     findings.append(
         _compare("experiment.sha256", record["experiment"].get("sha256"), sha256_text(parameters.get("experiment", "")))

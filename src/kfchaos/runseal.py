@@ -44,13 +44,27 @@ def file_sha256(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _key() -> bytes | None:
+def key() -> bytes | None:
+    """The runner's sealing key from KFCHAOS_SEAL_KEY, None when unset."""
     value = os.environ.get(KEY_ENV, "")
     return value.encode() if value else None
 
 
-def _hmac(key: bytes, body: dict[str, Any]) -> str:
-    return "hmac-sha256:" + hmac.new(key, _canonical(body), hashlib.sha256).hexdigest()
+def sign(secret: bytes, body: Any) -> str:
+    """HMAC-SHA256 over the canonical JSON of `body`."""
+    return "hmac-sha256:" + hmac.new(secret, _canonical(body), hashlib.sha256).hexdigest()
+
+
+def check_signature(recorded: Any, body: Any) -> tuple[bool, str]:
+    """(ok, detail) of a recorded HMAC against this environment's key; ok without a key or without an HMAC, but
+    the detail then says it was not checked."""
+    secret = key()
+    if recorded is None:
+        return True, f"not checked: signed without a key ({KEY_ENV} was not set)"
+    if secret is None:
+        return True, f"not checked: {KEY_ENV} is not set here"
+    good = hmac.compare_digest(str(recorded), sign(secret, body))
+    return good, "matches the key" if good else "does not match the key"
 
 
 def sealed_names(folder: Path, candidates: tuple[str, ...]) -> list[str]:
@@ -70,9 +84,9 @@ def seal(folder: Path, run_id: str, candidates: tuple[str, ...]) -> dict[str, An
         "run_id": run_id,
         "files": {name: file_sha256(folder / name) for name in sealed_names(folder, candidates)},
     }
-    key = _key()
+    secret = key()
     document = {**body, "seal_hash": "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()}
-    document["hmac"] = _hmac(key, body) if key else None
+    document["hmac"] = sign(secret, body) if secret else None
     (folder / SEAL).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     return document
 
@@ -116,14 +130,8 @@ def check(folder: Path, candidates: tuple[str, ...]) -> list[SealFinding]:
     for name in sealed_names(folder, candidates):
         if name not in files:
             out.append(SealFinding(name, False, "present but not sealed (added after the run)"))
-    key = _key()
-    if document.get("hmac") is None:
-        out.append(SealFinding("hmac", True, f"not checked: sealed without a key ({KEY_ENV} was not set)"))
-    elif key is None:
-        out.append(SealFinding("hmac", True, f"not checked: {KEY_ENV} is not set here"))
-    else:
-        good = hmac.compare_digest(str(document.get("hmac")), _hmac(key, body))
-        out.append(SealFinding("hmac", good, "matches the key" if good else "does not match the key"))
+    good, detail = check_signature(document.get("hmac"), body)
+    out.append(SealFinding("hmac", good, detail))
     return out
 
 
@@ -135,7 +143,7 @@ def _same(what: str, recorded: Any, computed: str) -> SealFinding:
 
 def proves(findings: list[SealFinding]) -> list[str]:
     """What this verification can and cannot prove, in words (printed by `kfchaos audit verify DIR`)."""
-    keyed = any(f.what == "hmac" and f.ok and f.detail == "matches the key" for f in findings)
+    keyed = any(f.what.endswith("hmac") and f.ok and f.detail == "matches the key" for f in findings)
     sealed = [f for f in findings if f.what != "rejudge"]
     rejudged = [f for f in findings if f.what == "rejudge"]
     lines = [

@@ -434,6 +434,7 @@ class Slo(StrictModel):
     recovery_max: Duration | None = Field(None, description="longest acceptable time until SLOs hold again")
     excluded_statuses: list[Annotated[int, Field(ge=400, le=599)]] = Field(
         default_factory=list,
+        max_length=200,
         description="HTTP statuses (400-599) neither success nor error: out of every rate and latency sample; "
         "by default every status >= 400, 429 and 503 included, is an error (docs/verdict.md, Accounting)",
     )

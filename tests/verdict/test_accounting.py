@@ -137,3 +137,12 @@ def test_one_accounting_every_request_lands_in_exactly_one_class() -> None:
     classes = np.vstack([requests.succeeded(), requests.failed(), requests.timed_out(), requests.unknown()])
     assert bool(np.all(classes.sum(axis=0) == requests.counted().astype(int)))
     assert int(requests.counted().sum()) == 800
+
+
+def test_a_traffic_row_marked_client_abort_stays_counted_as_unknown() -> None:
+    # Only a client-abort-storm request (fault_request set) is the client's own designed abort; a records file
+    # that marks traffic rows so cannot take them out of the denominator.
+    errors: list[str | None] = [None] * 1000 + ["client_abort"] * 40
+    check = _judge(_stage(1040, errors=errors)).check("error_rate")
+    assert check.samples == 1040 and check.details["unknown"] == 40
+    assert check.status is Status.INCONCLUSIVE

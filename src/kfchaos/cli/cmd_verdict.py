@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kfchaos.baseline import Baseline, load_baseline
 from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
@@ -23,6 +23,9 @@ from kfchaos.spec import Experiment, experiment_relative, load_experiment
 from kfchaos.verdict import Status, Verdict, evaluate
 from kfchaos.verdict.runstate import RunState, load_run_state
 from kfchaos.yamlsource import read_source
+
+if TYPE_CHECKING:  # kfchaos.rundir imports this module to re-judge a folder: imported where used at run time
+    from kfchaos.rundir import RunDir
 
 EXIT_BY_STATUS = {Status.PASS: EXIT_PASS, Status.FAIL: EXIT_FAIL, Status.INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
@@ -101,7 +104,7 @@ def _from_run_folder(args: argparse.Namespace) -> None:
             setattr(args, attr, str(run.file(name)))
 
 
-def _refuse_unsealed(run: Any, args: argparse.Namespace) -> None:
+def _refuse_unsealed(run: RunDir, args: argparse.Namespace) -> None:
     """A run folder is judged only when its seal verifies (kfchaos.runseal): a file edited, added or removed after
     the run is refused, exit 3 (bad input), naming each; `--unsealed` judges it anyway, with a warning."""
     from kfchaos import rundir, runseal

@@ -114,8 +114,10 @@ class Requests:
 
     def counted(self) -> NDArray[np.bool_]:
         """The denominator of every rate: each request the replay scheduled, sent or not (dropped at the
-        concurrency limit, cancelled in flight), except excluded statuses and the client's own designed aborts."""
-        return self._mask("counted", lambda: ~self.excluded() & (self.error != CLIENT_ABORT))
+        concurrency limit, cancelled in flight), except excluded statuses and the client's own designed aborts
+        (a client-abort-storm request; on a traffic row `client_abort` cannot come from a replay, so it stays
+        counted, as unknown, and cannot take a request out of the denominator)."""
+        return self._mask("counted", lambda: ~self.excluded() & ~((self.error == CLIENT_ABORT) & self.injected))
 
     def was_sent(self) -> NDArray[np.bool_]:
         """Left the replayer (has a send time): the sample of send lag. Not a denominator: see `counted`."""
