@@ -178,6 +178,7 @@ class SenseBounds(StrictModel):
 # Without spec.target.timeout (a direct `capture()` call): an hour is past any request an LLM server answers.
 DEFAULT_LATENCY_MAX_S = 3600.0
 
+
 class Coverage(StrictModel):
     """How much production the baseline stands for (docs/verdict.md, "Baseline coverage")."""
 
