@@ -100,6 +100,28 @@ def test_demo_down_ends_what_a_dead_stacks_record_names(tmp_path: Path) -> None:
         left.wait(timeout=30)
 
 
+def test_cleanup_ends_what_a_dead_stacks_record_names(tmp_path: Path) -> None:
+    from kfchaos.cli import main
+
+    workdir = tmp_path / ".work" / "demo-4"
+    workdir.mkdir(parents=True)
+    left = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(600)", "kfchaos.demo"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert left.stdout is not None and left.stdout.readline().strip() == b"ready"
+        (workdir / RECORD_NAME).write_text(json.dumps({"owner": 1, "tied": True, "pids": [left.pid]}))
+        assert main(["cleanup", "--demo-runs", str(tmp_path)]) == 0
+        left.wait(timeout=30)
+        assert not (workdir / RECORD_NAME).exists()
+    finally:
+        with contextlib.suppress(OSError):
+            left.kill()
+        left.wait(timeout=30)
+
+
 def test_demo_down_leaves_a_live_stack_alone(tmp_path: Path) -> None:
     workdir = tmp_path / ".work" / "demo-3"
     workdir.mkdir(parents=True)

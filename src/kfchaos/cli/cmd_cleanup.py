@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from kfchaos.cli import EXIT_PASS, EXIT_USAGE
@@ -39,6 +40,11 @@ def register(subparsers: Any) -> None:
         help="also unload the kfchaos- LoRA adapters its lora-adapter-churn faults left loaded at the target",
     )
     parser.add_argument("--target", default="", help="with --experiment: the target URL (default: its endpoint)")
+    parser.add_argument(
+        "--demo-runs",
+        metavar="DIR",
+        help="also end what a killed `kfchaos demo` left running there (the stack records under DIR/.work)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -47,6 +53,13 @@ def run(args: argparse.Namespace) -> int:
         code = _unload_adapters(args.experiment, args.target)
         if code != EXIT_PASS or (args.run_id is None and args.older_than is None):
             return code
+    if args.demo_runs:
+        from kfchaos.demo.up import sweep_orphans  # the demo's modules only when asked for
+
+        ended = sweep_orphans(Path(args.demo_runs))
+        print(f"ended {ended} process group(s) left by killed demo runs in {args.demo_runs}")
+        if args.run_id is None and args.older_than is None:
+            return EXIT_PASS
     if args.run_id is None and args.older_than is None:
         print("kfchaos cleanup: give --run-id, or --older-than to sweep leftovers of every run", file=sys.stderr)
         return EXIT_USAGE

@@ -180,14 +180,10 @@ def _orphans(runs_root: Path) -> tuple[list[int], list[Path]]:
     return pids, records
 
 
-def down(runs_root: Path, grace_s: float = 10.0) -> int:
-    """Stop what `up` started, and what a killed `kfchaos demo` left (its stack record); the number of processes
-    that were still running."""
-    orphans, records = _orphans(runs_root)
-    state = read_state(runs_root)
-    if state is None:
-        state = UpState("", "", [], "", "", "", "", "", "")
-    running = [pid for pid in [*state.pids, *orphans] if _alive(pid)]
+def _stop_groups(pids: list[int], grace_s: float) -> list[int]:
+    """SIGTERM the process groups led by the live ones of `pids`, SIGKILL what is left after `grace_s`; the pids
+    that were alive."""
+    running = [pid for pid in pids if _alive(pid)]
     for pid in running:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
@@ -198,6 +194,27 @@ def down(runs_root: Path, grace_s: float = 10.0) -> int:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+    return running
+
+
+def sweep_orphans(runs_root: Path, grace_s: float = 10.0) -> int:
+    """End only what killed `kfchaos demo` runs left (their stack records), not a `demo up` stack: for
+    `kfchaos cleanup --demo-runs`. The number of processes that were still running."""
+    pids, records = _orphans(runs_root)
+    running = _stop_groups(pids, grace_s)
+    for record in records:
+        record.unlink(missing_ok=True)
+    return len(running)
+
+
+def down(runs_root: Path, grace_s: float = 10.0) -> int:
+    """Stop what `up` started, and what a killed `kfchaos demo` left (its stack record); the number of processes
+    that were still running."""
+    orphans, records = _orphans(runs_root)
+    state = read_state(runs_root)
+    if state is None:
+        state = UpState("", "", [], "", "", "", "", "", "")
+    running = _stop_groups([*state.pids, *orphans], grace_s)
     # The supervisor's child (the server) is in the supervisor's session; end it too if it outlived it.
     try:
         child = json.loads(Path(state.server_state).read_text()).get("pid") if state.server_state else None
