@@ -9,7 +9,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="${KFCHAOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kfchaos}/cluster"
-all=(etcd kubernetes kwok chaos-mesh kube-state-metrics)
+all=(etcd kubernetes kwok chaos-mesh kube-state-metrics kfp-apiserver)
 
 die() { echo "cluster build: $*" >&2; exit 1; }
 
@@ -23,6 +23,8 @@ binaries() {
     kwok) echo "kwok=sigs.k8s.io/kwok/cmd/kwok" ;;
     chaos-mesh) echo "chaos-controller-manager=github.com/chaos-mesh/chaos-mesh/cmd/chaos-controller-manager" ;;
     kube-state-metrics) echo "kube-state-metrics=k8s.io/kube-state-metrics/v2" ;;
+    kfp-apiserver) echo "apiserver=github.com/kubeflow/pipelines/backend/src/apiserver" \
+      "scheduledworkflow=github.com/kubeflow/pipelines/backend/src/crd/controller/scheduledworkflow" ;;
     *) die "unknown component '$1' (known: ${all[*]})" ;;
   esac
 }
@@ -35,6 +37,7 @@ main_module() {
     kwok) echo sigs.k8s.io/kwok ;;
     chaos-mesh) echo github.com/chaos-mesh/chaos-mesh ;;
     kube-state-metrics) echo k8s.io/kube-state-metrics/v2 ;;
+    kfp-apiserver) echo github.com/kubeflow/pipelines ;;
   esac
 }
 
@@ -71,6 +74,20 @@ extras() {
       src="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' github.com/chaos-mesh/chaos-mesh)"
       mkdir -p "$out/crds"
       cp "$src"/config/crd/bases/chaos-mesh.org_*.yaml "$out/crds/" ;;
+    kfp-apiserver)
+      # KFP's CRDs and the API server's and ScheduledWorkflow controller's Roles from the same module version
+      # (manifests/kustomize/base/pipeline), and the Argo Workflow CRDs of the Argo version KFP's go.mod pins
+      # (KFP installs Argo's minimal CRDs: manifests/kustomize/third-party/argo; argo-workflows
+      # manifests/base/crds/minimal). Data files, read by scripts/cluster/localcluster/kfp.py.
+      src="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' github.com/kubeflow/pipelines)"
+      local argo
+      argo="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' github.com/argoproj/argo-workflows/v3)"
+      mkdir -p "$out/crds" "$out/rbac"
+      cp "$src/manifests/kustomize/base/pipeline/cluster-scoped/scheduled-workflow-crd.yaml" "$out/crds/"
+      cp "$argo"/manifests/base/crds/minimal/argoproj.io_*.yaml "$out/crds/"
+      cp "$src/manifests/kustomize/base/pipeline/ml-pipeline-apiserver-role.yaml" \
+        "$src/manifests/kustomize/base/pipeline/ml-pipeline-scheduledworkflow-role.yaml" "$out/rbac/"
+      module_version "$root/cluster/$c/go.mod" github.com/kubeflow/pipelines >"$out/VERSION" ;;
   esac
 }
 
