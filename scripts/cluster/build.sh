@@ -108,6 +108,13 @@ build_one() {
   tmp="$(mktemp -d "$cache/.build-$c.XXXXXX")"
   trap 'rm -rf "$tmp"' RETURN
   ldflags="-s -w"
+  # KFP's API server needs cgo: its storage package reads go-sqlite3's error types, which only exist in the cgo
+  # build (kubeflow/pipelines, backend/src/apiserver/storage/db.go). gcc is needed for it alone.
+  local cgo=0
+  if [[ "$c" == kfp-apiserver ]]; then
+    cgo=1
+    command -v "${CC:-gcc}" >/dev/null 2>&1 || die "$c: cgo needs a C compiler (gcc): apt-get install gcc"
+  fi
   if [[ "$c" == kubernetes ]]; then
     # Without these the binaries call themselves v0.0.0-master+$Format:...$; upstream's build sets them the same
     # way (kubernetes/kubernetes, hack/lib/version.sh, kube::version::ldflags).
@@ -122,7 +129,7 @@ build_one() {
   for entry in $(binaries "$c"); do
     name="${entry%%=*}"; pkg="${entry#*=}"
     echo "cluster build: $c: $name ($pkg) ..." >&2
-    if ! (cd "$root/cluster/$c" && CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
+    if ! (cd "$root/cluster/$c" && CGO_ENABLED="$cgo" GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
           /usr/bin/time -v -o "$tmp/$name.time" nice -n 10 \
           "$go" build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg") 2>"$tmp/$name.log"; then
       tail -n 30 "$tmp/$name.log" >&2
