@@ -235,7 +235,6 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         name: free_port()
         for name in ("etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus")
     }
-    ports.update({name: free_port() for name in ("db", "s3", "kfp-http", "kfp-rpc")})
     server = f"https://127.0.0.1:{ports['apiserver']}"
 
     # etcd: flags as controller-runtime's envtest starts it (kubernetes-sigs/controller-runtime,
@@ -460,7 +459,7 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     )
 
     try:
-        backend = kfp.start(state, api, bins["kfp-apiserver"], server, ca.cert, ports, _wait)
+        backend = kfp.start(state, api, bins["kfp-apiserver"], server, ca.cert, _wait)
     except kfp.KfpError as error:
         raise ClusterError(str(error)) from error
 

@@ -72,6 +72,12 @@ def mariadbd() -> tuple[str, str]:
     return server, install
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _port_open(port: int) -> bool:
     with socket.create_connection(("127.0.0.1", port), timeout=2):
         return True
@@ -88,10 +94,10 @@ def start(
     bin_dir: Path,
     server: str,
     ca_cert: Path,
-    ports: dict[str, int],
     wait: Wait,
 ) -> Kfp:
-    """Start KFP's backend against the running control plane; `ports` needs db, s3, kfp-http, kfp-rpc."""
+    """Start KFP's backend against the running control plane (`server`, trusted through `ca_cert`)."""
+    ports = {name: _free_port() for name in ("db", "s3", "kfp-http", "kfp-rpc", "kfp-visualization")}
     root = state / "kfp"
     root.mkdir(parents=True, exist_ok=True)
     database = _start_mariadb(state, root, ports["db"], wait)
@@ -307,6 +313,10 @@ def _start_apiserver(
         "TAG_NAME": _release(version),
         "COMMIT_SHA": version.rsplit("-", 1)[-1],
         "POD_NAMESPACE": NAMESPACE,
+        # The visualization server's Service (main.go reads these at start; no test uses it, and nothing
+        # listens there: a call to the VisualizationService fails, as it would with that server down).
+        "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_HOST": "127.0.0.1",
+        "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_PORT": str(ports["kfp-visualization"]),
     }
     (config_dir / "config.json").write_text(json.dumps(config, indent=2))
     (config_dir / "config.json").chmod(0o600)
