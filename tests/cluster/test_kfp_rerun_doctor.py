@@ -59,12 +59,15 @@ def _run_named(client: Any, name: str) -> Any:
 def _plan_hashes(parameters: dict[str, Any]) -> dict[int, str]:
     experiment = parse_experiment(parameters["experiment"], "run parameters.experiment")
     stages = experiment.spec.traffic.stages
-    return {int(stage): plan_stage(experiment, int(stage), base_dir=ROOT).hash for stage in stages}
+    return {int(stage): plan_stage(experiment, int(stage), base_dir=EXPERIMENT.parent).hash for stage in stages}
 
 
 def test_rerun_of_a_run_the_server_holds_gives_the_same_parameters_and_plan_hash(
-    kfp_host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    kfp_host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Planning reads the target credential's variable; the plan hash names the header, never the value
+    # (kfchaos.audit verifies plans the same way, with a placeholder).
+    monkeypatch.setenv("KFCHAOS_TARGET_TOKEN", "placeholder")
     assert main(["upload", "vllm-network-delay", "--host", kfp_host, "--root", str(ROOT)]) == 0
     name = f"kfp-rerun-{uuid.uuid4().hex[:8]}"
     code = main(["run", str(EXPERIMENT), "--host", kfp_host, "--root", str(ROOT), "--run-name", name])
