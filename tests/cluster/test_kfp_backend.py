@@ -13,6 +13,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -314,3 +316,80 @@ def test_schedule_sync_creates_a_scheduled_workflow_and_a_second_sync_changes_no
     (again,) = _swfs(custom, schedule_name)
     assert again["metadata"]["uid"] == swf["metadata"]["uid"]
     assert again["spec"] == swf["spec"]
+
+
+# --- run --wait: a run's state as the API server reports it ----------------------------------------------
+
+
+def _eventually(what: str, check: Any, timeout: float = 60.0) -> Any:
+    """Poll `check` until it returns something truthy; bounded (a missing outcome fails, a slow one does not)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not reached within {timeout:g}s")
+
+
+def _finish_as_argo_would(custom: k8s.CustomObjectsApi, workflow: dict[str, Any], phase: str) -> dict[str, Any]:
+    """What the Argo controller writes when a Workflow ends: status.phase, startedAt, finishedAt, message (the
+    fields KFP's persistence agent reports and the API server reads: ExecutionStatus().Condition() is
+    status.phase, FinishedAt() is status.finishedAt; kubeflow/pipelines backend/src/common/util/workflow.go).
+    Argo's minimal CRD has no status subresource, so status is patched on the object itself."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {"phase": phase, "startedAt": now, "finishedAt": now, "message": f"driven by the test: {phase}"}
+    name = workflow["metadata"]["name"]
+    return dict(
+        custom.patch_namespaced_custom_object(
+            "argoproj.io", "v1alpha1", NAMESPACE, "workflows", name, {"status": status}
+        )
+    )
+
+
+def _report_as_the_persistence_agent_would(host: str, workflow: dict[str, Any]) -> None:
+    """The persistence agent's call for a changed Workflow: ReportWorkflowV1 with the Workflow as a JSON string
+    (backend/src/agent/persistence/client/pipeline_client.go ReportWorkflow; backend/api/v1beta1/report.proto:
+    POST /apis/v1beta1/workflows, body "workflow")."""
+    body = json.dumps(json.dumps(workflow)).encode()
+    request = urllib.request.Request(
+        f"{host}/apis/v1beta1/workflows", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200
+
+
+@pytest.mark.parametrize("phase", ["Failed", "Succeeded"])
+def test_run_wait_follows_the_run_state_the_server_reports_to_an_inconclusive_exit(
+    kfp_host: str, custom: k8s.CustomObjectsApi, tmp_path: Path, phase: str
+) -> None:
+    assert main(["upload", "vllm-network-delay", "--host", kfp_host, "--root", str(ROOT)]) == 0
+    run_name = f"kfp-wait-{uuid.uuid4().hex[:8]}"
+    argv = [sys.executable, "-m", "kfchaos", "run", str(EXPERIMENT), "--host", kfp_host, "--root", str(ROOT)]
+    argv += ["--run-name", run_name, "--wait", "--poll", "200ms", "--wait-timeout", "5m"]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as follower:
+        try:
+            client = _client(kfp_host)
+            flt = json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name", "string_value": run_name}]})
+            (run,) = _eventually("the run", lambda: client.list_runs(page_size=10, filter=flt).runs)
+            workflow = _eventually("its Workflow", lambda: _workflow_or_none(custom, run.run_id))
+            assert follower.poll() is None, "run --wait ended before its run did"
+            _report_as_the_persistence_agent_would(kfp_host, _finish_as_argo_would(custom, workflow, phase))
+            out, err = follower.communicate(timeout=120)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+    state = {"Failed": "FAILED", "Succeeded": "SUCCEEDED"}[phase]
+    assert client.get_run(run.run_id).state == state
+    # No verdict task reached the server (no Argo ran the pipeline), so whatever the run's end, the outcome is
+    # INCONCLUSIVE, exit 2 (kfchaos.kfp.follow.conclude): never a PASS for a run whose verdict was not read.
+    assert follower.returncode == 2, out + err
+    assert f"the run ended {state} before its verdict" in out + err, out + err
+
+
+def _workflow_or_none(custom: k8s.CustomObjectsApi, run_id: str) -> dict[str, Any] | None:
+    found = custom.list_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", NAMESPACE, "workflows", label_selector=f"{RUN_ID_LABEL}={run_id}"
+    )
+    return dict(found["items"][0]) if found["items"] else None
