@@ -252,6 +252,10 @@ def _in_cluster(root: Path, name: str, token: str, ca_cert: Path, argv: list[str
     (files / "namespace").write_text(NAMESPACE)
     if shutil.which("unshare") is None:
         raise KfpError("unshare (util-linux) is needed to give KFP's binaries their in-cluster credentials")
+    if os.geteuid() != 0:
+        # Mounting over /run in a new mount namespace needs CAP_SYS_ADMIN (the project's machines and CI run as
+        # root). Not tried here: an unprivileged user namespace (unshare --user --map-root-user).
+        raise KfpError("KFP's API server is started in its own mount namespace, which needs root here")
     script = (
         'set -e; mount -t tmpfs -o mode=0755 kfchaos-kfp /run; mkdir -p "$1"; cp "$2"/token "$2"/ca.crt '
         '"$2"/namespace "$1"/; shift 2; exec "$@"'
