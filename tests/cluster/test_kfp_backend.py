@@ -393,3 +393,36 @@ def _workflow_or_none(custom: k8s.CustomObjectsApi, run_id: str) -> dict[str, An
         "argoproj.io", "v1alpha1", NAMESPACE, "workflows", label_selector=f"{RUN_ID_LABEL}={run_id}"
     )
     return dict(found["items"][0]) if found["items"] else None
+
+
+def test_a_run_cancelled_through_the_api_ends_inconclusive_under_wait(
+    kfp_host: str, custom: k8s.CustomObjectsApi, tmp_path: Path
+) -> None:
+    assert main(["upload", "vllm-network-delay", "--host", kfp_host, "--root", str(ROOT)]) == 0
+    run_name = f"kfp-cancel-{uuid.uuid4().hex[:8]}"
+    argv = [sys.executable, "-m", "kfchaos", "run", str(EXPERIMENT), "--host", kfp_host, "--root", str(ROOT)]
+    argv += ["--run-name", run_name, "--wait", "--poll", "200ms", "--wait-timeout", "5m"]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as follower:
+        try:
+            client = _client(kfp_host)
+            flt = json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name", "string_value": run_name}]})
+            (run,) = _eventually("the run", lambda: client.list_runs(page_size=10, filter=flt).runs)
+            _eventually("its Workflow", lambda: _workflow_or_none(custom, run.run_id))
+            # Terminate: the server marks the run CANCELING and sets the Workflow's activeDeadlineSeconds to 0
+            # (resource_manager.go TerminateRun, TerminateWorkflow), which is how it asks Argo to stop.
+            client.terminate_run(run.run_id)
+            assert client.get_run(run.run_id).state == "CANCELING"
+            workflow = _workflow_or_none(custom, run.run_id)
+            assert workflow is not None and workflow["spec"]["activeDeadlineSeconds"] == 0
+            assert follower.poll() is None, "run --wait ended while the run was still being cancelled"
+            # Argo fails a Workflow whose deadline passed; 2.1.0 then reports that final phase, so a cancelled
+            # run ends FAILED on this backend (CANCELED is what newer backends report).
+            _report_as_the_persistence_agent_would(kfp_host, _finish_as_argo_would(custom, workflow, "Failed"))
+            out, err = follower.communicate(timeout=120)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+    assert client.get_run(run.run_id).state in {"FAILED", "CANCELED"}
+    assert follower.returncode == 2, out + err
+    assert "before its verdict" in out + err, out + err
