@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo lint bench compile prometheus e2e clean fuzz cluster-build cluster-up cluster-down
+.PHONY: setup test demo lint bench compile prometheus mariadb e2e clean fuzz cluster-build cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml
 prometheus:
 	@bash scripts/ensure-prometheus.sh
 
-test: setup prometheus cluster-build
+# The database of the KFP API server in the local control plane (Debian package `mariadb-server`; docs/kfp-backend.md).
+mariadb:
+	@bash scripts/ensure-mariadb.sh
+
+test: setup prometheus mariadb cluster-build
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The local control plane (docs/cluster.md): binaries built from Go modules and cached outside the repository
@@ -29,7 +33,7 @@ test: setup prometheus cluster-build
 cluster-build:
 	@bash scripts/cluster/build.sh >/dev/null || test "$$CI" != true
 
-cluster-up: setup prometheus
+cluster-up: setup prometheus mariadb
 	@bash scripts/cluster/build.sh >/dev/null
 	PYTHONPATH=scripts/cluster $(BIN)/python -m localcluster up
 

@@ -9,7 +9,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="${KFCHAOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kfchaos}/cluster"
-all=(etcd kubernetes kwok chaos-mesh kube-state-metrics)
+all=(etcd kubernetes kwok chaos-mesh kube-state-metrics kfp-apiserver)
 
 die() { echo "cluster build: $*" >&2; exit 1; }
 
@@ -23,6 +23,8 @@ binaries() {
     kwok) echo "kwok=sigs.k8s.io/kwok/cmd/kwok" ;;
     chaos-mesh) echo "chaos-controller-manager=github.com/chaos-mesh/chaos-mesh/cmd/chaos-controller-manager" ;;
     kube-state-metrics) echo "kube-state-metrics=k8s.io/kube-state-metrics/v2" ;;
+    kfp-apiserver) echo "apiserver=github.com/kubeflow/pipelines/backend/src/apiserver" \
+      "scheduledworkflow=github.com/kubeflow/pipelines/backend/src/crd/controller/scheduledworkflow" ;;
     *) die "unknown component '$1' (known: ${all[*]})" ;;
   esac
 }
@@ -35,6 +37,7 @@ main_module() {
     kwok) echo sigs.k8s.io/kwok ;;
     chaos-mesh) echo github.com/chaos-mesh/chaos-mesh ;;
     kube-state-metrics) echo k8s.io/kube-state-metrics/v2 ;;
+    kfp-apiserver) echo github.com/kubeflow/pipelines ;;
   esac
 }
 
@@ -71,6 +74,20 @@ extras() {
       src="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' github.com/chaos-mesh/chaos-mesh)"
       mkdir -p "$out/crds"
       cp "$src"/config/crd/bases/chaos-mesh.org_*.yaml "$out/crds/" ;;
+    kfp-apiserver)
+      # KFP's CRDs and the API server's and ScheduledWorkflow controller's Roles from the same module version
+      # (manifests/kustomize/base/pipeline), and the Argo Workflow CRDs of the Argo version KFP's go.mod pins
+      # (KFP installs Argo's minimal CRDs: manifests/kustomize/third-party/argo; argo-workflows
+      # manifests/base/crds/minimal). Data files, read by scripts/cluster/localcluster/kfp.py.
+      src="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' github.com/kubeflow/pipelines)"
+      local argo
+      argo="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' github.com/argoproj/argo-workflows/v3)"
+      mkdir -p "$out/crds" "$out/rbac"
+      cp "$src/manifests/kustomize/base/pipeline/cluster-scoped/scheduled-workflow-crd.yaml" "$out/crds/"
+      cp "$argo"/manifests/base/crds/minimal/argoproj.io_*.yaml "$out/crds/"
+      cp "$src/manifests/kustomize/base/pipeline/ml-pipeline-apiserver-role.yaml" \
+        "$src/manifests/kustomize/base/pipeline/ml-pipeline-scheduledworkflow-role.yaml" "$out/rbac/"
+      module_version "$root/cluster/$c/go.mod" github.com/kubeflow/pipelines >"$out/VERSION" ;;
   esac
 }
 
@@ -91,6 +108,13 @@ build_one() {
   tmp="$(mktemp -d "$cache/.build-$c.XXXXXX")"
   trap 'rm -rf "$tmp"' RETURN
   ldflags="-s -w"
+  # KFP's API server needs cgo: its storage package reads go-sqlite3's error types, which only exist in the cgo
+  # build (kubeflow/pipelines, backend/src/apiserver/storage/db.go). gcc is needed for it alone.
+  local cgo=0
+  if [[ "$c" == kfp-apiserver ]]; then
+    cgo=1
+    command -v "${CC:-gcc}" >/dev/null 2>&1 || die "$c: cgo needs a C compiler (gcc): apt-get install gcc"
+  fi
   if [[ "$c" == kubernetes ]]; then
     # Without these the binaries call themselves v0.0.0-master+$Format:...$; upstream's build sets them the same
     # way (kubernetes/kubernetes, hack/lib/version.sh, kube::version::ldflags).
@@ -105,7 +129,7 @@ build_one() {
   for entry in $(binaries "$c"); do
     name="${entry%%=*}"; pkg="${entry#*=}"
     echo "cluster build: $c: $name ($pkg) ..." >&2
-    if ! (cd "$root/cluster/$c" && CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
+    if ! (cd "$root/cluster/$c" && CGO_ENABLED="$cgo" GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
           /usr/bin/time -v -o "$tmp/$name.time" nice -n 10 \
           "$go" build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg") 2>"$tmp/$name.log"; then
       tail -n 30 "$tmp/$name.log" >&2

@@ -23,14 +23,15 @@ from pathlib import Path
 
 import yaml
 
-from . import procs
+from . import kfp, procs
 from .pki import CertificateAuthority, KeyPair, service_account_keys
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILD = ROOT / "scripts" / "cluster" / "build.sh"
-COMPONENTS = ("etcd", "kubernetes", "kwok", "chaos-mesh", "kube-state-metrics")
+COMPONENTS = ("etcd", "kubernetes", "kwok", "chaos-mesh", "kube-state-metrics", "kfp-apiserver")
 # Stop order: the clients first, etcd last, so nothing logs a storm of connection errors on the way down.
 STOP_ORDER = (
+    *kfp.PROCESSES,
     "prometheus",
     "kube-state-metrics",
     "chaos-controller-manager",
@@ -95,6 +96,7 @@ class ClusterEnv:
     runner_kubeconfig: Path
     prometheus_url: str
     api_url: str
+    kfp_host: str = ""  # KFP's API server (scripts/cluster/localcluster/kfp.py)
 
     @property
     def env_file(self) -> Path:
@@ -469,7 +471,12 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         "kube-state-metrics",
     )
 
-    env = ClusterEnv(state, admin_kubeconfig, runner_kubeconfig, prometheus_url, server)
+    try:
+        backend = kfp.start(state, api, bins["kfp-apiserver"], server, ca.cert, _wait)
+    except kfp.KfpError as error:
+        raise ClusterError(str(error)) from error
+
+    env = ClusterEnv(state, admin_kubeconfig, runner_kubeconfig, prometheus_url, server, backend.host)
     env.env_file.write_text(
         f"export KUBECONFIG={admin_kubeconfig}\n"
         f"export KFCHAOS_RUNNER_KUBECONFIG={runner_kubeconfig}\n"
@@ -477,6 +484,7 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         f"export KFCHAOS_CLUSTER_API={server}\n"
         f"export KFCHAOS_CLUSTER_WEBHOOK=https://127.0.0.1:{ports['webhook']}\n"
         f"export KUBE_STATE_METRICS_URL=http://127.0.0.1:{ports['ksm']}\n"
+        f"export KFP_HOST={backend.host}\n"
     )
     return env
 
@@ -702,6 +710,7 @@ def read_env(state: Path) -> ClusterEnv | None:
             Path(values["KFCHAOS_RUNNER_KUBECONFIG"]),
             values["PROMETHEUS_URL"],
             values["KFCHAOS_CLUSTER_API"],
+            values.get("KFP_HOST", ""),
         )
     except KeyError:
         return None

@@ -173,13 +173,35 @@ def submit(
 ) -> str:
     """Start a run of an uploaded pipeline version as `service_account` (never KFP's default identity, which
     cannot touch chaos-mesh.org); returns the run id."""
+    from kfp_server_api.exceptions import ApiException
+
     pipeline_id, version_id = resolve_version(client, name, version)
-    run = client.run_pipeline(
-        experiment_id=experiment_id(client, kfp_experiment),
-        job_name=run_name,
-        params=parameters,
-        pipeline_id=pipeline_id,
-        version_id=version_id,
-        service_account=service_account,
-    )
+    try:
+        run = client.run_pipeline(
+            experiment_id=experiment_id(client, kfp_experiment),
+            job_name=run_name,
+            params=parameters,
+            pipeline_id=pipeline_id,
+            version_id=version_id,
+            service_account=service_account,
+        )
+    except ApiException as exc:
+        # The server compiles the run and validates it (kubeflow/pipelines backend/src/apiserver/resource/
+        # resource_manager.go CreateRun: argocompiler, then Argo's ValidateWorkflow); a refusal there is an
+        # answer about this pipeline on this backend, not a kfchaos bug (seen on a real 2.1.0 server).
+        raise KfchaosError(
+            f"KFP refused the run of {name} {version}: HTTP {exc.status}: {_server_message(exc)}"
+        ) from None
     return str(run.run_id)
+
+
+def _server_message(exc: Any) -> str:
+    """The message of a KFP API error answer ({"error", "code", "message"}), bounded; else the HTTP reason."""
+    import json
+
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") or body.get("error") if isinstance(body, dict) else None
+    return str(message or exc.reason)[:2000]
