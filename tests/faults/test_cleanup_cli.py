@@ -35,3 +35,47 @@ def test_cleanup_all_namespaces_with_audit(
     events = [json.loads(line) for line in audit.read_text().splitlines()]
     deletes = [e for e in events if e["verb"] == "delete"]
     assert len(deletes) == 2 and all(e["code"] == 200 and e["namespace"] == "llm-serving" for e in deletes)
+
+
+def test_cleanup_reports_a_fault_stuck_terminating_with_the_forced_remedy(
+    server: KubeApiServer, backend: ChaosMeshBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Chaos Mesh keeps `chaos-mesh/records` while a record cannot be recovered (controllers/common/finalizers):
+    cleanup gives up at its deadline, names the Terminating object and the annotation that lets it go."""
+    handle = backend.apply(manifests("run-stuck")[0])
+    backend.wait_injected(handle)
+    server.stall_recovery(handle.namespace, handle.name)
+    code = main(["cleanup", "--run-id", "run-stuck", "--host", server.url, "--timeout", "1s"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert f"networkchaos {handle.namespace}/{handle.name} (Terminating since" in err
+    assert "records not recovered" in err
+    command = (
+        f"kubectl annotate networkchaos.chaos-mesh.org -n {handle.namespace} {handle.name} "
+        "chaos-mesh.chaos-mesh.org/cleanFinalizer=forced"
+    )
+    assert command in err
+
+
+def test_sweep_deadline_covers_a_server_that_never_answers() -> None:
+    """One deadline for the whole sweep: a request to an API server that accepts and never answers is cut to
+    what is left of it, retries included, so cleanup and the exit handler end with an error, never hang."""
+    import socket
+
+    from kfchaos.faults.backend import BackendError
+    from kfchaos.faults.retry import RetryPolicy
+    from tests.support.kubeapi import kubernetes_client
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        host, port = listener.getsockname()
+        backend = ChaosMeshBackend(
+            kubernetes_client(f"http://{host}:{port}"),
+            retry=RetryPolicy(attempts=50, base_delay=0.01, max_delay=0.05),
+            request_timeout=600,
+        )
+        with pytest.raises(BackendError) as caught:
+            backend.sweep("run-x", ["llm-serving"], timeout=0.5)
+    assert "deadline" in str(caught.value) or "did not answer" in str(caught.value)
+    assert "timed out" in str(caught.value) or "deadline" in str(caught.value)

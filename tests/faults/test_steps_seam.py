@@ -108,3 +108,25 @@ def test_a_fault_left_by_a_stage_is_removed_by_the_exit_handler(cluster: KubeApi
     record = json.loads(steps.cleanup(text, "run-step", str(tmp_path / "cleanup.json")))
     assert record["swept"] == 1
     assert cluster.chaos_objects() == []
+
+
+def test_a_target_replaced_while_the_stage_replays_leaves_the_stage_uncovered(cluster: KubeApiServer) -> None:
+    """Chaos Mesh selects once and keeps AllInjected True on the record of a pod that a rollout replaced
+    (controllers/common/records/controller.go); the stage's watcher sees the fault hitting nothing from then
+    on, so the stage is not counted as under fault."""
+    experiment = experiment_from_text(_text())
+    stage = experiment.spec.traffic.stages[0]
+    times: list[float] = []
+
+    def replay() -> dict[str, Any]:
+        times.append(time.time())
+        cluster.remove_pod("llm-serving", "vllm-0")
+        cluster.add_pod("llm-serving", "vllm-0-replacement", {"app.kubernetes.io/name": "vllm"}, containers=["vllm"])
+        time.sleep(0.2)
+        times.append(time.time())
+        return {"valid": True}
+
+    _, detail = under_faults(experiment, "run-replaced", stage, replay)
+    (window,) = detail["fault_windows"]
+    assert any("llm-serving/vllm-0 is gone" in e for e in window["errors"]), window["errors"]
+    assert not coverage(FaultActivity.from_dict(window), (times[0], times[1])).ok

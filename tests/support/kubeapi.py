@@ -10,10 +10,14 @@ lastState.terminated, the current log becoming the previous one). Created chaos 
 against their CRD's schema with unknown fields as errors, as the API server does under fieldValidation=Strict.
 
 It also plays the Chaos Mesh controller, computed lazily from clocks so no background thread is needed:
-`Selected`/`AllInjected` turn True `inject_delay` seconds after creation, `status.experiment.containerRecords`
-list the matching pods, a finalizer keeps a deleted object (with a deletionTimestamp) for `finalizer_delay`
-seconds, and an object whose `spec.duration` ran out is recovered (AllRecovered, desiredPhase Stop).
-Created pods turn Running and ready after `inject_delay`.
+`inject_delay` seconds after creation the controller selects its targets *once* and keeps the records
+(`status.experiment.containerRecords`: `ns/pod` for pod kinds, `ns/pod/container` for container kinds,
+Containers[0] without containerNames), `Selected`/`AllInjected` turn True and stay True on the old records
+whatever happens to the pods later; the `chaos-mesh/records` finalizer is added after the create (never in
+its response, never on a dry run); a deleted object stays Terminating until every record has recovered to
+"Not Injected" (`finalizer_delay` seconds after the delete, never while `stall_recovery` holds it) or the
+annotation `chaos-mesh.chaos-mesh.org/cleanFinalizer: forced` is set; an object whose `spec.duration` ran
+out is recovered (AllRecovered, desiredPhase Stop). Created pods turn Running and ready after `inject_delay`.
 
 For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, serviceaccounts, deployments and
 daemonsets (get, list;
@@ -61,6 +65,8 @@ import kubernetes.client
 from kfchaos.faults.crdschema import CHAOS_GROUP, CHAOS_VERSION, CRD_DIR, load_crds, validate_chaos_object
 
 CHAOS_FINALIZER = "chaos-mesh/records"
+# controllers/common/finalizers/controller.go AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
+CLEAN_FINALIZER_ANNOTATION = "chaos-mesh.chaos-mesh.org/cleanFinalizer"
 ONE_SHOT_ACTIONS = {"pod-kill", "container-kill"}
 
 # ---------------------------------------------------------------- label selectors
@@ -156,6 +162,10 @@ class _Stored:
     body: dict[str, Any]
     created: float  # monotonic
     deleting: float | None = None
+    # A chaos object's records, made once when the controller first selects (None until then), and the
+    # error its Recover keeps returning when the fault cannot be undone (`stall_recovery`).
+    records: list[dict[str, Any]] | None = None
+    stalled: str | None = None
 
 
 _CLUSTER_SCOPED = {"namespaces", "nodes"}
@@ -438,12 +448,27 @@ class KubeApiServer:
         meta.setdefault("generation", 1)
 
     def _live(self) -> Iterator[tuple[tuple[str, str, str], _Stored]]:
-        now = time.monotonic()
         for key, stored in list(self._store.items()):
-            if stored.deleting is not None and now - stored.deleting >= self.finalizer_delay:
+            if stored.deleting is not None and self._finalized(key, stored):
                 del self._store[key]  # the finalizer ran
                 continue
             yield key, stored
+
+    def _finalized(self, key: tuple[str, str, str], stored: _Stored) -> bool:
+        """Whether a deleted object's finalizers are gone. Chaos Mesh's CleanReconciler
+        (chaos-mesh/chaos-mesh controllers/common/finalizers/controller.go) drops `chaos-mesh/records` when
+        every record's phase is "Not Injected", or at once when the annotation
+        `chaos-mesh.chaos-mesh.org/cleanFinalizer` is `forced`; without the finalizer the API server removes
+        the object. Recovery takes `finalizer_delay` seconds here, and never completes while stalled."""
+        assert stored.deleting is not None
+        if key[0] not in self._crds:
+            return time.monotonic() - stored.deleting >= self.finalizer_delay
+        meta = stored.body["metadata"]
+        if CHAOS_FINALIZER not in (meta.get("finalizers") or []):
+            return True
+        if (meta.get("annotations") or {}).get(CLEAN_FINALIZER_ANNOTATION) == "forced":
+            return True
+        return stored.stalled is None and time.monotonic() - stored.deleting >= self.finalizer_delay
 
     def _view(self, key: tuple[str, str, str], stored: _Stored) -> dict[str, Any]:
         body = copy.deepcopy(stored.body)
@@ -467,43 +492,92 @@ class KubeApiServer:
                 }
             return body
         if key[0] in self._crds:
-            body["status"] = self._chaos_status(key[1], body, age, stored.deleting is not None)
+            self._reconcile(stored, age)
+            body = copy.deepcopy(stored.body)
+            body["status"] = self._chaos_status(stored, age)
         return body
 
-    def _chaos_status(self, namespace: str, body: dict[str, Any], age: float, deleting: bool) -> dict[str, Any]:
-        spec = body.get("spec", {})
+    def _reconcile(self, stored: _Stored, age: float) -> None:
+        """What Chaos Mesh's controllers have done by now to the stored object (played lazily, on reads).
+
+        InitReconciler (controllers/common/finalizers/controller.go) adds `chaos-mesh/records` after the
+        object was created: it is in no create response and never on a dry run. The records controller
+        (controllers/common/records/controller.go) selects targets only `if records == nil` ("TODO: dynamic
+        upgrade the records when some of these pods/containers stopped"): once selected, the records are kept
+        whatever happens to the pods, and pods that appear later are never injected."""
+        meta = stored.body["metadata"]
+        if stored.deleting is None and CHAOS_FINALIZER not in (meta.get("finalizers") or []):
+            meta["finalizers"] = [*(meta.get("finalizers") or []), CHAOS_FINALIZER]
+        if stored.records is not None or stored.deleting is not None or age < self.inject_delay:
+            return
+        spec = stored.body.get("spec", {})
         pods = [
-            stored.body
-            for (plural, ns, _), stored in self._store.items()
+            p.body
+            for (plural, ns, _), p in self._store.items()
             if plural == "pods"
-            and stored.deleting is None
-            and _chaos_selector_matches(spec.get("selector", {}), ns, stored.body["metadata"].get("labels", {}))
+            and p.deleting is None
+            and _chaos_selector_matches(spec.get("selector", {}), ns, p.body["metadata"].get("labels", {}))
         ]
-        pods = pods[: _selected_count(spec.get("mode"), spec.get("value"), len(pods), body, self.random_percent)]
+        pods = pods[: _selected_count(spec.get("mode"), spec.get("value"), len(pods), stored.body, self.random_percent)]
+        if not pods:
+            return  # "no target has been selected": records stay nil (upstream retries on the next reconcile)
+        stamp = _now(self.clock_offset)
+        ids = [target for p in pods for target in _target_ids(stored.body, p)]
+        if stored.body.get("kind") == "PodChaos" and spec.get("action") == "pod-kill":
+            # controllers/chaosimpl/podchaos/podkill/impl.go Apply deletes the pod (grace period from the spec)
+            # and records it Injected; its controller, not Chaos Mesh, may bring a replacement.
+            for pod in pods:
+                self._store.pop(("pods", pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
+        stored.records = [
+            {
+                "id": target,
+                "selectorKey": ".",
+                "phase": "Injected",
+                "injectedCount": 1,
+                "recoveredCount": 0,
+                "events": [{"type": "Succeeded", "operation": "Apply", "timestamp": stamp}],
+            }
+            for target in ids
+        ]
+
+    def stall_recovery(self, namespace: str, name: str, message: str = "rpc error: chaos-daemon unreachable") -> None:
+        """A controller hook: the fault's Recover keeps failing (upstream, chaos-daemon unreachable or the node
+        gone makes the kind's Recover return an error; the record stays Injected with a Failed Recover event:
+        controllers/common/records/controller.go). The object then stays Terminating after a delete."""
+        with self._lock:
+            for (plural, ns, n), stored in self._store.items():
+                if plural in self._crds and ns == namespace and n == name:
+                    stored.stalled = message
+
+    def _chaos_status(self, stored: _Stored, age: float) -> dict[str, Any]:
+        body = stored.body
+        spec = body.get("spec", {})
+        deleting = stored.deleting is not None
         one_shot = body.get("kind") == "PodChaos" and spec.get("action") in ONE_SHOT_ACTIONS
         expired = duration_exceeded(spec, age, one_shot)
-        reached = bool(pods) and age >= self.inject_delay
-        # One-shot kinds stay injected (their end state); others stop being injected once stopped.
-        injected = reached and (one_shot or not (expired or deleting))
         stopped = expired or deleting
-        recovered = stopped and not one_shot and (expired or bool(pods))
-        records = [
-            {
-                "id": f"{p['metadata']['namespace']}/{p['metadata']['name']}",
-                "selectorKey": ".",
-                "phase": "Injected" if injected else ("Not Injected" if not stopped else "Recovered"),
-                "injectedCount": 1 if (injected or stopped) and age >= self.inject_delay else 0,
-                "recoveredCount": 1 if recovered else 0,
-            }
-            for p in pods
-        ]
+        records = copy.deepcopy(stored.records or [])
+        if stopped and not (one_shot and not deleting):
+            # desiredPhase Stop: each record is recovered (Recover -> "Not Injected"), unless stalled.
+            recovering = deleting and not expired and time.monotonic() - (stored.deleting or 0) < self.finalizer_delay
+            for record in records:
+                if stored.stalled is not None:
+                    record["events"].append(
+                        {"type": "Failed", "operation": "Recover", "message": stored.stalled, "timestamp": _now()}
+                    )
+                elif not recovering:
+                    record["phase"] = "Not Injected"
+                    record["recoveredCount"] = 1
+                    record["events"].append({"type": "Succeeded", "operation": "Recover", "timestamp": _now()})
+        injected = bool(records) and all(r["phase"] == "Injected" for r in records)
+        recovered = stopped and all(r["phase"] == "Not Injected" for r in records)
 
         def condition(kind: str, ok: bool) -> dict[str, str]:
             return {"type": kind, "status": "True" if ok else "False"}
 
         return {
             "conditions": [
-                condition("Selected", bool(pods)),
+                condition("Selected", bool(records)),
                 condition("AllInjected", injected),
                 condition("AllRecovered", recovered),
                 condition("Paused", False),
@@ -830,8 +904,6 @@ class KubeApiServer:
         if key in dict(self._live()):
             return 409, _status(409, f'{plural}.{CHAOS_GROUP} "{name}" already exists', name=name, kind=plural)
         self._stamp(body)
-        if plural in self._crds:
-            meta.setdefault("finalizers", [CHAOS_FINALIZER])
         if plural == "pods":
             body.setdefault("status", {"phase": "Pending"})
             if body["spec"].get("nodeName"):
@@ -844,6 +916,9 @@ class KubeApiServer:
         self._store[key] = _Stored(body, time.monotonic())
         involved = {"kind": body.get("kind"), "name": name, "namespace": namespace, "uid": meta["uid"]}
         self.add_event(namespace, "Created", f"{body.get('kind')} {name} created", involved)
+        if plural in self._crds:
+            # The object as stored, before any controller saw it: no finalizer, no records yet.
+            return 201, copy.deepcopy(body)
         return 201, self._view(key, self._store[key])
 
     def _is_daemon_pod(self, key: tuple[str, str, str]) -> bool:
@@ -985,7 +1060,7 @@ class KubeApiServer:
             stored.deleting = time.monotonic()
             stored.body["metadata"]["deletionTimestamp"] = _now(self.clock_offset)
             self._stamp(stored.body)
-        if key[0] == "pods" or self.finalizer_delay <= 0:
+        if key[0] == "pods" or self._finalized(key, stored):
             del self._store[key]
             return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": key[2]}}
         return 200, self._view(key, stored)
@@ -1204,6 +1279,27 @@ def _selected_count(mode: Any, value: Any, count: int, body: dict[str, Any], dra
         percent = maximum if draw is None else int(draw(maximum, body["metadata"]["name"]))
         return math.ceil(count * percent / 100)
     return count
+
+
+# Kinds whose selector is a ContainerSelector (api/v1alpha1/*_types.go GetSelectorSpecs): their records are
+# `ns/pod/container` (pkg/selector/container/selector.go Container.Id); the others' are `ns/pod`.
+CONTAINER_KINDS = {"StressChaos", "IOChaos", "TimeChaos", "DNSChaos"}
+
+
+def _target_ids(chaos: dict[str, Any], pod: dict[str, Any]) -> list[str]:
+    """The record ids Chaos Mesh makes for one selected pod. A ContainerSelector without containerNames takes
+    `pod.Spec.Containers[0]`; with them, every container of the pod whose name is listed
+    (pkg/selector/container/selector.go SelectImpl.Select)."""
+    spec = chaos.get("spec") or {}
+    base = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    kind, action = chaos.get("kind"), spec.get("action")
+    if kind not in CONTAINER_KINDS and not (kind == "PodChaos" and action == "container-kill"):
+        return [base]
+    containers = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+    wanted = spec.get("containerNames") or []
+    if not wanted:
+        return [f"{base}/{containers[0]}"] if containers else []
+    return [f"{base}/{c}" for c in containers if c in wanted]
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:

@@ -29,19 +29,27 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from typing import Any
+
+from kfchaos.faults import goparse
+from kfchaos.faults.crdschema import validate_chaos_object
 
 PERCENT_MODES = ("fixed-percent", "random-max-percent")
 HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT")
 RATE_UNITS = ("kbit", "mbit", "gbit", "tbit", "tbps", "gbps", "mbps", "kbps", "bps", "bit")
-_ATOI = re.compile(r"^[+-]?\d+$")  # what Go's strconv.Atoi accepts (base 10, optional sign)
-_UINT = re.compile(r"^\d+$")
+_ATOI = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.Atoi accepts (base 10, ASCII digits, optional sign)
+_UINT = re.compile(r"[0-9]+")
 
 
 def atoi(text: str) -> int | None:
     """Go's strconv.Atoi on `text`, None where it returns an error (also beyond int64)."""
-    if not _ATOI.match(text) or len(text) > 20:
+    if not _ATOI.fullmatch(text):
         return None
-    value = int(text)
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 19:  # beyond int64 however many leading zeros come first
+        return None
+    value = int(text[0] + (digits or "0")) if text[0] in "+-" else int(digits or "0")
     return value if -(2**63) <= value < 2**63 else None
 
 
@@ -91,7 +99,7 @@ def rate_problem(rate: str) -> str | None:
     for unit in RATE_UNITS:
         if text.endswith(unit):
             number = text[: -len(unit)].strip()
-            if _UINT.match(number) and int(number) < 2**64:
+            if _UINT.fullmatch(number) and int(number) < 2**64:
                 return None
             return f"rate {rate!r}: Chaos Mesh needs a whole number before {unit} (e.g. 1500kbps, not 1.5mbps)"
     return f"rate {rate!r} must be a whole number with one of {', '.join(RATE_UNITS)}"
@@ -121,3 +129,168 @@ def direction_problem(direction: str, has_target: bool, has_external: bool, part
     if not has_target:
         return f"direction {direction!r} needs a target selector (the other side); without one use 'to'"
     return None
+
+
+# ---------------------------------------------------------------- the webhook on a whole object
+# What Chaos Mesh's validating webhook v<kind>.kb.io answers for a rendered object (chaos-mesh/chaos-mesh
+# v2.8.x = master for these files). Its Go validators run through api/genericwebhook (validater.go): every
+# field whose type implements `Validate(root, path)` or carries a `webhook:"Name"` tag is checked, nil
+# pointers skipped. The mutating webhook runs first, so defaulted fields (direction "to", correlation "0",
+# jitter "0ms", selector namespaces) are never empty here. Notable, read from the code:
+# - `Stressor.Validate(parent *field.Path)` does not have the FieldValidator signature, so stress workers are
+#   never checked by the webhook (the CRD only caps them at 8192; kfchaos's own limit is 1..64).
+# - memory sizes go through docker/go-units v0.5.0 FromHumanSize: `512Mi` is refused, `512MiB`, `1g`, `5 kb`
+#   and a bare `512` are admitted (kfchaos.faults.goparse.from_human_size).
+# - `duration` may be empty or any Go duration, negative ones included (common_webhook.go Duration).
+# - container-kill needs containerNames (podchaos_webhook.go); TimeChaos timeOffset must parse as a Go
+#   duration and may not be empty (timechaos_webhook.go TimeOffset).
+
+
+def _go_error(parse: Any, text: str) -> str | None:
+    try:
+        parse(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _selector_problems(path: str, holder: dict[str, Any]) -> list[str]:
+    mode, value = holder.get("mode"), holder.get("value")
+    problem = mode_value_problem(str(mode), None if value is None else str(value))
+    if problem is None or mode not in ("fixed", *PERCENT_MODES):
+        return []
+    return [f"{path}.value: {problem}"]
+
+
+def _duration_field(path: str, value: Any, allow_empty: bool = True) -> list[str]:
+    if value is None or (allow_empty and value == ""):
+        return []
+    error = _go_error(goparse.parse_duration_ns, str(value))
+    return [f"{path}: parse duration field error: {error}"] if error else []
+
+
+def _network_problems(spec: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    for block, fields in (
+        ("delay", ("correlation",)),
+        ("loss", ("loss", "correlation")),
+        ("duplicate", ("duplicate", "correlation")),
+        ("corrupt", ("corrupt", "correlation")),
+    ):
+        holder = spec.get(block)
+        if not isinstance(holder, dict):
+            continue
+        for name in fields:
+            if name in holder and _go_error(lambda s: goparse.parse_float(s, 32), str(holder[name])):
+                problems.append(f"spec.{block}.{name}: parse correlation field error: {holder[name]!r}")
+        if block == "delay":
+            problems += _duration_field("spec.delay.latency", holder.get("latency"))
+            problems += _duration_field("spec.delay.jitter", holder.get("jitter"))
+    bandwidth = spec.get("bandwidth")
+    if isinstance(bandwidth, dict) and "rate" in bandwidth:
+        problem = rate_problem(str(bandwidth["rate"]))
+        if problem:
+            problems.append(f"spec.bandwidth.rate: {problem}")
+    if spec.get("action") != "partition":
+        problem = direction_problem(
+            str(spec.get("direction") or "to"), spec.get("target") is not None, "externalTargets" in spec, False
+        )
+        if problem:
+            problems.append(f"spec.direction: {problem}")
+    return problems
+
+
+def _stress_problems(spec: dict[str, Any]) -> list[str]:
+    stressors = spec.get("stressors")
+    if not spec.get("stressngStressors") and not stressors:
+        return ["spec: missing stressors"]
+    if isinstance(stressors, dict) and stressors.get("memory") is None and stressors.get("cpu") is None:
+        return ["spec.stressors: missing stressors"]
+    size = str(((stressors or {}).get("memory") or {}).get("size") or "")
+    if not size:
+        return []
+    if size.endswith("%"):
+        problem = size_percent_problem(size)
+        return [f"spec.stressors.memory.size: incorrect bytes format: {problem}"] if problem else []
+    error = _go_error(goparse.from_human_size, size)
+    return [f"spec.stressors.memory.size: incorrect bytes format: {error}"] if error else []
+
+
+def _http_problems(spec: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    port = spec.get("port", 0)
+    if not isinstance(port, int) or port <= 0:
+        problems.append(f"spec.port: port {port} is not supported")
+    problem = http_method_problem(spec.get("method"), str(spec.get("target")))
+    if problem:
+        problems.append(f"spec.method: {problem}")
+    if spec.get("target") not in ("Request", "Response"):
+        problems.append(f"spec.target: target {spec.get('target')} is not supported")
+    if "delay" in spec:
+        problems += _duration_field("spec.delay", spec["delay"], allow_empty=False)
+    return problems
+
+
+def _io_problems(spec: dict[str, Any]) -> list[str]:
+    problems = _duration_field("spec.delay", spec.get("delay"))
+    if spec.get("action") == "fault" and not spec.get("errno"):
+        problems.append("spec.errno: action fault: errno 0 is not supported")
+    percent = spec.get("percent")
+    if isinstance(percent, int) and not 0 <= percent <= 100:
+        problems.append("spec.percent: percent field should be in 0-100")
+    return problems
+
+
+def _time_problems(spec: dict[str, Any]) -> list[str]:
+    error = _go_error(goparse.parse_duration_ns, str(spec.get("timeOffset", "")))
+    return [f"spec.timeOffset: parse timeOffset field error:{error}"] if error else []
+
+
+def _pod_problems(spec: dict[str, Any]) -> list[str]:
+    if spec.get("action") == "container-kill" and not spec.get("containerNames"):
+        return ["spec.containerNames: the name of container is required on container-kill action"]
+    return []
+
+
+_KIND_RULES = {
+    "PodChaos": _pod_problems,
+    "NetworkChaos": _network_problems,
+    "StressChaos": _stress_problems,
+    "HTTPChaos": _http_problems,
+    "IOChaos": _io_problems,
+    "TimeChaos": _time_problems,
+}
+
+
+def webhook_problems(manifest: dict[str, Any]) -> list[str]:
+    """What Chaos Mesh's validating webhook v<kind>.kb.io refuses in a chaos-mesh.org object; [] when it
+    admits it. Not the CRD schema (kfchaos.faults.crdschema) nor vauth.kb.io (the requester's rights)."""
+    spec = manifest.get("spec") or {}
+    problems = _selector_problems("spec", spec)
+    if isinstance(spec.get("target"), dict) and manifest.get("kind") == "NetworkChaos":
+        problems += _selector_problems("spec.target", spec["target"])
+    problems += _duration_field("spec.duration", spec.get("duration"))
+    rules = _KIND_RULES.get(str(manifest.get("kind")))
+    return problems + (rules(spec) if rules else [])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the API server answers a create (or server-side dry run) of one object with: admitted, or refused
+    with the reasons -- the CRD's schema (422) first, then the validating webhook (403)."""
+
+    admitted: bool
+    reasons: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return "admitted" if self.admitted else f"refused ({'; '.join(self.reasons)})"
+
+
+def verdict(manifest: dict[str, Any]) -> Verdict:
+    """Whether a cluster running Chaos Mesh admits `manifest` (a chaos-mesh.org object), and why not. The API
+    server checks the schema before calling webhooks, so a schema refusal is the whole answer."""
+    schema = validate_chaos_object(manifest)
+    if schema:
+        return Verdict(False, tuple(f"schema: {p}" for p in schema))
+    problems = webhook_problems(manifest)
+    return Verdict(not problems, tuple(f"webhook: {p}" for p in problems))

@@ -66,8 +66,35 @@ class InjectionTimeout(BackendError):
     """The fault was not verified injected in time: the run cannot claim the fault was active (INCONCLUSIVE)."""
 
 
+class TargetsGone(BackendError):
+    """The fault's records name pods that are gone or replaced (Chaos Mesh never re-selects): it hits nothing
+    there, so it is not verified active (kfchaos.faults.records)."""
+
+
 class RecoveryTimeout(BackendError):
     pass
+
+
+# Chaos Mesh drops its `chaos-mesh/records` finalizer when every record is "Not Injected", or at once when this
+# annotation is `forced` (chaos-mesh/chaos-mesh controllers/common/finalizers/controller.go,
+# AnnotationCleanFinalizer / AnnotationCleanFinalizerForced).
+CLEAN_FINALIZER_ANNOTATION = "chaos-mesh.chaos-mesh.org/cleanFinalizer"
+
+
+class StuckTerminating(BackendError):
+    """Objects still present when a sweep's deadline passed: most often Terminating because Chaos Mesh cannot
+    recover a record (its chaos-daemon or node gone), so its finalizer stays."""
+
+    def __init__(self, timeout: float, objects: list[str], commands: list[str]) -> None:
+        self.objects, self.commands = objects, commands
+        remedy = ""
+        if commands:
+            remedy = (
+                " Chaos Mesh removes its chaos-mesh/records finalizer only once every record is recovered. If the "
+                "fault cannot be undone (the target's node or chaos-daemon is gone), check the target by hand, "
+                f"then let the object go ({CLEAN_FINALIZER_ANNOTATION}: forced): " + "; ".join(commands)
+            )
+        super().__init__(f"still present after {timeout:g}s: {'; '.join(objects)}.{remedy}")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kfchaos.faults import clustercheck
 from kfchaos.faults.backend import (
+    CLEAN_FINALIZER_ANNOTATION,
     AdmissionDenied,
     ApiEvent,
     BackendError,
@@ -33,11 +34,14 @@ from kfchaos.faults.backend import (
     PermissionDenied,
     PreflightReport,
     RecoveryTimeout,
+    StuckTerminating,
+    TargetsGone,
 )
 from kfchaos.faults.catalog import CATALOG, GROUP, PLURALS, VERSION
 from kfchaos.faults.gpu import EXEC_KIND, pin_to_node
 from kfchaos.faults.naming import LABEL_MANAGED_BY, LABEL_RUN_ID, MANAGED_BY, run_selector
 from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
+from kfchaos.faults.records import parse_records, selects_containers, stale_reason, wrong_container
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
 from kfchaos.faults.safety import check_pod_share
@@ -115,6 +119,7 @@ class ChaosMeshBackend:
         # Deployment, namespaces; kfchaos.faults.clustercheck): best effort, noted as unchecked when the
         # identity may not read them (manifests/ does not grant them; `kfchaos doctor` runs them in full).
         self.placement_checks = placement_checks
+        self._deadline: float | None = None  # monotonic; set while a call with a whole-call deadline runs
 
     @classmethod
     def from_config(
@@ -209,8 +214,8 @@ class ChaosMeshBackend:
                     raise AdmissionDenied(verb, resource, namespace, name, _message(exc)) from None
                 if exc.status == 403:
                     raise PermissionDenied(verb, resource, group, namespace, _message(exc)) from None
-                if exc.status in RETRYABLE_STATUS and attempt < self.retry.attempts:
-                    self._sleep(self.retry.delay(attempt, _retry_after(exc)))
+                if exc.status in RETRYABLE_STATUS and attempt < self.retry.attempts and self._time_left():
+                    self._sleep(self._capped(self.retry.delay(attempt, _retry_after(exc))))
                     continue
                 raise BackendError(
                     f"{verb} {resource} {namespace or ''}/{name or ''} failed with {exc.status} {exc.reason} "
@@ -218,14 +223,20 @@ class ChaosMeshBackend:
                 ) from None
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 self._record(verb, resource, namespace, name, 0, None, attempt, dry_run, type(exc).__name__)
-                if attempt < self.retry.attempts:
-                    self._sleep(self.retry.delay(attempt))
+                if attempt < self.retry.attempts and self._time_left():
+                    self._sleep(self._capped(self.retry.delay(attempt)))
                     continue
                 raise BackendError(
                     f"{verb} {resource}: the Kubernetes API did not answer after {attempt} attempts ({exc})"
                 ) from None
             self._record(verb, resource, namespace, name, 201 if verb == "create" else 200, result, attempt, dry_run)
             return result
+
+    def _time_left(self) -> bool:
+        return self._deadline is None or time.monotonic() < self._deadline
+
+    def _capped(self, delay: float) -> float:
+        return delay if self._deadline is None else max(0.0, min(delay, self._deadline - time.monotonic()))
 
     def _record(
         self,
@@ -257,7 +268,16 @@ class ChaosMeshBackend:
         )
 
     def _kw(self) -> dict[str, Any]:
-        return {"_request_timeout": self.request_timeout}
+        """The per-request timeout, cut to what is left of a whole-call deadline. As a (connect, read) pair: the
+        kubernetes client (kubernetes/client/rest.py RESTClientObject.request) honours a single number only
+        when it is an int and silently drops a float, which left requests without any timeout."""
+        timeout = self.request_timeout
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise BackendError("the call's deadline passed before the Kubernetes API answered")
+            timeout = min(timeout, left)
+        return {"_request_timeout": (timeout, timeout)}
 
     # ------------------------------------------------------------ generic object access (chaos kinds and pods)
 
@@ -378,6 +398,9 @@ class ChaosMeshBackend:
                     f"namespace {namespace!r}; nothing would be injected"
                 )
             report.matching_pods[name] = len(pods)
+            sidecar_first = _first_container_problem(manifest, pods)
+            if sidecar_first:
+                raise BackendError(sidecar_first)
             if self.experiment is not None and not isinstance(item, dict):
                 check_pod_share(self.experiment, item, len(pods))
             other_side = self._other_side(manifest)
@@ -495,6 +518,12 @@ class ChaosMeshBackend:
                 )
             targets = _injected_targets(handle, last)
             if targets is not None:
+                problems = self.target_problems(last, one_shot=handle.one_shot)
+                if problems:
+                    raise InjectionTimeout(
+                        f"{handle.kind} {handle.namespace}/{handle.name} reports AllInjected but does not hit its "
+                        f"intended targets: {'; '.join(problems)}"
+                    )
                 return InjectionReport(handle, targets, time.monotonic() - started)
             if time.monotonic() - started >= timeout:
                 events = "; ".join(self.object_events(handle)[-3:]) or "none"
@@ -525,7 +554,46 @@ class ChaosMeshBackend:
             return _injected_targets(handle, obj) is not None
         conditions = _conditions(obj)
         phase = ((obj.get("status") or {}).get("experiment") or {}).get("desiredPhase")
-        return conditions.get("AllInjected") == "True" and phase == "Run" and conditions.get("Paused") != "True"
+        if not (conditions.get("AllInjected") == "True" and phase == "Run" and conditions.get("Paused") != "True"):
+            return False
+        if handle.one_shot:
+            return True  # the kill was the fault: its target is expected to be gone or restarted
+        # Chaos Mesh keeps AllInjected True on the records it made once, whatever became of their pods
+        # (kfchaos.faults.records): a fault whose recorded pods were replaced hits nothing.
+        problems = self.target_problems(obj)
+        if problems:
+            where = f"{handle.kind} {handle.namespace}/{handle.name}"
+            raise TargetsGone(f"{where} is not hitting a live target: " + "; ".join(problems))
+        return True
+
+    def target_problems(self, obj: dict[str, Any], one_shot: bool = False) -> list[str]:
+        """Why the object's records do not show it hitting live, intended targets (empty when they do): each
+        recorded pod must still be the pod that was injected (not for a one-shot kill, whose pod-kill deletes
+        it: controllers/chaosimpl/podchaos/podkill/impl.go), and a container kind's record must name the
+        intended container (kfchaos.faults.records)."""
+        records = parse_records(obj)
+        spec = obj.get("spec") or {}
+        wanted = [str(c) for c in spec.get("containerNames") or []]
+        created = _created(obj) if (obj.get("metadata") or {}).get("creationTimestamp") else None
+        problems: list[str] = []
+        for record in records:
+            pod = self._pod(record.namespace, record.pod)
+            reason = None if one_shot else stale_reason(record, pod, created)
+            if reason is None and selects_containers(str(obj.get("kind")), spec.get("action")):
+                reason = wrong_container(record, pod, wanted)
+            if reason is not None:
+                problems.append(reason)
+        return problems
+
+    def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod of that name now, None when there is none."""
+
+        def call() -> dict[str, Any]:
+            pod = self.core.read_namespaced_pod(name, namespace, **self._kw())
+            return dict(self.api_client.sanitize_for_serialization(pod))
+
+        result = self._call("get", "pods", "", namespace, name, call, ok_statuses=(404,))
+        return None if isinstance(result, ApiException) else result
 
     def object_events(self, handle: FaultHandle) -> list[str]:
         """`reason: message` of the Kubernetes events about the object (why Chaos Mesh could not inject)."""
@@ -558,9 +626,15 @@ class ChaosMeshBackend:
             if current is None or _recovered(handle, current):
                 return
             if time.monotonic() - started >= timeout:
+                remedy = ""
+                if _stuck_on_records(handle.plural, current):
+                    remedy = (
+                        "; if the fault cannot be undone (its chaos-daemon or node gone), check the target, then: "
+                        + _force_command(handle.plural, current)
+                    )
                 raise RecoveryTimeout(
                     f"{handle.kind} {handle.namespace}/{handle.name} not recovered after {timeout:g}s "
-                    f"(conditions {_conditions(current)}); Chaos Mesh's finalizer may be stuck"
+                    f"(conditions {_conditions(current)}); Chaos Mesh's finalizer may be stuck{remedy}"
                 )
             self._sleep(self.poll_interval)
 
@@ -605,6 +679,21 @@ class ChaosMeshBackend:
         if run_id is None and older_than is None:
             raise BackendError("sweep needs a run id, or older_than to sweep every run's leftovers")
         selector = run_selector(run_id) if run_id else f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        # One deadline for the whole call: every request's timeout and every retry is cut to what is left of it.
+        self._deadline = time.monotonic() + timeout
+        try:
+            return self._sweep(run_id, namespaces, older_than, timeout, selector)
+        finally:
+            self._deadline = None
+
+    def _sweep(
+        self,
+        run_id: str | None,
+        namespaces: list[str] | None,
+        older_than: float | None,
+        timeout: float,
+        selector: str,
+    ) -> int:
         # Ages by the server's clock, as creationTimestamp is: a local clock ahead of the server's would
         # otherwise make other runs' live faults look old and sweep them.
         cutoff = None if older_than is None else self.server_time(namespaces[0] if namespaces else None) - older_than
@@ -619,23 +708,85 @@ class ChaosMeshBackend:
                         continue  # already going; waited for below
                     if self._delete(plural, meta["namespace"], meta["name"]):
                         deleted += 1
-        started = time.monotonic()
+        left: list[tuple[str, dict[str, Any]]] = []
         while True:
-            left = [
-                f"{plural} {o['metadata']['namespace']}/{o['metadata']['name']}"
-                for namespace in namespaces or [None]  # type: ignore[list-item]
-                for plural in [*PLURALS.values(), "pods"]
-                for o in self._list(plural, namespace, selector) or []
-                if cutoff is None or _created(o) <= cutoff
-            ]
-            if not left:
-                return deleted
-            if time.monotonic() - started >= timeout:
-                raise BackendError(f"sweep: still present after {timeout:g}s: {', '.join(left)}")
-            self._sleep(self.poll_interval)
+            try:
+                left = [
+                    (plural, o)
+                    for namespace in namespaces or [None]  # type: ignore[list-item]
+                    for plural in [*PLURALS.values(), "pods"]
+                    for o in self._list(plural, namespace, selector) or []
+                    if cutoff is None or _created(o) <= cutoff
+                ]
+            except BackendError:
+                if self._time_left() or not left:
+                    raise
+                # The deadline passed mid-listing: report what the last complete listing showed.
+            else:
+                if not left:
+                    return deleted
+            if not self._time_left():
+                raise StuckTerminating(
+                    timeout,
+                    [_terminating(plural, o) for plural, o in left],
+                    [_force_command(plural, o) for plural, o in left if _stuck_on_records(plural, o)],
+                )
+            self._sleep(self._capped(self.poll_interval))
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _terminating(plural: str, obj: dict[str, Any]) -> str:
+    """One object a sweep could not see gone, and why, for StuckTerminating."""
+    meta = obj.get("metadata") or {}
+    where = f"{plural} {meta.get('namespace')}/{meta.get('name')}"
+    if not meta.get("deletionTimestamp"):
+        return f"{where} (not deleted yet)"
+    finalizers = meta.get("finalizers") or []
+    records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
+    pending = [str(r.get("id")) for r in records if r.get("phase") != "Not Injected"]
+    why = f"Terminating since {meta.get('deletionTimestamp')}, finalizers {finalizers}"
+    if pending:
+        why += f", records not recovered: {', '.join(pending)}"
+    return f"{where} ({why})"
+
+
+def _first_container_problem(manifest: Manifest, pods: list[dict[str, Any]]) -> str | None:
+    """A container kind without containerNames lands on each pod's first container
+    (pkg/selector/container/selector.go: `pod.Spec.Containers[0]`): refused where a target pod has several,
+    since the first may be a sidecar rather than the model server."""
+    spec = manifest.get("spec") or {}
+    if manifest["kind"] not in PLURALS or not selects_containers(manifest["kind"], spec.get("action")):
+        return None
+    if spec.get("containerNames"):
+        return None
+    for pod in pods:
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        if len(names) > 1:
+            return (
+                f"{manifest['kind']} {manifest['metadata']['name']}: without containers, Chaos Mesh injects each "
+                f"pod's first container, and pod {pod['metadata']['name']} has {names}: it would hit {names[0]!r}, "
+                "which may be a sidecar. Name the container in the fault's `containers` (e.g. the model server's)"
+            )
+    return None
+
+
+def _stuck_on_records(plural: str, obj: dict[str, Any]) -> bool:
+    meta = obj.get("metadata") or {}
+    return (
+        plural != "pods"
+        and bool(meta.get("deletionTimestamp"))
+        and "chaos-mesh/records" in (meta.get("finalizers") or [])
+    )
+
+
+def _force_command(plural: str, obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return (
+        f"kubectl annotate {plural}.{GROUP} -n {meta.get('namespace')} {meta.get('name')} "
+        f"{CLEAN_FINALIZER_ANNOTATION}=forced"
+    )
 
 
 def _plural_group(manifest: Manifest) -> tuple[str, str]:

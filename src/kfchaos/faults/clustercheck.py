@@ -32,7 +32,9 @@ DAEMON_SELECTOR = "app.kubernetes.io/component=chaos-daemon"
 CONTROLLER_SELECTOR = "app.kubernetes.io/component=controller-manager"
 FILTER_ENV = "ENABLE_FILTER_NAMESPACE"
 FILTER_ANNOTATION = "chaos-mesh.org/inject"
-TIMEOUT = 15.0
+# (connect, read) seconds: the kubernetes client drops a lone float timeout (kubernetes/client/rest.py takes an
+# int or a pair), which left these reads without any.
+TIMEOUT = (15.0, 15.0)
 # (kind, action) pairs that do not go through chaos-daemon; every other chaos kind does.
 NO_DAEMON = {("PodChaos", "pod-kill"), ("PodChaos", "pod-failure")}
 # Taints the DaemonSet controller tolerates by itself (kubernetes pkg/controller/daemon/util/daemonset_util.go

@@ -23,7 +23,13 @@ _SIZE = re.compile(r"^\d+(\.\d+)?(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB|%)$")
 
 def _size(value: str) -> str:
     if not _SIZE.match(value):
-        raise ValueError(f"size {value!r} must be a number with a unit (B, KB, MB, GB, KiB, MiB, GiB) or a percentage")
+        # kfchaos's own rule, stricter than Chaos Mesh's: its webhook parses sizes with docker/go-units v0.5.0
+        # FromHumanSize, which also takes `1g`, `1gb`, `5 kb` or a bare `512` (kfchaos.faults.goparse), and
+        # refuses `512Mi`. One spelling per unit keeps experiment files unambiguous.
+        raise ValueError(
+            f"size {value!r} must be a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB) or a percentage "
+            "(kfchaos's own rule; Chaos Mesh refuses 512Mi and also takes 1g or a bare 512)"
+        )
     problem = admission.size_percent_problem(value)
     if problem:
         raise ValueError(problem)
@@ -113,14 +119,20 @@ class NetworkPartitionParams(_NetworkCommon):
         return self
 
 
+# Stress workers: 1..64 is kfchaos's own limit. Chaos Mesh's webhook never checks workers (stresschaos_webhook.go
+# Stressor.Validate lacks the FieldValidator signature, so api/genericwebhook does not call it); its CRD caps them
+# at 8192 and admits 0 or negative values.
+_WORKERS = "stress-ng workers, 1 to 64 (kfchaos's own limit; Chaos Mesh admits up to 8192)"
+
+
 class StressMemoryParams(StrictModel):
     size: Size = Field(description="memory to take per worker: 256MB, 1GiB or a share of the limit such as 80%")
-    workers: int = Field(1, ge=1, le=64)
+    workers: int = Field(1, ge=1, le=64, description=_WORKERS)
     oom_score_adj: int = Field(0, ge=-1000, le=1000)
 
 
 class StressCpuParams(StrictModel):
-    workers: int = Field(1, ge=1, le=64)
+    workers: int = Field(1, ge=1, le=64, description=_WORKERS)
     load: int = Field(100, ge=0, le=100, description="percent load per worker")
 
 

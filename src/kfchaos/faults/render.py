@@ -11,6 +11,7 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+from kfchaos.faults import admission
 from kfchaos.faults import params as p
 from kfchaos.faults.catalog import API_VERSION, CATALOG
 from kfchaos.faults.naming import ANNOTATION_FAULT_TYPE, LABEL_FAULT, object_name, run_labels
@@ -65,7 +66,16 @@ def render_fault(
         spec["containerNames"] = list(fault.containers)
     # Never "0s": a sub-millisecond duration would round to it, and a fault must have a positive lifetime.
     spec["duration"] = format_duration(max(seconds, 0.001))
-    return {"apiVersion": API_VERSION, "kind": entry.kind, "metadata": metadata, "spec": spec}
+    manifest = {"apiVersion": API_VERSION, "kind": entry.kind, "metadata": metadata, "spec": spec}
+    # Whatever the params models let through, the object must be one Chaos Mesh's webhook admits
+    # (kfchaos.faults.admission, read from its Go validators): validate refuses it rather than the cluster.
+    refused = admission.webhook_problems(manifest)
+    if refused:
+        raise FaultInputError(
+            "Chaos Mesh's admission webhook would refuse this fault: " + "; ".join(refused),
+            (*fault_path(experiment, fault), "params"),
+        )
+    return manifest
 
 
 def object_metadata(
