@@ -42,8 +42,8 @@ def test_finalizer_added_after_create(cluster: scenarios.Cluster) -> None:
     scenarios.finalizer_added_after_create(cluster)
 
 
-def test_finalizer_stuck_then_forced(cluster: scenarios.Cluster) -> None:
-    scenarios.finalizer_stuck_then_forced(cluster)
+def test_finalizer_stuck_then_released(cluster: scenarios.Cluster) -> None:
+    scenarios.finalizer_stuck_then_released(cluster)
 
 
 def test_admission_agreement(cluster: scenarios.Cluster) -> None:

@@ -16,7 +16,8 @@ Containers[0] without containerNames), `Selected`/`AllInjected` turn True and st
 whatever happens to the pods later; the `chaos-mesh/records` finalizer is added after the create (never in
 its response, never on a dry run); a deleted object stays Terminating until every record has recovered to
 "Not Injected" (`finalizer_delay` seconds after the delete, never while `stall_recovery` holds it) or the
-annotation `chaos-mesh.chaos-mesh.org/cleanFinalizer: forced` is set; an object whose `spec.duration` ran
+annotation `chaos-mesh.chaos-mesh.org/cleanFinalizer: forced` is set while no Recover fails (a stalled object
+stays until its finalizer is removed); an object whose `spec.duration` ran
 out is recovered (AllRecovered, desiredPhase Stop). Created pods turn Running and ready after `inject_delay`.
 
 For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, serviceaccounts, deployments and
@@ -63,6 +64,7 @@ from urllib.parse import parse_qs, urlsplit
 import kubernetes.client
 
 from kfchaos.faults.crdschema import CHAOS_GROUP, CHAOS_VERSION, CRD_DIR, load_crds, validate_chaos_object
+from tests.support.kubeapi_webhook import chaos_problems, mutate
 
 CHAOS_FINALIZER = "chaos-mesh/records"
 # controllers/common/finalizers/controller.go AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
@@ -458,17 +460,23 @@ class KubeApiServer:
         """Whether a deleted object's finalizers are gone. Chaos Mesh's CleanReconciler
         (chaos-mesh/chaos-mesh controllers/common/finalizers/controller.go) drops `chaos-mesh/records` when
         every record's phase is "Not Injected", or at once when the annotation
-        `chaos-mesh.chaos-mesh.org/cleanFinalizer` is `forced`; without the finalizer the API server removes
-        the object. Recovery takes `finalizer_delay` seconds here, and never completes while stalled."""
+        `chaos-mesh.chaos-mesh.org/cleanFinalizer` is `forced` and no Recover fails; without the finalizer the
+        API server removes the object. Recovery takes `finalizer_delay` seconds here, and never completes while
+        stalled."""
         assert stored.deleting is not None
         if key[0] not in self._crds:
             return time.monotonic() - stored.deleting >= self.finalizer_delay
         meta = stored.body["metadata"]
         if CHAOS_FINALIZER not in (meta.get("finalizers") or []):
             return True
+        if stored.stalled is not None:
+            # The records step requeues after a failed Recover and the pipeline stops there, before the clean
+            # step that reads `forced` (controllers/common/pipeline/pipeline.go, records/controller.go
+            # needRetry); the real controller keeps such an object (tests/cluster/test_contract_real.py).
+            return False
         if (meta.get("annotations") or {}).get(CLEAN_FINALIZER_ANNOTATION) == "forced":
             return True
-        return stored.stalled is None and time.monotonic() - stored.deleting >= self.finalizer_delay
+        return time.monotonic() - stored.deleting >= self.finalizer_delay
 
     def _view(self, key: tuple[str, str, str], stored: _Stored) -> dict[str, Any]:
         body = copy.deepcopy(stored.body)
@@ -880,6 +888,7 @@ class KubeApiServer:
         if meta.setdefault("namespace", namespace) != namespace:
             return 400, _status(400, "the namespace of the object does not match the namespace of the request")
         if plural in self._crds and self.validate:
+            mutate(body)  # the mutating webhook runs before the schema check (found by the real API server)
             problems = validate_chaos_object(body, self.crd_dir)
             if problems:
                 return 422, _status(422, f"{body.get('kind')} {name!r} is invalid: " + "; ".join(problems))
@@ -987,8 +996,6 @@ class KubeApiServer:
         admission.Denied (code 403, reason Forbidden; pkg/webhook/admission/response.go) and the API server
         prefixes 'admission webhook "NAME" denied the request: ' (k8s.io/apiserver
         pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr)."""
-        from tests.support.kubeapi_webhook import chaos_problems
-
         for denial in self._denials:
             if denial[0] == plural and denial[2] != 0:
                 denial[2] -= 1

@@ -9,7 +9,9 @@ other can fail. chaos-mesh/chaos-mesh master (= v2.8.3 for these files), through
 - api/v1alpha1/stresschaos_webhook.go: Bytes (N% with Atoi in [0, 100], else docker/go-units v0.5.0
   FromHumanSize, the version api/go.mod pins: `512Mi` is refused). Workers are never checked (see _stress).
 - api/v1alpha1/podchaos_webhook.go: container-kill needs containerNames.
-- api/v1alpha1/timechaos_webhook.go: timeOffset (time.ParseDuration, empty refused).
+- api/v1alpha1/timechaos_webhook.go: timeOffset (time.ParseDuration, empty refused); TimeChaos's own
+  `duration` is not checked (timechaos_types.go: no `webhook:"Duration"` tag; the real webhook admits "1d").
+- the mutating webhook's defaults (`mutate`), applied before the schema.
 - api/v1alpha1/httpchaos_webhook.go: Port > 0, HTTPMethod (net/http constants, target Request only).
 - api/v1alpha1/iochaos_webhook.go: IOErrno != 0 for action fault.
 
@@ -183,8 +185,28 @@ def chaos_problems(body: dict[str, Any]) -> list[str]:
     errors = _selector("spec", spec)
     if isinstance(spec.get("target"), dict) and body.get("kind") == "NetworkChaos":
         errors += _selector("spec.target", spec["target"])
-    errors += _duration("spec.duration", spec.get("duration"))
+    if body.get("kind") != "TimeChaos":  # TimeChaosSpec.Duration has no `webhook:"Duration"` tag (timechaos_types.go)
+        errors += _duration("spec.duration", spec.get("duration"))
     kinds = {"NetworkChaos": _network, "StressChaos": _stress, "HTTPChaos": _http, "IOChaos": _io,
              "TimeChaos": _time, "PodChaos": _pod}  # fmt: skip
     errors += kinds.get(str(body.get("kind")), lambda _: [])(spec)
     return errors
+
+
+def mutate(body: dict[str, Any]) -> None:
+    """Chaos Mesh's mutating webhook (m<kind>.kb.io), for the defaults that change an admission answer: empty
+    `default:`-tagged fields filled (api/v1alpha1/common_webhook.go Duration.Default and FloatStr.Default;
+    networkchaos_types.go: DelaySpec jitter "0ms", every netem correlation "0"). The API server runs it before
+    the CRD schema and the validating webhooks, and stores what it returns."""
+    spec = body.get("spec")
+    if body.get("kind") != "NetworkChaos" or not isinstance(spec, dict):
+        return
+    blocks = [spec.get(action) for action in _NETEM]
+    delay = spec.get("delay")
+    if isinstance(delay, dict):
+        blocks.append(delay.get("reorder"))
+        if not delay.get("jitter"):
+            delay["jitter"] = "0ms"
+    for block in blocks:
+        if isinstance(block, dict) and not block.get("correlation"):
+            block["correlation"] = "0"
