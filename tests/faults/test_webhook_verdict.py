@@ -109,3 +109,13 @@ def test_network_delay_empty_fields_get_the_mutating_webhooks_defaults(field: st
     assert admission.mutated(manifest)["spec"]["delay"] == {"latency": "10ms", "jitter": "0ms", "correlation": "0"}
     manifest["spec"]["delay"][field] = "x"
     assert not admission.verdict(manifest).admitted
+
+
+@pytest.mark.parametrize("workers", [0, 65, 8192])
+def test_kfchaos_workers_limit_says_it_is_its_own(workers: int) -> None:
+    """The real webhooks admit workers 0 and 8192 (tests/cluster/test_admission_agreement.py)."""
+    with pytest.raises(SpecError) as caught:
+        experiment_with({"name": "c", "type": "stress-cpu", "params": {"workers": workers}})
+    assert "kfchaos's own rule" in str(caught.value)
+    manifest = _with(kind="StressChaos", spec__stressors={"cpu": {"workers": workers}})
+    assert admission.verdict(manifest).admitted, "the webhook does not check workers"
