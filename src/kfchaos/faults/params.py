@@ -129,7 +129,10 @@ def _workers(value: int) -> int:
     # The message says the limit is kfchaos's, so a user who reads Chaos Mesh's docs knows why it differs
     # (the real webhooks admit 0 and 8192: tests/cluster/test_admission_agreement.py).
     if not 1 <= value <= 64:
-        raise ValueError(f"workers {value} must be 1 to 64 (kfchaos's own rule; Chaos Mesh's webhook does not check workers, its CRD caps them at 8192)")
+        raise ValueError(
+            f"workers {value} must be 1 to 64 (kfchaos's own rule; Chaos Mesh's webhook does not check workers, "
+            "its CRD caps them at 8192)"
+        )
     return value
 
 
