@@ -26,7 +26,8 @@ stored with `add_object`), and answers authorization.k8s.io/v1 SubjectAccessRevi
 as the real API does (see `_access_review`), deciding with the RBAC objects in `rbac` (tests/support/rbac.py).
 
 It also plays the rest of Chaos Mesh and Kubernetes that decides whether a fault can land (each cited where
-modelled): the validating webhooks v<kind>.kb.io (tests/support/kubeapi_webhook.py) and vauth.kb.io, also on
+modelled): the validating webhooks v<kind>.kb.io (kfchaos.faults.admission, checked against the real ones by
+tests/cluster) and vauth.kb.io, also on
 dry runs; the selector's pod count (ceil for fixed-percent, a draw for random-max-percent); the chaos-daemon
 DaemonSet placed by node taints and the chart's tolerations; the NamespaceLifecycle plugin for a namespace
 being deleted (`delete_namespace`); the kubelet rejecting a pinned pod without a free nvidia.com/gpu; and a
@@ -63,8 +64,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
+from kfchaos.faults.admission import mutated, webhook_problems
 from kfchaos.faults.crdschema import CHAOS_GROUP, CHAOS_VERSION, CRD_DIR, load_crds, validate_chaos_object
-from tests.support.kubeapi_webhook import chaos_problems, mutate
 
 CHAOS_FINALIZER = "chaos-mesh/records"
 # controllers/common/finalizers/controller.go AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
@@ -888,7 +889,8 @@ class KubeApiServer:
         if meta.setdefault("namespace", namespace) != namespace:
             return 400, _status(400, "the namespace of the object does not match the namespace of the request")
         if plural in self._crds and self.validate:
-            mutate(body)  # the mutating webhook runs before the schema check (found by the real API server)
+            body = mutated(body)  # m<kind>.kb.io's defaults, before the schema check (as the API server orders it)
+            meta = body["metadata"]
             problems = validate_chaos_object(body, self.crd_dir)
             if problems:
                 return 422, _status(422, f"{body.get('kind')} {name!r} is invalid: " + "; ".join(problems))
@@ -990,7 +992,9 @@ class KubeApiServer:
     def _admission(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """Chaos Mesh's validating webhooks, which the API server calls on create and on dryRun=All alike
         (webhooks with sideEffects None; helm/chaos-mesh/templates/validating-admission-webhooks.yaml):
-        v<plural>.kb.io runs the kind's Go validators (kubeapi_webhook.py), vauth.kb.io checks the requester
+        v<plural>.kb.io refuses what kfchaos.faults.admission.webhook_problems says it refuses (the rules
+        tests/cluster/test_contract_real.py and test_admission_agreement.py check against Chaos Mesh's real
+        webhooks; this fake no longer keeps a model of its own), vauth.kb.io checks the requester
         may create the kind in every namespace the object selects, its `target` included
         (pkg/webhook/validate_auth.go, affected_namespaces.go). controller-runtime answers a refusal with
         admission.Denied (code 403, reason Forbidden; pkg/webhook/admission/response.go) and the API server
@@ -1001,7 +1005,7 @@ class KubeApiServer:
                 denial[2] -= 1
                 return _denied(f"v{plural}.kb.io", denial[1])
         if self.webhooks:
-            problems = chaos_problems(body)
+            problems = webhook_problems(body)
             if problems:
                 text = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
                 return _denied(f"v{plural}.kb.io", text)
