@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kfchaos.cli import main
+from kfchaos.faults.backend import RecoveryTimeout
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from tests.faults.conftest import manifests
 from tests.support.kubeapi import KubeApiServer
@@ -58,6 +59,19 @@ def test_cleanup_reports_a_fault_stuck_terminating_with_the_finalizer_remedy(
     )
     assert command in err
     assert "does not read its chaos-mesh.chaos-mesh.org/cleanFinalizer=forced annotation" in err
+
+
+def test_recovery_timeout_gives_the_finalizer_remedy(server: KubeApiServer, backend: ChaosMeshBackend) -> None:
+    """wait_recovered on a fault whose Recover keeps failing names the same command as cleanup does."""
+    handle = backend.apply(manifests("run-stuck")[0])
+    backend.wait_injected(handle)
+    server.stall_recovery(handle.namespace, handle.name)
+    backend.remove(handle)
+    with pytest.raises(RecoveryTimeout) as caught:
+        backend.wait_recovered(handle, timeout=0.5)
+    message = str(caught.value)
+    assert f"kubectl patch networkchaos.chaos-mesh.org -n {handle.namespace} {handle.name} --type=merge" in message
+    assert "does not read its chaos-mesh.chaos-mesh.org/cleanFinalizer=forced annotation" in message
 
 
 def test_sweep_deadline_covers_a_server_that_never_answers() -> None:
