@@ -1,5 +1,6 @@
 """Chaos Mesh behaviours kfchaos depends on, as scenarios that run against any Kubernetes API: the loopback
-fake (tests/contract/test_fake.py) now, the real kube-apiserver + Chaos Mesh controller-manager later.
+fake (tests/contract/test_fake.py) and the real kube-apiserver + KWOK + Chaos Mesh controller-manager
+(tests/cluster/test_contract_real.py). Where the two differed, the real outcome is the one asserted.
 
 Each scenario takes a `Cluster`: a `kubernetes.client.ApiClient`, a namespace it may create pods and chaos
 objects in, and what the scenario cannot do through the API alone (`pod_spec`: fields a pod needs to be
