@@ -1,5 +1,6 @@
 """Chaos Mesh behaviours kfchaos depends on, as scenarios that run against any Kubernetes API: the loopback
-fake (tests/contract/test_fake.py) now, the real kube-apiserver + Chaos Mesh controller-manager later.
+fake (tests/contract/test_fake.py) and the real kube-apiserver + KWOK + Chaos Mesh controller-manager
+(tests/cluster/test_contract_real.py). Where the two differed, the real outcome is the one asserted.
 
 Each scenario takes a `Cluster`: a `kubernetes.client.ApiClient`, a namespace it may create pods and chaos
 objects in, and what the scenario cannot do through the API alone (`pod_spec`: fields a pod needs to be
@@ -15,7 +16,8 @@ Upstream behaviours asserted (chaos-mesh/chaos-mesh v2.8.x):
   (pkg/selector/container/selector.go); kfchaos must not report that as injected into a multi-container pod;
 - `chaos-mesh/records` is added after the create, never in its response nor on a dry run, and removed only
   when every record is "Not Injected" or `chaos-mesh.chaos-mesh.org/cleanFinalizer: forced` is set
-  (controllers/common/finalizers/controller.go);
+  (controllers/common/finalizers/controller.go), the annotation being read only while no Recover fails
+  (controllers/common/pipeline/pipeline.go stops at the records step's requeue);
 - the validating webhooks admit or refuse each case of ADMISSION_CASES as kfchaos.faults.admission.verdict
   says (api/v1alpha1/*_webhook.go, go-units v0.5.0).
 """
@@ -23,6 +25,7 @@ Upstream behaviours asserted (chaos-mesh/chaos-mesh v2.8.x):
 from __future__ import annotations
 
 import copy
+import datetime
 import random
 import time
 import uuid
@@ -60,10 +63,10 @@ class Cluster:
     namespace: str
     # Extra pod spec fields (nodeSelector, tolerations) so pods run there; {} for the fake.
     pod_spec: dict[str, Any] = field(default_factory=dict)
-    # (namespace, name) -> make that chaos object's recovery impossible; may return a callable that undoes the
-    # stall, called once the cleanFinalizer annotation is set. Fake: KubeApiServer.stall_recovery (Recover keeps
-    # failing, as with chaos-daemon gone). Real: e.g. stop the chaos-controller-manager (nothing recovers the
-    # records or removes the finalizer) and return what starts it again, so its CleanReconciler sees `forced`.
+    # (namespace, name) -> make that chaos object's Recover keep failing, as with chaos-daemon gone, while the
+    # controller keeps running; may return a callable that undoes the stall, called at the end. Fake:
+    # KubeApiServer.stall_recovery. Real: tests/cluster/test_contract_real.py refuses the controller's updates of
+    # the target pods with a ValidatingAdmissionPolicy.
     stall_recovery: Callable[[str, str], Callable[[], None] | None] | None = None
     poll: float = 0.05
 
@@ -320,9 +323,26 @@ def finalizer_added_after_create(cluster: Cluster) -> None:
         delete_pod(cluster, pod)
 
 
-def finalizer_stuck_then_forced(cluster: Cluster) -> None:
+def _recover_failures_after(obj: dict[str, Any], after: float) -> int:
+    """How many "Failed Recover" record events carry a timestamp past `after` (POSIX seconds)."""
+    records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
+    count = 0
+    for record in records:
+        for event in record.get("events") or []:
+            if event.get("type") != "Failed" or event.get("operation") != "Recover":
+                continue
+            stamp = datetime.datetime.fromisoformat(str(event.get("timestamp")).replace("Z", "+00:00"))
+            count += stamp.timestamp() > after
+    return count
+
+
+def finalizer_stuck_then_released(cluster: Cluster) -> None:
     """A fault whose recovery cannot complete stays Terminating; `kfchaos cleanup` (the sweep) says so within
-    its deadline with the cleanFinalizer=forced command; the annotation lets the object go."""
+    its deadline with the command that releases it. The cleanFinalizer=forced annotation does NOT release it
+    while recovery keeps failing: the controller's records step asks to requeue after a failed Recover and the
+    pipeline stops there, before the finalizers' clean step that reads the annotation
+    (controllers/common/step.go, pipeline/pipeline.go, records/controller.go `needRetry`). Removing the
+    finalizer, the command kfchaos gives, lets it go."""
     assert cluster.stall_recovery is not None, "this scenario needs a way to make recovery fail"
     backend = cluster.backend()
     labels = {"kfchaos-contract": _unique("stuck")}
@@ -331,6 +351,8 @@ def finalizer_stuck_then_forced(cluster: Cluster) -> None:
     run_id = _unique("run")
     manifest = chaos(cluster, "PodChaos", _unique("failure"), labels, run_id, {"action": "pod-failure"})
     name = manifest["metadata"]["name"]
+    resume: Callable[[], None] | None = None
+    release = {"metadata": {"finalizers": None}}
     try:
         handle = backend.apply(manifest)
         backend.wait_injected(handle, timeout=WAIT)
@@ -342,21 +364,35 @@ def finalizer_stuck_then_forced(cluster: Cluster) -> None:
         else:
             raise AssertionError("a fault whose recovery cannot complete must not be reported removed")
         assert f"podchaos {cluster.namespace}/{name}" in message and "Terminating" in message, message
-        command = f"kubectl annotate podchaos.{GROUP} -n {cluster.namespace} {name} {CLEAN_FINALIZER_ANNOTATION}=forced"
-        assert command in message, message
+        command = (
+            f"kubectl patch podchaos.{GROUP} -n {cluster.namespace} {name} --type=merge "
+            """-p '{"metadata":{"finalizers":null}}'"""
+        )
+        assert command in message and "forced" in message, message
         obj = _get(cluster, "podchaos", name)
         assert obj["metadata"].get("deletionTimestamp") and FINALIZER in obj["metadata"]["finalizers"]
         assert any(r.phase != "Not Injected" for r in parse_records(obj))
+        # forced: the controller reconciles the annotated object, fails its Recover again, and keeps the object.
         patch = {"metadata": {"annotations": {CLEAN_FINALIZER_ANNOTATION: "forced"}}}
         _custom(cluster).patch_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "podchaos", name, patch)
-        if resume is not None:
-            resume()
-        _wait("the forced object gone", lambda: not _get(cluster, "podchaos", name))
+        annotated = backend.server_time(cluster.namespace)
+        _wait(
+            "a failed Recover after the annotation",
+            lambda: _recover_failures_after(_get(cluster, "podchaos", name), annotated + 1),
+        )
+        obj = _get(cluster, "podchaos", name)
+        assert obj and FINALIZER in obj["metadata"]["finalizers"], "forced is not read while Recover fails"
+        # The remedy kfchaos gives: the finalizer removed; the API server then deletes the object.
+        _custom(cluster).patch_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "podchaos", name, release)
+        _wait("the released object gone", lambda: not _get(cluster, "podchaos", name))
         assert backend.sweep(run_id, [cluster.namespace], timeout=WAIT) == 0
     finally:
+        if resume is not None:
+            resume()
         if _get(cluster, "podchaos", name):
-            patch = {"metadata": {"annotations": {CLEAN_FINALIZER_ANNOTATION: "forced"}}}
-            _custom(cluster).patch_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "podchaos", name, patch)
+            _custom(cluster).patch_namespaced_custom_object(
+                GROUP, VERSION, cluster.namespace, "podchaos", name, release
+            )
         delete_pod(cluster, pod)
 
 

@@ -1,5 +1,7 @@
 """The contract scenarios (tests/contract/scenarios.py) against the loopback fake (tests/support/kubeapi.py).
-The same functions run against the real kube-apiserver and Chaos Mesh controller; here the fake plays them."""
+The same functions run against the real kube-apiserver and Chaos Mesh controller
+(tests/cluster/test_contract_real.py); here the fake plays them. The admission scenarios run there only: the
+fake's webhooks are kfchaos.faults.admission itself, so comparing the two here could not fail."""
 
 from __future__ import annotations
 
@@ -42,14 +44,5 @@ def test_finalizer_added_after_create(cluster: scenarios.Cluster) -> None:
     scenarios.finalizer_added_after_create(cluster)
 
 
-def test_finalizer_stuck_then_forced(cluster: scenarios.Cluster) -> None:
-    scenarios.finalizer_stuck_then_forced(cluster)
-
-
-def test_admission_agreement(cluster: scenarios.Cluster) -> None:
-    assert scenarios.admission_agreement(cluster) == len(scenarios.ADMISSION_CASES)
-
-
-def test_admission_agreement_on_rendered_faults_and_the_fuzz_corpus(cluster: scenarios.Cluster) -> None:
-    cases = scenarios.rendered_cases() + scenarios.fuzz_cases(seed=0, count=300)
-    assert scenarios.admission_agreement(cluster, cases) == len(cases)
+def test_finalizer_stuck_then_released(cluster: scenarios.Cluster) -> None:
+    scenarios.finalizer_stuck_then_released(cluster)

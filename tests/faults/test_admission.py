@@ -1,7 +1,8 @@
 """Chaos Mesh's admission rules and pod counts: refused at `kfchaos validate` time, denied by the loopback
-API server's webhook model (tests/support/kubeapi_webhook.py, written from the Go source) on dry runs as on
-creates, and told apart from an RBAC 403 by the message; the safety cap checked against Chaos Mesh's
-rounding and the pods preflight counts; the other side of a network fault selected and checked too."""
+API server's webhooks (kfchaos.faults.admission's rules, which tests/cluster checks against Chaos Mesh's real
+webhooks) on dry runs as on creates, and told apart from an RBAC 403 by the message; the safety cap checked
+against Chaos Mesh's rounding and the pods preflight counts; the other side of a network fault selected and
+checked too."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kfchaos.cli import main
+from kfchaos.faults.backend import RecoveryTimeout
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from tests.faults.conftest import manifests
 from tests.support.kubeapi import KubeApiServer
@@ -37,11 +38,13 @@ def test_cleanup_all_namespaces_with_audit(
     assert len(deletes) == 2 and all(e["code"] == 200 and e["namespace"] == "llm-serving" for e in deletes)
 
 
-def test_cleanup_reports_a_fault_stuck_terminating_with_the_forced_remedy(
+def test_cleanup_reports_a_fault_stuck_terminating_with_the_finalizer_remedy(
     server: KubeApiServer, backend: ChaosMeshBackend, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Chaos Mesh keeps `chaos-mesh/records` while a record cannot be recovered (controllers/common/finalizers):
-    cleanup gives up at its deadline, names the Terminating object and the annotation that lets it go."""
+    cleanup gives up at its deadline, names the Terminating object and the command that lets it go: the finalizer
+    removed, since the cleanFinalizer=forced annotation is not read while Recover fails (the real controller,
+    tests/contract/scenarios.py finalizer_stuck_then_released)."""
     handle = backend.apply(manifests("run-stuck")[0])
     backend.wait_injected(handle)
     server.stall_recovery(handle.namespace, handle.name)
@@ -51,10 +54,24 @@ def test_cleanup_reports_a_fault_stuck_terminating_with_the_forced_remedy(
     assert f"networkchaos {handle.namespace}/{handle.name} (Terminating since" in err
     assert "records not recovered" in err
     command = (
-        f"kubectl annotate networkchaos.chaos-mesh.org -n {handle.namespace} {handle.name} "
-        "chaos-mesh.chaos-mesh.org/cleanFinalizer=forced"
+        f"kubectl patch networkchaos.chaos-mesh.org -n {handle.namespace} {handle.name} --type=merge "
+        """-p '{"metadata":{"finalizers":null}}'"""
     )
     assert command in err
+    assert "does not read its chaos-mesh.chaos-mesh.org/cleanFinalizer=forced annotation" in err
+
+
+def test_recovery_timeout_gives_the_finalizer_remedy(server: KubeApiServer, backend: ChaosMeshBackend) -> None:
+    """wait_recovered on a fault whose Recover keeps failing names the same command as cleanup does."""
+    handle = backend.apply(manifests("run-stuck")[0])
+    backend.wait_injected(handle)
+    server.stall_recovery(handle.namespace, handle.name)
+    backend.remove(handle)
+    with pytest.raises(RecoveryTimeout) as caught:
+        backend.wait_recovered(handle, timeout=0.5)
+    message = str(caught.value)
+    assert f"kubectl patch networkchaos.chaos-mesh.org -n {handle.namespace} {handle.name} --type=merge" in message
+    assert "does not read its chaos-mesh.chaos-mesh.org/cleanFinalizer=forced annotation" in message
 
 
 def test_sweep_deadline_covers_a_server_that_never_answers() -> None:

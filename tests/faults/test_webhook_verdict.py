@@ -90,3 +90,32 @@ def test_kfchaos_stricter_size_rule_says_it_is_its_own() -> None:
     with pytest.raises(SpecError) as caught:
         experiment_with({"name": "m", "type": "stress-memory", "params": {"size": "1g"}})
     assert "kfchaos's own rule" in str(caught.value)
+
+
+# Found by the real API server and Chaos Mesh webhooks (tests/cluster/test_contract_real.py, the fuzz corpus):
+# both were refused here and admitted there.
+@pytest.mark.parametrize("duration", ["1d", "5", "1h 2m", "9999999999h"])
+def test_time_chaos_duration_is_not_checked_by_its_webhook(duration: str) -> None:
+    manifest = _with(kind="TimeChaos", spec__timeOffset="-5m", spec__duration=duration)
+    del manifest["spec"]["stressors"]
+    assert admission.verdict(manifest).admitted, admission.verdict(manifest)
+
+
+@pytest.mark.parametrize("field", ["jitter", "correlation"])
+def test_network_delay_empty_fields_get_the_mutating_webhooks_defaults(field: str) -> None:
+    manifest = _with(kind="NetworkChaos", spec__action="delay", spec__delay={"latency": "10ms", field: ""})
+    del manifest["spec"]["stressors"]
+    assert admission.verdict(manifest).admitted, admission.verdict(manifest)
+    assert admission.mutated(manifest)["spec"]["delay"] == {"latency": "10ms", "jitter": "0ms", "correlation": "0"}
+    manifest["spec"]["delay"][field] = "x"
+    assert not admission.verdict(manifest).admitted
+
+
+@pytest.mark.parametrize("workers", [0, 65, 8192])
+def test_kfchaos_workers_limit_says_it_is_its_own(workers: int) -> None:
+    """The real webhooks admit workers 0 and 8192 (tests/cluster/test_admission_agreement.py)."""
+    with pytest.raises(SpecError) as caught:
+        experiment_with({"name": "c", "type": "stress-cpu", "params": {"workers": workers}})
+    assert "kfchaos's own rule" in str(caught.value)
+    manifest = _with(kind="StressChaos", spec__stressors={"cpu": {"workers": workers}})
+    assert admission.verdict(manifest).admitted, "the webhook does not check workers"

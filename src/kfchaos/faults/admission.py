@@ -27,6 +27,7 @@ the safety cap is checked against it.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass
@@ -262,14 +263,49 @@ _KIND_RULES = {
 }
 
 
+# Kinds whose `spec.duration` the webhook parses: the field carries `webhook:"Duration"` in every kind's spec
+# but TimeChaos's (api/v1alpha1/timechaos_types.go, `Duration *string json:"duration,omitempty"`, no tag), so
+# a TimeChaos with duration "1d" is admitted (the real webhook did; tests/cluster/test_contract_real.py).
+_UNCHECKED_DURATION = ("TimeChaos",)
+
+# Fields the mutating webhook m<kind>.kb.io fills when empty, from their `default:` tags (Duration.Default and
+# FloatStr.Default in api/v1alpha1/common_webhook.go): NetworkChaos's DelaySpec jitter "0ms" and the
+# correlation of delay, reorder, loss, duplicate and corrupt "0" (api/v1alpha1/networkchaos_types.go). The API
+# server runs mutating admission before the CRD schema and the validating webhook, so `jitter: ""` is admitted.
+_NETWORK_DEFAULTS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("delay",), "jitter", "0ms"),
+    (("delay",), "correlation", "0"),
+    (("delay", "reorder"), "correlation", "0"),
+    (("loss",), "correlation", "0"),
+    (("duplicate",), "correlation", "0"),
+    (("corrupt",), "correlation", "0"),
+)
+
+
+def mutated(manifest: dict[str, Any]) -> dict[str, Any]:
+    """`manifest` as Chaos Mesh's mutating webhook leaves it, for the fields that change an admission answer."""
+    if manifest.get("kind") != "NetworkChaos" or not isinstance(manifest.get("spec"), dict):
+        return manifest
+    out = copy.deepcopy(manifest)
+    for path, name, default in _NETWORK_DEFAULTS:
+        holder: Any = out["spec"]
+        for key in path:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if isinstance(holder, dict) and holder.get(name, "") == "":
+            holder[name] = default
+    return out
+
+
 def webhook_problems(manifest: dict[str, Any]) -> list[str]:
-    """What Chaos Mesh's validating webhook v<kind>.kb.io refuses in a chaos-mesh.org object; [] when it
-    admits it. Not the CRD schema (kfchaos.faults.crdschema) nor vauth.kb.io (the requester's rights)."""
+    """What Chaos Mesh's validating webhook v<kind>.kb.io refuses in a chaos-mesh.org object (as the mutating
+    webhook left it: `mutated`); [] when it admits it. Not the CRD schema (kfchaos.faults.crdschema) nor
+    vauth.kb.io (the requester's rights)."""
     spec = manifest.get("spec") or {}
     problems = _selector_problems("spec", spec)
     if isinstance(spec.get("target"), dict) and manifest.get("kind") == "NetworkChaos":
         problems += _selector_problems("spec.target", spec["target"])
-    problems += _duration_field("spec.duration", spec.get("duration"))
+    if manifest.get("kind") not in _UNCHECKED_DURATION:
+        problems += _duration_field("spec.duration", spec.get("duration"))
     rules = _KIND_RULES.get(str(manifest.get("kind")))
     return problems + (rules(spec) if rules else [])
 
@@ -288,7 +324,9 @@ class Verdict:
 
 def verdict(manifest: dict[str, Any]) -> Verdict:
     """Whether a cluster running Chaos Mesh admits `manifest` (a chaos-mesh.org object), and why not. The API
-    server checks the schema before calling webhooks, so a schema refusal is the whole answer."""
+    server runs the mutating webhook first, then checks the schema before calling the validating webhook, so a
+    schema refusal is the whole answer."""
+    manifest = mutated(manifest)
     schema = validate_chaos_object(manifest)
     if schema:
         return Verdict(False, tuple(f"schema: {p}" for p in schema))

@@ -75,10 +75,23 @@ class RecoveryTimeout(BackendError):
     pass
 
 
-# Chaos Mesh drops its `chaos-mesh/records` finalizer when every record is "Not Injected", or at once when this
+# Chaos Mesh drops its `chaos-mesh/records` finalizer when every record is "Not Injected", or when this
 # annotation is `forced` (chaos-mesh/chaos-mesh controllers/common/finalizers/controller.go,
-# AnnotationCleanFinalizer / AnnotationCleanFinalizerForced).
+# AnnotationCleanFinalizer / AnnotationCleanFinalizerForced). The annotation is read by the last step of the
+# controller's pipeline (controllers/common/step.go: records, then finalizers' clean step), and the pipeline
+# returns as soon as a step asks to requeue (controllers/common/pipeline/pipeline.go), which the records step
+# does while a Recover fails (controllers/common/records/controller.go, needRetry). So while recovery keeps
+# failing, the case that leaves an object Terminating, `forced` is never read: the real controller showed it
+# (tests/contract/scenarios.py finalizer_stuck_then_released, run by tests/cluster/test_contract_real.py).
+# What releases the object then is removing the finalizer itself.
 CLEAN_FINALIZER_ANNOTATION = "chaos-mesh.chaos-mesh.org/cleanFinalizer"
+RECORDS_FINALIZER = "chaos-mesh/records"
+STUCK_REMEDY = (
+    "Chaos Mesh removes its chaos-mesh/records finalizer only once every record is recovered, and does not read "
+    f"its {CLEAN_FINALIZER_ANNOTATION}=forced annotation while a recovery keeps failing. If the fault cannot be "
+    "undone (the target's node or chaos-daemon is gone), undo it on the target by hand, then remove the "
+    "finalizer"
+)
 
 
 class StuckTerminating(BackendError):
@@ -87,13 +100,7 @@ class StuckTerminating(BackendError):
 
     def __init__(self, timeout: float, objects: list[str], commands: list[str]) -> None:
         self.objects, self.commands = objects, commands
-        remedy = ""
-        if commands:
-            remedy = (
-                " Chaos Mesh removes its chaos-mesh/records finalizer only once every record is recovered. If the "
-                "fault cannot be undone (the target's node or chaos-daemon is gone), check the target by hand, "
-                f"then let the object go ({CLEAN_FINALIZER_ANNOTATION}: forced): " + "; ".join(commands)
-            )
+        remedy = f" {STUCK_REMEDY}: " + "; ".join(commands) if commands else ""
         super().__init__(f"still present after {timeout:g}s: {'; '.join(objects)}.{remedy}")
 
 

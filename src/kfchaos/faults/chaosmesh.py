@@ -23,7 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from kfchaos import kubeconnect, netsafe
 from kfchaos.faults import clustercheck
 from kfchaos.faults.backend import (
-    CLEAN_FINALIZER_ANNOTATION,
+    RECORDS_FINALIZER,
+    STUCK_REMEDY,
     AdmissionDenied,
     ApiEvent,
     BackendError,
@@ -633,10 +634,7 @@ class ChaosMeshBackend:
             if time.monotonic() - started >= timeout:
                 remedy = ""
                 if _stuck_on_records(handle.plural, current):
-                    remedy = (
-                        "; if the fault cannot be undone (its chaos-daemon or node gone), check the target, then: "
-                        + _force_command(handle.plural, current)
-                    )
+                    remedy = f"; {STUCK_REMEDY}: {_release_command(handle.plural, current)}"
                 raise RecoveryTimeout(
                     f"{handle.kind} {handle.namespace}/{handle.name} not recovered after {timeout:g}s "
                     f"(conditions {_conditions(current)}); Chaos Mesh's finalizer may be stuck{remedy}"
@@ -734,7 +732,7 @@ class ChaosMeshBackend:
                 raise StuckTerminating(
                     timeout,
                     [_terminating(plural, o) for plural, o in left],
-                    [_force_command(plural, o) for plural, o in left if _stuck_on_records(plural, o)],
+                    [_release_command(plural, o) for plural, o in left if _stuck_on_records(plural, o)],
                 )
             self._sleep(self._capped(self.poll_interval))
 
@@ -780,17 +778,17 @@ def _first_container_problem(manifest: Manifest, pods: list[dict[str, Any]]) -> 
 def _stuck_on_records(plural: str, obj: dict[str, Any]) -> bool:
     meta = obj.get("metadata") or {}
     return (
-        plural != "pods"
-        and bool(meta.get("deletionTimestamp"))
-        and "chaos-mesh/records" in (meta.get("finalizers") or [])
+        plural != "pods" and bool(meta.get("deletionTimestamp")) and RECORDS_FINALIZER in (meta.get("finalizers") or [])
     )
 
 
-def _force_command(plural: str, obj: dict[str, Any]) -> str:
+def _release_command(plural: str, obj: dict[str, Any]) -> str:
+    """The command that lets a Terminating chaos object go: its finalizers removed (see STUCK_REMEDY for why
+    the cleanFinalizer annotation is not enough)."""
     meta = obj.get("metadata") or {}
     return (
-        f"kubectl annotate {plural}.{GROUP} -n {meta.get('namespace')} {meta.get('name')} "
-        f"{CLEAN_FINALIZER_ANNOTATION}=forced"
+        f"kubectl patch {plural}.{GROUP} -n {meta.get('namespace')} {meta.get('name')} --type=merge "
+        """-p '{"metadata":{"finalizers":null}}'"""
     )
 
 
