@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from kfchaos.faults.activity import run_fault_windows, stage_activities
@@ -20,7 +21,8 @@ from kfchaos.faults.chaosmesh import HOST_ENV, INJECT_TIMEOUT_ENV
 from kfchaos.faults.records import apply_failures
 from kfchaos.steps.seams import BACKEND_ENV
 from kfchaos.steps.stagefaults import under_faults
-from kfchaos.verdict import Status, evaluate
+from kfchaos.spec import Experiment
+from kfchaos.verdict import Status, Verdict, evaluate
 from tests.faults.conftest import make_backend, manifests
 from tests.support.kubeapi import KubeApiServer
 from tests.verdict.builders import experiment, records
@@ -94,12 +96,11 @@ def test_the_limit_is_the_backends(no_daemon: KubeApiServer) -> None:
         backend.wait_injected(backend.apply(manifest), timeout=600)
 
 
-def judge(text_faults: str, stage: int, detail: dict[str, Any]) -> Any:
+def judge(spec: Experiment, stage: int, detail: dict[str, Any], table: pa.Table | None = None) -> Verdict:
     """The verdict of `stage` from what its stage step saw, as the pipeline's verdict step reads it back from
     the run state (run_fault_windows -> stage_activities -> evaluate's fault_coverage)."""
     windows = run_fault_windows([{"step": "stage", "stage": stage, "detail": detail}])
-    table = records(stage, np.full(3000, 0.05), start=START)
-    spec = experiment(stages=[stage], faults=text_faults)
+    table = table if table is not None else records(stage, np.full(3000, 0.05), start=START)
     return evaluate(table, spec, baseline=baseline(0.25), fault_coverage=stage_activities(windows))
 
 
@@ -117,7 +118,7 @@ def test_a_stage_under_a_fault_that_failed_to_inject_is_inconclusive(
     (created,) = detail["chaos_objects"]
     assert "failed to inject: cannot find daemonIP on node" in created["injection"]["error"]
     assert detail["fault_windows"][0]["verified"] == []
-    verdict = judge(text, 10, detail)
+    verdict = judge(spec, 10, detail)
     check = verdict.stage(10).check("fault_active")
     assert check.status is Status.INCONCLUSIVE and check.gating, check.reason
     assert verdict.stage(10).status is Status.INCONCLUSIVE and verdict.status is Status.INCONCLUSIVE
