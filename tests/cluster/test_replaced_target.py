@@ -62,7 +62,9 @@ def test_a_target_replaced_mid_stage_is_seen_and_its_seconds_are_not_covered(
         seen["deleted"] = time.time()
         eventually(
             "the ReplicaSet's replacement Running",
-            lambda: seen["victim"] not in running(real_cluster, NAMESPACE) and len(running(real_cluster, NAMESPACE)) == 2,
+            lambda: (
+                seen["victim"] not in running(real_cluster, NAMESPACE) and len(running(real_cluster, NAMESPACE)) == 2
+            ),
         )
         seen["why"] = eventually("the fault seen hitting nothing", gone)
         seen["gone_at"] = time.time()

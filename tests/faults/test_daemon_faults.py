@@ -19,9 +19,9 @@ from kfchaos.faults.activity import run_fault_windows, stage_activities
 from kfchaos.faults.backend import InjectionFailed
 from kfchaos.faults.chaosmesh import HOST_ENV, INJECT_TIMEOUT_ENV
 from kfchaos.faults.records import apply_failures
+from kfchaos.spec import Experiment
 from kfchaos.steps.seams import BACKEND_ENV
 from kfchaos.steps.stagefaults import under_faults
-from kfchaos.spec import Experiment
 from kfchaos.verdict import Status, Verdict, evaluate
 from tests.faults.conftest import make_backend, manifests
 from tests.support.kubeapi import KubeApiServer
