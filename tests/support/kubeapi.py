@@ -160,6 +160,16 @@ class FailureRule:
         return self.path_contains is None or self.path_contains in path
 
 
+# Kinds whose Apply does not go through chaos-daemon: pod-kill and pod-failure call the API server only
+# (controllers/chaosimpl/podchaos/podkill/impl.go, podfailure/impl.go).
+_NO_DAEMON = {("PodChaos", "pod-kill"), ("PodChaos", "pod-failure")}
+MAX_EVENTS = 100  # events kept per record (pkg/config/controller.go MaxEvents, default 100)
+
+
+def _failed_apply(message: str, stamp: str) -> dict[str, str]:
+    return {"type": "Failed", "operation": "Apply", "message": message, "timestamp": stamp}
+
+
 @dataclass
 class _Stored:
     body: dict[str, Any]
@@ -531,6 +541,17 @@ class KubeApiServer:
         if not pods:
             return  # "no target has been selected": records stay nil (upstream retries on the next reconcile)
         stamp = _now(self.clock_offset)
+        # Apply for every kind but pod-kill and pod-failure goes through the chaos-daemon on the pod's node, and
+        # fails where none runs ("cannot find daemonIP on node X": controllers/utils/chaosdaemon/chaosdaemon.go
+        # FindDaemonIP); the record keeps a Failed Apply event per attempt (controllers/common/records/controller.go).
+        daemons = {k[2].removeprefix("chaos-daemon-") for k in self._store if self._is_daemon_pod(k)}
+        via_daemon = (stored.body.get("kind"), spec.get("action")) not in _NO_DAEMON
+        undaemoned = {
+            target: node
+            for p in pods
+            if via_daemon and (node := str((p.get("spec") or {}).get("nodeName") or "")) not in daemons
+            for target in _target_ids(stored.body, p)
+        }
         ids = [target for p in pods for target in _target_ids(stored.body, p)]
         if stored.body.get("kind") == "PodChaos" and spec.get("action") == "pod-kill":
             # controllers/chaosimpl/podchaos/podkill/impl.go Apply deletes the pod (grace period from the spec)
@@ -545,6 +566,15 @@ class KubeApiServer:
                 "injectedCount": 1,
                 "recoveredCount": 0,
                 "events": [{"type": "Succeeded", "operation": "Apply", "timestamp": stamp}],
+            }
+            if target not in undaemoned
+            else {
+                "id": target,
+                "selectorKey": ".",
+                "phase": "Not Injected/Wait",
+                "injectedCount": 0,
+                "recoveredCount": 0,
+                "events": [_failed_apply(f"cannot find daemonIP on node {undaemoned[target]}", stamp)],
             }
             for target in ids
         ]
@@ -565,6 +595,11 @@ class KubeApiServer:
         one_shot = body.get("kind") == "PodChaos" and spec.get("action") in ONE_SHOT_ACTIONS
         expired = duration_exceeded(spec, age, one_shot)
         stopped = expired or deleting
+        for record in stored.records or []:
+            # Upstream requeues a failed Apply at once and retries without end: one more attempt per read here.
+            failed = record["events"][-1] if record["events"] else {}
+            if record["phase"] == "Not Injected/Wait" and failed.get("type") == "Failed":
+                record["events"] = [*record["events"], _failed_apply(failed["message"], _now())][-MAX_EVENTS:]
         records = copy.deepcopy(stored.records or [])
         if stopped and not (one_shot and not deleting):
             # desiredPhase Stop: each record is recovered (Recover -> "Not Injected"), unless stalled.

@@ -66,6 +66,11 @@ class InjectionTimeout(BackendError):
     """The fault was not verified injected in time: the run cannot claim the fault was active (INCONCLUSIVE)."""
 
 
+class InjectionFailed(InjectionTimeout):
+    """Chaos Mesh tried to inject and its Apply failed, again and again (no chaos-daemon on the node, the
+    container not found): waiting longer will not make the fault active. Reported as soon as it shows."""
+
+
 class TargetsGone(BackendError):
     """The fault's records name pods that are gone or replaced (Chaos Mesh never re-selects): it hits nothing
     there, so it is not verified active (kfchaos.faults.records)."""

@@ -30,6 +30,7 @@ from kfchaos.faults.backend import (
     BackendError,
     ChaosMeshNotInstalled,
     FaultHandle,
+    InjectionFailed,
     InjectionReport,
     InjectionTimeout,
     Manifest,
@@ -44,7 +45,13 @@ from kfchaos.faults.catalog import CATALOG, GROUP, PLURALS, VERSION
 from kfchaos.faults.gpu import EXEC_KIND, pin_to_node
 from kfchaos.faults.naming import LABEL_MANAGED_BY, LABEL_RUN_ID, MANAGED_BY, run_selector
 from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
-from kfchaos.faults.records import parse_records, selects_containers, stale_reason, wrong_container
+from kfchaos.faults.records import (
+    apply_failures,
+    parse_records,
+    selects_containers,
+    stale_reason,
+    wrong_container,
+)
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
 from kfchaos.faults.safety import check_pod_share
@@ -59,6 +66,11 @@ INJECT_TIMEOUT_ENV = "KFCHAOS_INJECT_TIMEOUT"  # e.g. 2m: how long a step waits 
 RECOVER_TIMEOUT_ENV = "KFCHAOS_RECOVER_TIMEOUT"
 DEFAULT_INJECT_TIMEOUT = 120.0
 DEFAULT_RECOVER_TIMEOUT = 300.0
+# Failed Apply attempts in a row on one record before wait_injected calls the fault failed. Chaos Mesh retries a
+# failed Apply at once and without end (controllers/common/records/controller.go: `needRetry`, Requeue with the
+# controller's rate limiter, "TODO: add backoff and retry mechanism"), so three in a row take well under a second
+# and a single transient error (a conflict) does not end the wait.
+DEFAULT_APPLY_FAILURE_LIMIT = 3
 
 
 def _now() -> str:
@@ -101,6 +113,7 @@ class ChaosMeshBackend:
         inject_timeout: float = DEFAULT_INJECT_TIMEOUT,
         recover_timeout: float = DEFAULT_RECOVER_TIMEOUT,
         placement_checks: bool = True,
+        apply_failure_limit: int = DEFAULT_APPLY_FAILURE_LIMIT,
     ) -> None:
         self.api_client = api_client
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
@@ -117,6 +130,7 @@ class ChaosMeshBackend:
         self.pipeline_version = pipeline_version
         self.inject_timeout = inject_timeout
         self.recover_timeout = recover_timeout
+        self.apply_failure_limit = max(1, apply_failure_limit)
         self.events: list[ApiEvent] = []
         # Preflight's reads outside the target namespace (chaos-daemon pods, nodes, the controller's
         # Deployment, namespaces; kfchaos.faults.clustercheck): best effort, noted as unchecked when the
@@ -494,7 +508,8 @@ class ChaosMeshBackend:
 
     def wait_injected(self, handle: FaultHandle, timeout: float | None = None) -> InjectionReport:
         """Poll until Selected and AllInjected are True (a Pod: Running and ready, i.e. memory held).
-        `timeout` defaults to the backend's inject_timeout."""
+        `timeout` defaults to the backend's inject_timeout. Ends early with InjectionFailed once a record shows
+        `apply_failure_limit` failed Apply attempts in a row (kfchaos.faults.records.apply_failures)."""
         timeout = self.inject_timeout if timeout is None else timeout
         started = time.monotonic()
         last: dict[str, Any] | None = None
@@ -531,6 +546,9 @@ class ChaosMeshBackend:
                         f"intended targets: {'; '.join(problems)}"
                     )
                 return InjectionReport(handle, targets, time.monotonic() - started)
+            failed = self._apply_failed(handle, last)
+            if failed is not None:
+                raise failed
             if time.monotonic() - started >= timeout:
                 events = "; ".join(self.object_events(handle)[-3:]) or "none"
                 raise InjectionTimeout(
@@ -539,6 +557,24 @@ class ChaosMeshBackend:
                     "the fault cannot be shown to have been active"
                 )
             self._sleep(self.poll_interval)
+
+    def _apply_failed(self, handle: FaultHandle, obj: dict[str, Any]) -> InjectionFailed | None:
+        """InjectionFailed, with the controller's own message, once a record's Apply has failed
+        `apply_failure_limit` times in a row; None while no record has."""
+        if handle.plural == "pods":
+            return None
+        failures = [f for f in apply_failures(obj) if f.attempts >= self.apply_failure_limit]
+        if not failures:
+            return None
+        first = failures[0]
+        others = f" (and {len(failures) - 1} other target(s))" if len(failures) > 1 else ""
+        return InjectionFailed(
+            f"{handle.kind} {handle.namespace}/{handle.name} failed to inject: "
+            f"{netsafe.printable(first.message)[:300] or 'no message'} "
+            f"(target {netsafe.printable(first.target)[:200]}: {first.attempts} failed Apply attempts in a row"
+            f"{others}; Chaos Mesh keeps retrying, AllInjected {_conditions(obj).get('AllInjected') or 'unset'}); "
+            "the fault cannot be shown to have been active"
+        )
 
     def handle_of(self, item: Manifest | FaultBase) -> FaultHandle:
         """The handle of an object applied earlier (by an earlier stage's task), found by its deterministic name."""

@@ -139,3 +139,36 @@ def wrong_container(record: Record, pod: dict[str, Any] | None, wanted: list[str
         f"record {record.target}: without containerNames Chaos Mesh injected the pod's first container "
         f"{record.container!r} of {names}, which may be a sidecar; name the container in the fault's `containers`"
     )
+
+
+@dataclass(frozen=True)
+class ApplyFailure:
+    """A record whose Apply keeps failing: how many times in a row (its newest events), and the last error."""
+
+    target: str
+    attempts: int
+    message: str
+
+
+def apply_failures(obj: dict[str, Any]) -> list[ApplyFailure]:
+    """Records not Injected whose newest events are failed Apply attempts, newest error kept.
+
+    When Apply fails, Chaos Mesh's records controller (chaos-mesh/chaos-mesh controllers/common/records/
+    controller.go, `if err != nil` after `r.Impl.Apply`) appends `{type: Failed, operation: Apply, message:
+    err.Error()}` to the record's events, records a Kubernetes Event (Warning, reason Failed, "Failed to apply
+    chaos: <err>": controllers/utils/recorder/error.go), leaves the phase "Not Injected" or "Not Injected/Wait",
+    and requeues: it retries without end, so the conditions never say it failed (AllInjected stays False).
+    Only failures after the record's last Succeeded event count: an older failure was retried successfully."""
+    out: list[ApplyFailure] = []
+    for raw in ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []:
+        if not isinstance(raw, dict) or raw.get("phase") == "Injected":
+            continue
+        attempts, message = 0, ""
+        for event in reversed([e for e in raw.get("events") or [] if isinstance(e, dict)]):
+            if event.get("type") != "Failed" or event.get("operation") != "Apply":
+                break
+            attempts += 1
+            message = message or str(event.get("message") or "")
+        if attempts:
+            out.append(ApplyFailure(str(raw.get("id", "")), attempts, message))
+    return out
