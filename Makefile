@@ -47,6 +47,7 @@ lint: setup
 	$(BIN)/ruff check src tests components pipelines scripts
 	$(BIN)/ruff format --check src tests components pipelines scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: setup prometheus
 	$(BIN)/python -m tests.bench $(BENCH)
