@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from kfchaos.faults.params import GpuMemoryPressureParams
-from kfchaos.kfp.image import component_image
+from kfchaos.image import component_image
 from kfchaos.spec import Experiment, FaultBase
 
 CONTAINER_NAME = "gpu-memory-pressure"
