@@ -21,6 +21,7 @@ from typing import Any
 
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
+from kfchaos.irhash import ir_hash
 from kfchaos.jsonsource import load_json
 
 RECORD_KIND = "kfchaos.AuditRecord"
@@ -256,8 +257,6 @@ def verify(record: dict[str, Any], root: Path | None = None) -> list[Finding]:
     if root is not None and pipeline.get("name") and pipeline.get("version"):
         compiled = root / "pipelines" / "compiled" / pipeline["name"] / f"{pipeline['version']}.yaml"
         if compiled.is_file():
-            from kfchaos.kfp.versioning import ir_hash
-
             findings.append(
                 _compare(f"pipeline.ir_hash ({compiled})", pipeline.get("ir_hash"), ir_hash(compiled.read_bytes()))
             )
