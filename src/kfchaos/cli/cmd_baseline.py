@@ -165,7 +165,7 @@ def run_capture(args: argparse.Namespace) -> int:
 
 
 def run_control(args: argparse.Namespace) -> int:
-    from kfchaos.metrics.control import attach, record_control
+    from kfchaos.control import attach, record_control
     from kfchaos.units import parse_duration
 
     experiment = load_experiment(args.experiment)

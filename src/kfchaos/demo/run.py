@@ -173,8 +173,8 @@ def _capture_baseline(
     is compared with) while Prometheus scrapes, then the production figures captured from Prometheus, in
     one baseline file."""
     from kfchaos.baseline import capture
+    from kfchaos.control import attach, record_control
     from kfchaos.metrics.catalog import Scope
-    from kfchaos.metrics.control import attach, record_control
     from kfchaos.metrics.prometheus import PrometheusClient
     from kfchaos.spec import load_experiment
 
