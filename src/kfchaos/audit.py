@@ -200,7 +200,7 @@ def _verify_plans(record: dict[str, Any]) -> list[Finding]:
     """Re-plan every stage from the recorded experiment: the plan is a pure function of the experiment, the
     traffic and the seed, so its hash must come out the same. Needs the traffic file where the run had it
     (synthetic traffic needs nothing); without it the plan is reported as not checked, never as ok."""
-    from kfchaos.spec import parse_experiment
+    from kfchaos.validate import parse_experiment
 
     findings: list[Finding] = []
     plans = record.get("replay_plans", [])

@@ -379,7 +379,7 @@ def report_context(run: RunDir) -> dict[str, Any]:
     if run.has(METRICS):
         context["metrics"] = MetricsSnapshot.load(run.file(METRICS))
     if run.has(EXPERIMENT):
-        from kfchaos.spec import load_experiment
+        from kfchaos.validate import load_experiment
 
         # Unloadable: the report still shows the verdict; the header says which experiment from the manifest.
         with contextlib.suppress(KfchaosError):

@@ -98,7 +98,7 @@ RENDERED: list[Case] = [
 ALL = RENDERED + EDGES
 
 # Disagreements this suite found (all of them kfchaos refusing what Chaos Mesh admits: stricter, never a false
-# admit). They are for src/kfchaos/faults/admission.py and params.py to settle. Each is xfail(strict=True): the
+# admit). They are for src/kfchaos/faultspec/admission.py and params.py to settle. Each is xfail(strict=True): the
 # day kfchaos agrees, the test passes, pytest reports it, and the entry must go.
 _GO_UNITS = (
     "Chaos Mesh checks a size with docker/go-units v0.5.0 FromHumanSize (api/v1alpha1/stresschaos_webhook.go), "

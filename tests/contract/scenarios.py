@@ -16,7 +16,7 @@ Upstream behaviours asserted (chaos-mesh/chaos-mesh v2.8.x):
 - `chaos-mesh/records` is added after the create, never in its response nor on a dry run, and removed only
   when every record is "Not Injected" or `chaos-mesh.chaos-mesh.org/cleanFinalizer: forced` is set
   (controllers/common/finalizers/controller.go);
-- the validating webhooks admit or refuse each case of ADMISSION_CASES as kfchaos.faults.admission.verdict
+- the validating webhooks admit or refuse each case of ADMISSION_CASES as kfchaos.faultspec.admission.verdict
   says (api/v1alpha1/*_webhook.go, go-units v0.5.0).
 """
 
@@ -32,7 +32,6 @@ from typing import Any
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from kfchaos.faults import admission
 from kfchaos.faults.activity import FaultActivity, Poller, coverage
 from kfchaos.faults.backend import (
     CLEAN_FINALIZER_ANNOTATION,
@@ -46,6 +45,7 @@ from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from kfchaos.faults.naming import run_labels
 from kfchaos.faults.records import parse_records
 from kfchaos.faults.retry import RetryPolicy
+from kfchaos.faultspec import admission
 
 FINALIZER = "chaos-mesh/records"
 WAIT = 60.0  # the most any wait in a scenario takes (a bound, never an assertion about speed)
@@ -410,7 +410,7 @@ ADMISSION_CASES: list[tuple[str, str, dict[str, Any]]] = [
 
 def admission_agreement(cluster: Cluster, cases: list[tuple[str, str, dict[str, Any]]] | None = None) -> int:
     """Server-side dry run of every case; the answer (201 admitted, 403 webhook or 422 schema refused) must
-    be kfchaos.faults.admission.verdict's. Returns how many cases agree (all of them, or it fails)."""
+    be kfchaos.faultspec.admission.verdict's. Returns how many cases agree (all of them, or it fails)."""
     custom = _custom(cluster)
     plurals = {"PodChaos": "podchaos", "StressChaos": "stresschaos", "TimeChaos": "timechaos",
                "NetworkChaos": "networkchaos", "HTTPChaos": "httpchaos", "IOChaos": "iochaos"}  # fmt: skip

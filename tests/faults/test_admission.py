@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from kfchaos.errors import SpecError
-from kfchaos.faults import admission
 from kfchaos.faults.backend import AdmissionDenied, BackendError, InjectionTimeout, PermissionDenied
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.safety import FaultSafetyError
+from kfchaos.faultspec import admission
 from tests.faults.conftest import FAST_RETRY
 from tests.faults.experiments import experiment_with
 from tests.support.kubeapi import KubeApiServer, kubernetes_client

@@ -62,7 +62,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
-from kfchaos.faults.crdschema import CHAOS_GROUP, CHAOS_VERSION, CRD_DIR, load_crds, validate_chaos_object
+from kfchaos.faultspec.crdschema import CHAOS_GROUP, CHAOS_VERSION, CRD_DIR, load_crds, validate_chaos_object
 
 CHAOS_FINALIZER = "chaos-mesh/records"
 # controllers/common/finalizers/controller.go AnnotationCleanFinalizer / AnnotationCleanFinalizerForced

@@ -1,5 +1,5 @@
 """The loopback API server's model of Chaos Mesh's validating webhooks (v<kind>.kb.io), written from the Go
-source and kept apart from kfchaos' own rules (kfchaos.faults.admission), so a test of one against the
+source and kept apart from kfchaos' own rules (kfchaos.faultspec.admission), so a test of one against the
 other can fail. chaos-mesh/chaos-mesh master (= v2.8.3 for these files), through api/genericwebhook/validater.go:
 
 - api/v1alpha1/common_webhook.go: PodSelector.Validate (mode values through strconv.Atoi), Percent (0-100),
@@ -22,8 +22,8 @@ import re
 from typing import Any
 
 # Go's parsers, ported and checked against the Go code itself (tests/contract/test_goparse.py); the rules
-# that use them here are written from the webhook source apart from kfchaos.faults.admission.
-from kfchaos.faults import goparse
+# that use them here are written from the webhook source apart from kfchaos.faultspec.admission.
+from kfchaos.faultspec import goparse
 
 _ATOI = re.compile(r"[+-]?[0-9]+")
 _RATE_UNITS = ("kbit", "mbit", "gbit", "tbit", "tbps", "gbps", "mbps", "kbps", "bps", "bit")

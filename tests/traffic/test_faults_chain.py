@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kfchaos.faults.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
+from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
 from kfchaos.spec import Synthetic
 from kfchaos.traffic.faultload import TrafficFault, generate
 from kfchaos.traffic.plan import ReplaySettings

@@ -18,7 +18,8 @@ from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import stage_activities
 from kfchaos.metrics.snapshot import MetricsSnapshot
-from kfchaos.spec import Experiment, experiment_relative, load_experiment
+from kfchaos.spec import Experiment, experiment_relative
+from kfchaos.validate import load_experiment
 from kfchaos.verdict import Status, Verdict, evaluate
 from kfchaos.verdict.runstate import RunState, load_run_state
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kfchaos.faults.params import GpuMemoryPressureParams
+from kfchaos.faultspec.params import GpuMemoryPressureParams
 from kfchaos.image import component_image
 from kfchaos.spec import Experiment, FaultBase
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.params import ClientAbortStormParams, LongContextBurstParams, LoraAdapterChurnParams
+from kfchaos.faultspec.params import ClientAbortStormParams, LongContextBurstParams, LoraAdapterChurnParams
 from kfchaos.traffic.request import ClientBehaviour, TrafficRequest
 from kfchaos.types import StrictModel
 

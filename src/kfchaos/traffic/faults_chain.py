@@ -31,9 +31,9 @@ import math
 import random
 from typing import TYPE_CHECKING
 
+from kfchaos.bounds import MAX_FAULT_CONCURRENCY, MAX_REQUESTS
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
-from kfchaos.traffic.bounds import MAX_FAULT_CONCURRENCY, MAX_REQUESTS
+from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
 from kfchaos.traffic.faultload import FaultRequests, TrafficFault, api_path, register, repeat_starts
 from kfchaos.traffic.request import TrafficRequest
 
