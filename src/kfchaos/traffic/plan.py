@@ -25,7 +25,8 @@ from kfchaos.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_TIMEOU
 from kfchaos.errors import KfchaosError
 from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
 from kfchaos.spec import Experiment, Synthetic
-from kfchaos.traffic.faultload import TrafficFault, generate
+from kfchaos.traffic.faultload import TrafficFault
+from kfchaos.traffic.faulttable import generate
 from kfchaos.traffic.formats import FORMATS, READERS
 from kfchaos.traffic.formats.sharegpt import read_sharegpt
 from kfchaos.traffic.request import TrafficRequest
@@ -38,7 +39,6 @@ from kfchaos.validate import load_experiment
 
 REORDER_DEPTH = 1000
 APIS = ("http", "openai-completions", "openai-chat")
-API_PATHS = {"openai-completions": "/v1/completions", "openai-chat": "/v1/chat/completions"}
 
 
 class Planned(NamedTuple):
