@@ -342,7 +342,7 @@ def _manifest(run: RunDir, experiment_text: str, verdict: dict[str, Any], info: 
 
 def _rejudge(run: RunDir) -> dict[str, Any]:
     """The verdict `kfchaos verdict` gives on this folder's inputs, and whether it matches verdict.json."""
-    from kfchaos.cli.cmd_verdict import build_from_files
+    from kfchaos.verdict.files import build_from_files  # lazy, as the readers here: only a re-judgment needs it
 
     try:
         again = build_from_files(
