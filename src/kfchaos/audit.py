@@ -25,6 +25,7 @@ from typing import Any
 from kfchaos import runseal
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
+from kfchaos.irhash import ir_hash
 from kfchaos.jsonsource import load_json
 
 RECORD_KIND = "kfchaos.AuditRecord"
@@ -206,7 +207,7 @@ def _verify_plans(record: dict[str, Any]) -> list[Finding]:
     """Re-plan every stage from the recorded experiment: the plan is a pure function of the experiment, the
     traffic and the seed, so its hash must come out the same. Needs the traffic file where the run had it
     (synthetic traffic needs nothing); without it the plan is reported as not checked, never as ok."""
-    from kfchaos.spec import parse_experiment
+    from kfchaos.validate import parse_experiment
 
     findings: list[Finding] = []
     plans = record.get("replay_plans", [])
@@ -265,8 +266,6 @@ def verify(record: dict[str, Any], root: Path | None = None) -> list[Finding]:
     if root is not None and pipeline.get("name") and pipeline.get("version"):
         compiled = root / "pipelines" / "compiled" / pipeline["name"] / f"{pipeline['version']}.yaml"
         if compiled.is_file():
-            from kfchaos.kfp.versioning import ir_hash
-
             findings.append(
                 _compare(f"pipeline.ir_hash ({compiled})", pipeline.get("ir_hash"), ir_hash(compiled.read_bytes()))
             )

@@ -344,7 +344,7 @@ def _manifest(run: RunDir, experiment_text: str, verdict: dict[str, Any], info: 
 
 def _rejudge(run: RunDir) -> dict[str, Any]:
     """The verdict `kfchaos verdict` gives on this folder's inputs, and whether it matches verdict.json."""
-    from kfchaos.cli.cmd_verdict import build_from_files
+    from kfchaos.verdict.files import build_from_files  # lazy, as the readers here: only a re-judgment needs it
 
     try:
         again = build_from_files(
@@ -381,7 +381,7 @@ def report_context(run: RunDir) -> dict[str, Any]:
     if run.has(METRICS):
         context["metrics"] = MetricsSnapshot.load(run.file(METRICS))
     if run.has(EXPERIMENT):
-        from kfchaos.spec import load_experiment
+        from kfchaos.validate import load_experiment
 
         # Unloadable: the report still shows the verdict; the header says which experiment from the manifest.
         with contextlib.suppress(KfchaosError):

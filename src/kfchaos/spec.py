@@ -1,9 +1,10 @@
 """The experiment format: chaos as code, one YAML file per experiment in Git.
 
-`load_experiment(path)` returns a validated `Experiment` or raises `SpecError` listing every problem as
+The model (`Experiment`) and its own checks: `model_problems(document)` lists every problem as
 FILE:LINE: field.path: message. Validation is strict (unknown fields are errors) and safety rules that
 can be decided from the file alone (protected namespaces, empty selectors, fault durations, stages) are
-enforced here, before anything can reach a cluster.
+enforced here, before anything can reach a cluster. Loading a file (`load_experiment`), with the checks that
+need the renderer and the safety guards as well, is kfchaos.validate: the one validator above both.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from pydantic import (
     model_validator,
 )
 
-from kfchaos.errors import Path, Problem, SpecError
-from kfchaos.faults.params import PARAMS_BY_TYPE, PARAMS_OPTIONAL, TRAFFIC_SIDE_TYPES
+from kfchaos.errors import Path, Problem
+from kfchaos.faultspec.admission import mode_value_problem
+from kfchaos.faultspec.params import PARAMS_BY_TYPE, PARAMS_OPTIONAL, TRAFFIC_SIDE_TYPES
 from kfchaos.types import DnsLabel, Duration, Percent, StrictModel, check_label
 from kfchaos.units import parse_duration, parse_percent
-from kfchaos.yamlsource import YamlDocument, load_yaml, read_source
+from kfchaos.yamlsource import YamlDocument
 
 API_VERSION = "kfchaos.io/v1alpha1"
 DEFAULT_STAGES = (10, 30, 60, 90, 100)
@@ -383,9 +385,7 @@ class FaultBase(StrictModel):
                     "use fixed-percent or raise the limit"
                 )
             return self
-        # Chaos Mesh's webhook parses the value with strconv.Atoi (kfchaos.faults.admission).
-        from kfchaos.faults.admission import mode_value_problem
-
+        # Chaos Mesh's webhook parses the value with strconv.Atoi (kfchaos.faultspec.admission).
         problem = mode_value_problem(self.mode, self.value)
         if problem:
             raise ValueError(problem)
@@ -701,12 +701,13 @@ def _message(error: Any) -> str:
     return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
-def validation_problems(document: YamlDocument) -> list[Problem]:
-    """Every problem with the document, in file order."""
+def model_problems(document: YamlDocument) -> tuple[Experiment | None, list[Problem]]:
+    """The experiment as the model reads it, or every problem the model finds, in file order. The checks that
+    need the renderer and the safety guards (kfchaos.faults) are kfchaos.validate's, which builds on this."""
     data = document.data
     if not isinstance(data, dict):
         kind = type(data).__name__ if data is not None else "null"
-        return [document.problem((), f"expected a mapping (an Experiment document), got {kind}")]
+        return None, [document.problem((), f"expected a mapping (an Experiment document), got {kind}")]
     try:
         experiment = Experiment.model_validate(data, context=_lenient_context(data))
     except ValidationError as exc:
@@ -715,85 +716,8 @@ def validation_problems(document: YamlDocument) -> list[Problem]:
             path = _clean_loc(error["loc"])
             problems.append(document.problem(path, _message(error)))
         unique = list(dict.fromkeys(problems))
-        return sorted(unique, key=lambda p: p.line)
-    return sorted(safety_problems(document, experiment), key=lambda p: p.line)
-
-
-def safety_problems(document: YamlDocument, experiment: Experiment) -> list[Problem]:
-    """The refusals `render` (and so every run) would make, found at validation.
-
-    One validator for validate, compile, render and run: the safety guards and the admission rules live
-    in kfchaos.faults (where they also guard Experiments built in code); here every fault goes through
-    them, so a file `validate` accepts is one `render` accepts.
-    """
-    from kfchaos.faults.render import render_fault
-    from kfchaos.faults.safety import FaultInputError, FaultSafetyError, check_fault
-
-    problems: list[Problem] = []
-    for fault in experiment.spec.faults:
-        try:
-            check_fault(experiment, fault)
-            if fault.cluster_side:
-                render_fault(experiment, fault, "validate")
-        except (FaultSafetyError, FaultInputError) as exc:
-            problems.append(document.problem(exc.path, str(exc)))
-    return list(dict.fromkeys(problems))
-
-
-def experiment_warnings(document: YamlDocument, experiment: Experiment) -> list[Problem]:
-    """What is accepted but silently changed at run time: say so rather than surprise the user."""
-    from kfchaos.faults.safety import fault_path, short_duration_problem
-
-    warnings: list[Problem] = []
-    limit = experiment.spec.safety.max_fault_duration
-    stages = experiment.spec.traffic.stages
-    for fault in experiment.spec.faults:
-        short = short_duration_problem(experiment, fault)
-        if short:
-            warnings.append(document.problem((*fault_path(experiment, fault), "duration"), f"warning: {short}"))
-        if fault.duration is not None or not fault.cluster_side:
-            continue
-        active = [stages.index(s) for s in experiment.fault_stages(fault) if s in stages] or [0, len(stages) - 1]
-        span = (max(active) - min(active) + 1) * experiment.spec.traffic.stage_duration
-        if span > limit:
-            warnings.append(
-                document.problem(
-                    fault_path(experiment, fault),
-                    f"warning: the fault's stages span {span:g}s but safety.max_fault_duration is {limit:g}s; "
-                    f"the fault is cut to {limit:g}s and the later stages run without it",
-                )
-            )
-    baseline = baseline_path(document.file, experiment)
-    if baseline is not None and experiment.spec.baseline.capture is None and not baseline.is_file():
-        warnings.append(
-            document.problem(
-                ("spec", "baseline", "file"),
-                f"warning: baseline file {experiment.spec.baseline.file} not found ({baseline}: paths in an "
-                "experiment are relative to its file); a run without a baseline cannot judge P99 drift and ends "
-                "INCONCLUSIVE",
-            )
-        )
-    return warnings
-
-
-def parse_experiment(text: str | bytes, file: str) -> Experiment:
-    document = load_yaml(text, file)
-    problems = validation_problems(document)
-    if problems:
-        raise SpecError(problems)
-    return Experiment.model_validate(document.data, context=_lenient_context(document.data))
-
-
-def load_experiment_warnings(path: str | FsPath) -> list[Problem]:
-    """The warnings of a file that loads; [] for one that does not (its problems are errors instead)."""
-    try:
-        document = load_yaml(read_source(path), str(path))
-        if validation_problems(document):
-            return []
-        experiment = Experiment.model_validate(document.data, context=_lenient_context(document.data))
-    except (OSError, SpecError, ValidationError):
-        return []
-    return experiment_warnings(document, experiment)
+        return None, sorted(unique, key=lambda p: p.line)
+    return experiment, []
 
 
 def experiment_relative(experiment_file: str | FsPath, value: str) -> FsPath:
@@ -808,15 +732,6 @@ def baseline_path(experiment_file: str | FsPath, experiment: Experiment) -> FsPa
     """Where spec.baseline.file lies (experiment_relative), or None when the experiment names none."""
     name = experiment.spec.baseline.file
     return experiment_relative(experiment_file, name) if name else None
-
-
-def load_experiment(path: str | FsPath) -> Experiment:
-    path = FsPath(path)
-    try:
-        raw = read_source(path)
-    except OSError as exc:
-        raise SpecError([Problem(str(path), 1, (), f"cannot read file: {exc.strerror or exc}")]) from None
-    return parse_experiment(raw, str(path))
 
 
 def experiment_hash(path: str | FsPath) -> str:

@@ -28,7 +28,7 @@ STAGES = (10, 30, 60, 90, 100)
 CHILD = r"""
 import json, resource, sys, time
 import pyarrow.parquet as pq
-from kfchaos.spec import parse_experiment
+from kfchaos.validate import parse_experiment
 from kfchaos.verdict import evaluate
 from kfchaos.verdict.requests import NEEDED
 path, experiment_text, mode = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -14,7 +14,7 @@ from kfchaos import audit
 from kfchaos.cli import main
 from kfchaos.doctor.run import backend_tag
 from kfchaos.kfp.versioning import read_lock
-from kfchaos.spec import parse_experiment
+from kfchaos.validate import parse_experiment
 from kfchaos.traffic.api import plan_stage
 from tests.cluster.conftest import RealCluster
 

@@ -18,7 +18,7 @@ Upstream behaviours asserted (chaos-mesh/chaos-mesh v2.8.x):
   when every record is "Not Injected" or `chaos-mesh.chaos-mesh.org/cleanFinalizer: forced` is set
   (controllers/common/finalizers/controller.go), the annotation being read only while no Recover fails
   (controllers/common/pipeline/pipeline.go stops at the records step's requeue);
-- the validating webhooks admit or refuse each case of ADMISSION_CASES as kfchaos.faults.admission.verdict
+- the validating webhooks admit or refuse each case of ADMISSION_CASES as kfchaos.faultspec.admission.verdict
   says (api/v1alpha1/*_webhook.go, go-units v0.5.0).
 """
 
@@ -36,7 +36,6 @@ from typing import Any
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from kfchaos.faults import admission
 from kfchaos.faults.activity import FaultActivity, Poller, coverage
 from kfchaos.faults.backend import (
     CLEAN_FINALIZER_ANNOTATION,
@@ -51,6 +50,7 @@ from kfchaos.faults.naming import run_labels
 from kfchaos.faults.records import parse_records
 from kfchaos.faults.render import render_experiment
 from kfchaos.faults.retry import RetryPolicy
+from kfchaos.faultspec import admission
 from tests.faults.experiments import experiment_with
 
 FINALIZER = "chaos-mesh/records"
@@ -526,7 +526,7 @@ def fuzz_cases(seed: int = 0, count: int = 200) -> list[tuple[str, str, dict[str
 
 def admission_agreement(cluster: Cluster, cases: list[tuple[str, str, dict[str, Any]]] | None = None) -> int:
     """Server-side dry run of every case; the answer (201 admitted, 403 webhook or 422 schema refused) must
-    be kfchaos.faults.admission.verdict's. Returns how many cases agree (all of them, or it fails)."""
+    be kfchaos.faultspec.admission.verdict's. Returns how many cases agree (all of them, or it fails)."""
     custom = _custom(cluster)
     disagreements, agreed = [], 0
     for index, (label, kind, spec) in enumerate(cases if cases is not None else ADMISSION_CASES):

@@ -1,7 +1,7 @@
 """The contract scenarios (tests/contract/scenarios.py) against the loopback fake (tests/support/kubeapi.py).
 The same functions run against the real kube-apiserver and Chaos Mesh controller
 (tests/cluster/test_contract_real.py); here the fake plays them. The admission scenarios run there only: the
-fake's webhooks are kfchaos.faults.admission itself, so comparing the two here could not fail."""
+fake's webhooks are kfchaos.faultspec.admission itself, so comparing the two here could not fail."""
 
 from __future__ import annotations
 

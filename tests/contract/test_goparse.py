@@ -1,4 +1,4 @@
-"""kfchaos.faults.goparse against the Go code it ports: time.ParseDuration, strconv.ParseFloat and
+"""kfchaos.faultspec.goparse against the Go code it ports: time.ParseDuration, strconv.ParseFloat and
 github.com/docker/go-units v0.5.0 FromHumanSize, built from the module proxy (tests/contract/goparse, go.mod
 and go.sum only besides the small main.go that calls them). Needs the Go toolchain: skipped without it,
 a failure under CI=true."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos.faults import goparse
+from kfchaos.faultspec import goparse
 
 HERE = Path(__file__).parent / "goparse"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from kfchaos.demo.engine import EngineConfig
 from kfchaos.demo.run import DEMO_EXPERIMENT, SCENARIOS, ScenarioResult, builtin, control_stages, surprise_lines
-from kfchaos.spec import load_experiment
 from kfchaos.traffic.api import plan_stage
+from kfchaos.validate import load_experiment
 from kfchaos.verdict.stats import TAIL, clopper_pearson
 
 CONFIDENCE = 0.95

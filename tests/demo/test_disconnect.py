@@ -17,7 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from kfchaos.demo.stack import free_port, wait_http
-from kfchaos.faults.params import ClientAbortStormParams
+from kfchaos.faultspec.params import ClientAbortStormParams
 from kfchaos.metrics import names
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
 from kfchaos.traffic.api import plan_stage, run_stage

@@ -10,7 +10,8 @@ import pytest
 
 from kfchaos.cli import main
 from kfchaos.cli.cmd_init import DEMO_BASELINE_ENV, TEMPLATE_NAME, experiment_name, template_text
-from kfchaos.spec import baseline_path, load_experiment, load_experiment_warnings
+from kfchaos.spec import baseline_path
+from kfchaos.validate import load_experiment, load_experiment_warnings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import requests
 from kfchaos.demo.local_backend import LocalFaultBackend
 from kfchaos.demo.stack import DemoStack, ServerSettings
 from kfchaos.errors import KfchaosError
-from kfchaos.spec import load_experiment, parse_experiment
+from kfchaos.validate import load_experiment, parse_experiment
 
 DEMO = Path(__file__).resolve().parents[2] / "src" / "kfchaos" / "demo" / "experiments" / "demo-llm-chaos.yaml"
 

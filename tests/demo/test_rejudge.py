@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kfchaos import rundir
-from kfchaos.cli.cmd_verdict import build_from_files
 from kfchaos.demo.run import main
+from kfchaos.verdict.files import build_from_files
 from tests.demo.test_scenarios import SMALL, _write
 from tests.kfp_glue.conftest import copy_sources
 

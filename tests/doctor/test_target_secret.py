@@ -9,8 +9,8 @@ import pytest
 
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import targetsecret
-from kfchaos.spec import load_experiment
 from kfchaos.steps.stages import steady_state
+from kfchaos.validate import load_experiment
 from tests.conftest import ROOT
 
 EXPERIMENT = ROOT / "experiments/vllm-network-delay.yaml"  # spec.target.auth.env: KFCHAOS_TARGET_TOKEN

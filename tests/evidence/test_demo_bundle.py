@@ -14,7 +14,7 @@ from kfchaos.demo.stack import DemoStack, ServerSettings, wait_http
 from kfchaos.evidence.model import Bundle
 from kfchaos.evidence.run import for_run
 from kfchaos.metrics.prometheus import PrometheusClient
-from kfchaos.spec import parse_experiment
+from kfchaos.validate import parse_experiment
 from tests.conftest import require_tool
 from tests.demo.test_oom_series import _burst, _restarts_seen
 from tests.verdict.builders import experiment_text

@@ -7,7 +7,8 @@ from typing import Any
 
 import yaml
 
-from kfchaos.spec import Experiment, parse_experiment
+from kfchaos.spec import Experiment
+from kfchaos.validate import parse_experiment
 
 BASE: dict[str, Any] = {
     "apiVersion": "kfchaos.io/v1alpha1",

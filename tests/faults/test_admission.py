@@ -1,5 +1,5 @@
 """Chaos Mesh's admission rules and pod counts: refused at `kfchaos validate` time, denied by the loopback
-API server's webhooks (kfchaos.faults.admission's rules, which tests/cluster checks against Chaos Mesh's real
+API server's webhooks (kfchaos.faultspec.admission's rules, which tests/cluster checks against Chaos Mesh's real
 webhooks) on dry runs as on creates, and told apart from an RBAC 403 by the message; the safety cap checked
 against Chaos Mesh's rounding and the pods preflight counts; the other side of a network fault selected and
 checked too."""
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from kfchaos.errors import SpecError
-from kfchaos.faults import admission
 from kfchaos.faults.backend import AdmissionDenied, BackendError, InjectionTimeout, PermissionDenied
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.safety import FaultSafetyError
+from kfchaos.faultspec import admission
 from tests.faults.conftest import FAST_RETRY
 from tests.faults.experiments import experiment_with
 from tests.support.kubeapi import KubeApiServer, kubernetes_client

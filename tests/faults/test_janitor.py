@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 
 from kfchaos.cli import main
-from kfchaos.spec import load_experiment
 from kfchaos.units import parse_duration
+from kfchaos.validate import load_experiment
 from tests.conftest import ROOT
 from tests.faults.conftest import make_backend, manifests
 from tests.manifests.test_manifests import K8S_VERSIONS, kustomize_build

@@ -23,7 +23,7 @@ from kfchaos.demo.stack import free_port, wait_http
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import coverage
 from kfchaos.faults.lorachurn import Churn, LoraClient, churn_faults, stage_churns, sweep
-from kfchaos.faults.params import LoraAdapterChurnParams
+from kfchaos.faultspec.params import LoraAdapterChurnParams
 from kfchaos.traffic.plan import plan_stage
 from kfchaos.traffic.wire import RequestBuilder
 from tests.faults.experiments import BASE, experiment_with
@@ -410,7 +410,7 @@ def test_doctor_and_render_say_what_the_churn_needs_and_does(lora_server: str, t
     from kfchaos.cli import main
     from kfchaos.doctor.model import Report, Status
     from kfchaos.doctor.run import check_lora
-    from kfchaos.spec import parse_experiment
+    from kfchaos.validate import parse_experiment
 
     report = Report()
     check_lora(report, parse_experiment(_churn_text(lora_server), "x.yaml"))

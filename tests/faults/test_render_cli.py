@@ -82,7 +82,7 @@ def test_render_check_refuses_what_the_crd_schema_refuses(
 
 def test_crds_are_vendored_inside_the_package() -> None:
     """A clone is self-contained: the CRDs come from the package, never from a folder beside the repository."""
-    from kfchaos.faults.crdschema import CRD_DIR, load_crds
+    from kfchaos.faultspec.crdschema import CRD_DIR, load_crds
 
     repo = Path(__file__).resolve().parents[2]
     assert CRD_DIR.is_relative_to(repo / "src") or "site-packages" in str(CRD_DIR)

@@ -1,4 +1,4 @@
-"""kfchaos.faults.admission.verdict: Chaos Mesh's validating webhook as read from its Go validators (go-units
+"""kfchaos.faultspec.admission.verdict: Chaos Mesh's validating webhook as read from its Go validators (go-units
 v0.5.0 sizes, Go durations, workers never checked, container-kill's containerNames), every fault type kfchaos
 renders admitted, and kfchaos's own stricter rules saying that they are its own."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from kfchaos.errors import SpecError
-from kfchaos.faults import admission
 from kfchaos.faults.catalog import CATALOG
 from kfchaos.faults.render import render_experiment
+from kfchaos.faultspec import admission
 from tests.contract.scenarios import minimal_fault
 from tests.faults.experiments import experiment_with
 

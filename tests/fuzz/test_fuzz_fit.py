@@ -12,9 +12,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kfchaos.bounds import MAX_TOKENS
 from kfchaos.errors import KfchaosError
 from kfchaos.spec import Synthetic
-from kfchaos.traffic.bounds import MAX_TOKENS
 from kfchaos.traffic.fit import Fit, apply_fit, fit_file
 from tests.fuzz.harness import bounded
 from tests.fuzz.test_fuzz_traffic import PLANTED, _atoms, _json, fuzz

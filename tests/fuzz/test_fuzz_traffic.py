@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kfchaos.bounds import MAX_TIMESTAMP, MAX_TOKENS
 from kfchaos.errors import KfchaosError
 from kfchaos.traffic import http1
-from kfchaos.traffic.bounds import MAX_TIMESTAMP, MAX_TOKENS
 from kfchaos.traffic.formats import READERS
 from kfchaos.traffic.formats.sharegpt import read_sharegpt
 from kfchaos.traffic.http1 import Connection, Exchange, parse_target

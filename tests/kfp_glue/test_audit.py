@@ -113,8 +113,8 @@ def test_unreadable_records_are_input_errors(tmp_path: Path, capsys: pytest.Capt
 def test_replay_plans_are_replanned_from_the_recorded_experiment(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kfchaos.spec import parse_experiment
     from kfchaos.traffic.api import plan_stage
+    from kfchaos.validate import parse_experiment
 
     synthetic = EXPERIMENT.replace(
         "    file: ../traffic/vllm-prod-sample.jsonl.gz\n", "    synthetic: {rate: 50}\n"

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from kfchaos.demo.stack import DemoStack
-from kfchaos.spec import load_experiment
 from kfchaos.traffic.api import plan_stage
 from kfchaos.traffic.sampling import shard_of
+from kfchaos.validate import load_experiment
 from tests.kfp_glue.conftest import kfchaos
 from tests.kfp_glue.test_local_pipeline import _env, _proxy_faults, _repo, _run_command, _run_dir
 

@@ -79,7 +79,7 @@ def test_cluster_wide_access_is_read_only_crds(built: list[dict[str, Any]]) -> N
 
 
 def test_every_experiment_namespace_has_an_overlay(built: list[dict[str, Any]]) -> None:
-    from kfchaos.spec import load_experiment
+    from kfchaos.validate import load_experiment
 
     granted = {o["metadata"]["namespace"] for o in _by_kind(built, "Role")}
     for path in sorted((ROOT / "experiments").glob("*.yaml")):
@@ -101,7 +101,7 @@ def test_argocd_application_syncs_this_folder() -> None:
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_demo_target_validates_and_matches_the_e2e_experiment(version: str) -> None:
-    from kfchaos.spec import load_experiment
+    from kfchaos.validate import load_experiment
 
     objects = kustomize_build(MANIFESTS / "demo-target")
     for obj in objects:

@@ -13,7 +13,7 @@ import pytest
 
 from kfchaos.baseline import load_baseline
 from kfchaos.cli import main
-from kfchaos.metrics.control import measure_stage, record_control
+from kfchaos.control import measure_stage, record_control
 from kfchaos.verdict.requests import load_requests
 from kfchaos.verdict.stats import quantile_ranks
 from tests.traffic.loopback_server import LoopbackServer

@@ -53,7 +53,7 @@ def _stage(percent: int, index: int, scale: float, errors: dict[str, int], fault
 
 def _control(root: Path) -> ControlBaseline:
     """A fault-free replay of the same stages, written beside the baseline as `kfchaos baseline control` does."""
-    from kfchaos.metrics.control import measure_stage, sha256_file
+    from kfchaos.control import measure_stage, sha256_file
     from kfchaos.verdict.requests import from_table
 
     path = root / "baseline.control.parquet"

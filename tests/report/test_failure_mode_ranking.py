@@ -14,7 +14,7 @@ import pytest
 
 from kfchaos.evidence.model import Bundle, Item
 from kfchaos.report import _matches
-from kfchaos.spec import load_experiment
+from kfchaos.validate import load_experiment
 from tests.conftest import ROOT
 
 DEMO = ROOT / "src/kfchaos/demo/experiments"

@@ -13,7 +13,8 @@ import yaml
 
 from kfchaos.cli.cmd_schema import schema_text
 from kfchaos.errors import SpecError
-from kfchaos.spec import DEFAULT_STAGES, load_experiment, parse_experiment
+from kfchaos.spec import DEFAULT_STAGES
+from kfchaos.validate import load_experiment, parse_experiment
 from tests.conftest import EXPERIMENTS
 
 EXAMPLES = sorted(EXPERIMENTS.glob("*.yaml"))

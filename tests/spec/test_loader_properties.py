@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kfchaos.errors import SpecError
-from kfchaos.spec import Experiment, parse_experiment
+from kfchaos.spec import Experiment
+from kfchaos.validate import parse_experiment
 from tests.conftest import EXPERIMENTS
 from tests.support.documents import document_paths
 

@@ -13,7 +13,8 @@ import jsonschema
 import pytest
 
 from kfchaos.errors import SpecError
-from kfchaos.spec import json_schema, load_experiment, load_experiment_warnings
+from kfchaos.spec import json_schema
+from kfchaos.validate import load_experiment, load_experiment_warnings
 from tests.conftest import EXPERIMENTS
 
 BASE = (EXPERIMENTS / "vllm-network-delay.yaml").read_text()
@@ -142,7 +143,8 @@ def test_paths_in_an_experiment_are_relative_to_its_file_wherever_it_is_run(
 ) -> None:
     """One rule for traffic.file and baseline.file: the experiment file's folder, never the current directory."""
     from kfchaos.kfp.runs import parameters_for
-    from kfchaos.spec import baseline_path, load_experiment
+    from kfchaos.spec import baseline_path
+    from kfchaos.validate import load_experiment
 
     folder = tmp_path / "team" / "exps"
     folder.mkdir(parents=True)

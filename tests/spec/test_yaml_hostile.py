@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kfchaos.errors import SpecError
-from kfchaos.spec import load_experiment, parse_experiment
+from kfchaos.validate import load_experiment, parse_experiment
 from kfchaos.yamlsource import MAX_BYTES, load_yaml
 from tests.fuzz.harness import bounded
 

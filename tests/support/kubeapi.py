@@ -26,7 +26,7 @@ stored with `add_object`), and answers authorization.k8s.io/v1 SubjectAccessRevi
 as the real API does (see `_access_review`), deciding with the RBAC objects in `rbac` (tests/support/rbac.py).
 
 It also plays the rest of Chaos Mesh and Kubernetes that decides whether a fault can land (each cited where
-modelled): the validating webhooks v<kind>.kb.io (kfchaos.faults.admission, checked against the real ones by
+modelled): the validating webhooks v<kind>.kb.io (kfchaos.faultspec.admission, checked against the real ones by
 tests/cluster) and vauth.kb.io, also on
 dry runs; the selector's pod count (ceil for fixed-percent, a draw for random-max-percent); the chaos-daemon
 DaemonSet placed by node taints and the chart's tolerations; the NamespaceLifecycle plugin for a namespace
@@ -64,8 +64,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
-from kfchaos.faults.admission import mutated, webhook_problems
-from kfchaos.faults.crdschema import CHAOS_GROUP, CHAOS_VERSION, CRD_DIR, load_crds, validate_chaos_object
+from kfchaos.faultspec.admission import mutated, webhook_problems
+from kfchaos.faultspec.crdschema import CHAOS_GROUP, CHAOS_VERSION, CRD_DIR, load_crds, validate_chaos_object
 
 CHAOS_FINALIZER = "chaos-mesh/records"
 # controllers/common/finalizers/controller.go AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
@@ -1027,7 +1027,7 @@ class KubeApiServer:
     def _admission(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """Chaos Mesh's validating webhooks, which the API server calls on create and on dryRun=All alike
         (webhooks with sideEffects None; helm/chaos-mesh/templates/validating-admission-webhooks.yaml):
-        v<plural>.kb.io refuses what kfchaos.faults.admission.webhook_problems says it refuses (the rules
+        v<plural>.kb.io refuses what kfchaos.faultspec.admission.webhook_problems says it refuses (the rules
         tests/cluster/test_contract_real.py and test_admission_agreement.py check against Chaos Mesh's real
         webhooks; this fake no longer keeps a model of its own), vauth.kb.io checks the requester
         may create the kind in every namespace the object selects, its `target` included

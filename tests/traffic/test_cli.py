@@ -11,8 +11,8 @@ import pytest
 
 from kfchaos.cli import main
 from kfchaos.records import REQUEST_SCHEMA
-from kfchaos.spec import load_experiment
 from kfchaos.traffic.api import plan_stage
+from kfchaos.validate import load_experiment
 from tests.conftest import EXPERIMENTS, ROOT
 
 from .loopback_server import LoopbackServer

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from kfchaos.faults.params import ClientAbortStormParams
+from kfchaos.faultspec.params import ClientAbortStormParams
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.faultload import TrafficFault
 from kfchaos.traffic.plan import ReplaySettings

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kfchaos.faults.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
+from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
 from kfchaos.spec import Synthetic
-from kfchaos.traffic.faultload import TrafficFault, generate
+from kfchaos.traffic.faultload import TrafficFault
+from kfchaos.traffic.faulttable import generate
 from kfchaos.traffic.plan import ReplaySettings
 
 SETTINGS = ReplaySettings(stage=50, synthetic=Synthetic(rate=20), duration=30.0, api="openai-completions", model="m")

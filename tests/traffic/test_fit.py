@@ -15,10 +15,11 @@ import yaml
 
 from kfchaos.cli import main
 from kfchaos.errors import KfchaosError
-from kfchaos.spec import Synthetic, load_experiment
+from kfchaos.spec import Synthetic
 from kfchaos.traffic.fit import apply_fit, fit_file
 from kfchaos.traffic.plan import plan_stage
 from kfchaos.traffic.workload import workload_requests
+from kfchaos.validate import load_experiment
 
 MU, SIGMA = math.log(120), 0.6  # question lengths (tokens)
 OUT_MU, OUT_SIGMA = math.log(200), 0.4

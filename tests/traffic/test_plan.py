@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.params import LongContextBurstParams
+from kfchaos.faultspec.params import LongContextBurstParams
 from kfchaos.spec import Synthetic
 from kfchaos.traffic.faultload import TrafficFault
 from kfchaos.traffic.plan import ReplaySettings, plan_stage

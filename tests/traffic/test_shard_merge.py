@@ -11,14 +11,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from kfchaos.faults.params import LongContextBurstParams
+from kfchaos.faultspec.params import LongContextBurstParams
 from kfchaos.records import RecordsError
-from kfchaos.spec import load_experiment
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.faultload import TrafficFault
 from kfchaos.traffic.merge import merge_records, stage_plan_hash
 from kfchaos.traffic.plan import ReplaySettings
 from kfchaos.traffic.recorder import Recorder, write_parquet
+from kfchaos.validate import load_experiment
 
 from .loopback_server import LoopbackServer
 
@@ -59,7 +59,7 @@ def test_the_union_of_the_shards_plans_is_the_unsharded_plan_with_its_hash(tmp_p
 
 def _with_traffic_faults() -> list[Path]:
     """Every shipped experiment with a traffic-side fault (each new fault type ships a demo scenario)."""
-    from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
+    from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
     from tests.conftest import ROOT
 
     files = [

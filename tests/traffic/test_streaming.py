@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kfchaos.faults.params import LongContextBurstParams
+from kfchaos.faultspec.params import LongContextBurstParams
 from kfchaos.traffic import engine, http1
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.faultload import TrafficFault

@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 
 from kfchaos.records import REQUEST_SCHEMA
-from kfchaos.spec import Experiment, parse_experiment
+from kfchaos.spec import Experiment
+from kfchaos.validate import parse_experiment
 
 EXPERIMENT = """\
 apiVersion: kfchaos.io/v1alpha1

@@ -9,7 +9,7 @@ from kfchaos.errors import SpecError
 from kfchaos.faults.safety import FaultInputError, check_fault
 from kfchaos.metrics import names
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
-from kfchaos.spec import parse_experiment
+from kfchaos.validate import parse_experiment
 from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.model import Status
 from kfchaos.verdict.requests import Requests

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kfchaos.faults.activity import FaultActivity
-from kfchaos.spec import load_experiment_warnings, parse_experiment
+from kfchaos.validate import load_experiment_warnings, parse_experiment
 from kfchaos.verdict import Status, evaluate, gate
 from kfchaos.verdict.checks import SEND_LAG_SHARE, send_lag_tolerance
 from tests.verdict.builders import POD_KILL, concat, experiment, experiment_text, records

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kfchaos.cli import main
-from kfchaos.spec import load_experiment
+from kfchaos.validate import load_experiment
 from kfchaos.verdict.checks import rate_check, tail_check
 from kfchaos.verdict.model import Status
 from kfchaos.verdict.samples import requests_to_pass, stage_support

@@ -16,7 +16,8 @@ from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
-from kfchaos.spec import Experiment, baseline_path, experiment_relative, load_experiment
+from kfchaos.spec import Experiment, baseline_path, experiment_relative
+from kfchaos.validate import load_experiment
 
 
 def register(subparsers: Any) -> None:
@@ -165,7 +166,7 @@ def run_capture(args: argparse.Namespace) -> int:
 
 
 def run_control(args: argparse.Namespace) -> int:
-    from kfchaos.metrics.control import attach, record_control
+    from kfchaos.control import attach, record_control
     from kfchaos.units import parse_duration
 
     experiment = load_experiment(args.experiment)

@@ -87,7 +87,7 @@ def _unload_adapters(path: str, target: str) -> int:
     Like every other error of this command, one it cannot unload is a KfchaosError: exit 3 with the reason."""
     from kfchaos.errors import SpecError
     from kfchaos.faults.lorachurn import LoraChurnError, LoraClient, churn_faults, sweep
-    from kfchaos.spec import load_experiment
+    from kfchaos.validate import load_experiment
 
     try:
         experiment = load_experiment(path)

@@ -70,7 +70,8 @@ def _check_inside(args: argparse.Namespace, root: Path, files: list[Path]) -> No
     """An experiment or its baseline outside the repository is refused unless --allow-outside; allowed, it is
     named: the compiled pipeline embeds both as parameter defaults."""
     from kfchaos.kfp.compile import outside
-    from kfchaos.spec import baseline_path, load_experiment
+    from kfchaos.spec import baseline_path
+    from kfchaos.validate import load_experiment
 
     for path in files:
         try:
@@ -90,7 +91,7 @@ def _check_inside(args: argparse.Namespace, root: Path, files: list[Path]) -> No
 
 def run(args: argparse.Namespace) -> int:
     from kfchaos.kfp.compile import apply, experiment_files, plan
-    from kfchaos.spec import load_experiment_warnings
+    from kfchaos.validate import load_experiment_warnings
 
     root = args.root.resolve()
     for path in args.paths:

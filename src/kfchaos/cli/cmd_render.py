@@ -13,7 +13,7 @@ from kfchaos.cli.jsonout import emit, problem_dict
 from kfchaos.errors import SpecError
 from kfchaos.faults.render import render_experiment
 from kfchaos.faults.safety import FaultInputError, FaultSafetyError
-from kfchaos.spec import load_experiment, load_experiment_warnings
+from kfchaos.validate import load_experiment, load_experiment_warnings
 from kfchaos.yamlsource import load_yaml, read_source
 
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         problem = document.problem(exc.path, str(exc))
         problems, structured = [str(problem)], [problem_dict(problem)]
     if not problems and args.check:
-        from kfchaos.faults.crdschema import validate_chaos_object
+        from kfchaos.faultspec.crdschema import validate_chaos_object
 
         for manifest in manifests:
             metadata = manifest.get("metadata")

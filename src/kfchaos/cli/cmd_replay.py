@@ -20,12 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kfchaos.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_SHARDS, MAX_TIMEOUT
 from kfchaos.cli import EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.records import REQUEST_SCHEMA
-from kfchaos.spec import load_experiment
 from kfchaos.traffic.api import run_stage
-from kfchaos.traffic.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_SHARDS, MAX_TIMEOUT
 from kfchaos.traffic.formats import FORMATS
 from kfchaos.traffic.http1 import parse_target
 from kfchaos.traffic.httpsyntax import header_problem
@@ -35,6 +34,7 @@ from kfchaos.traffic.recorder import read_records, write_parquet
 from kfchaos.traffic.summary import StageSummary, summarize
 from kfchaos.traffic.tagging import HeaderPolicy
 from kfchaos.units import parse_duration
+from kfchaos.validate import load_experiment
 
 
 def _shard(text: str) -> tuple[int, int]:

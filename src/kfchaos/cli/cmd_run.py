@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.local:
         from kfchaos.demo.preflight import check_local_run
-        from kfchaos.spec import load_experiment
+        from kfchaos.validate import load_experiment
 
         check_local_run(load_experiment(args.experiment), args.target)  # one line, exit 3, before any task
         import os

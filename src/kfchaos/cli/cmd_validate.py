@@ -18,7 +18,8 @@ from typing import Any
 from kfchaos.cli import EXIT_PASS, EXIT_USAGE
 from kfchaos.cli.jsonout import emit, problem_dict
 from kfchaos.errors import KfchaosError, Problem, SpecError
-from kfchaos.spec import Experiment, load_experiment, load_experiment_warnings
+from kfchaos.spec import Experiment
+from kfchaos.validate import load_experiment, load_experiment_warnings
 from kfchaos.yamlsource import load_yaml, read_source
 
 

@@ -11,21 +11,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kfchaos.baseline import Baseline, load_baseline
+from kfchaos import rundir, runseal
 from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.activity import stage_activities
 from kfchaos.jsonsource import load_json
 from kfchaos.metrics.snapshot import MetricsSnapshot
-from kfchaos.spec import Experiment, experiment_relative, load_experiment
-from kfchaos.verdict import Status, Verdict, evaluate
-from kfchaos.verdict.runstate import RunState, load_run_state
+from kfchaos.rundir import RunDir
+from kfchaos.spec import Experiment
+from kfchaos.validate import load_experiment
+from kfchaos.verdict import Status, Verdict
+from kfchaos.verdict.files import find_baseline, judge
 from kfchaos.yamlsource import read_source
-
-if TYPE_CHECKING:  # kfchaos.rundir imports this module to re-judge a folder: imported where used at run time
-    from kfchaos.rundir import RunDir
 
 EXIT_BY_STATUS = {Status.PASS: EXIT_PASS, Status.FAIL: EXIT_FAIL, Status.INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
@@ -63,38 +61,8 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run, verdict_parser=parser)
 
 
-def _baseline(
-    args: argparse.Namespace, experiment_file: Path, experiment: Experiment
-) -> tuple[Baseline | None, list[str]]:
-    spec_file = experiment.spec.baseline.file
-    if args.baseline:
-        path = Path(args.baseline)
-    elif spec_file is None:
-        return None, ["experiment names no baseline file; P99 drift is INCONCLUSIVE"]
-    elif (found := _find_baseline(experiment_file, spec_file)) is not None:
-        path = found
-    else:
-        return None, [f"baseline file {spec_file} not found; P99 drift is INCONCLUSIVE"]
-    baseline, warnings = load_baseline(path)
-    if baseline.experiment != experiment.metadata.name:
-        # Another experiment's production (or control) figures would judge this one's drift: refused (exit 3).
-        raise KfchaosError(
-            f"{path}: experiment: {baseline.experiment!r} is the baseline of another experiment than "
-            f"{experiment_file} ({experiment.metadata.name!r}); give this experiment's baseline"
-        )
-    return baseline, warnings
-
-
-def _find_baseline(experiment_file: Path, spec_file: str) -> Path | None:
-    # The one rule for paths in an experiment: relative to the experiment file (kfchaos.spec.experiment_relative).
-    candidate = experiment_relative(experiment_file, spec_file)
-    return candidate if candidate.is_file() else None
-
-
 def _from_run_folder(args: argparse.Namespace) -> None:
     """--run DIR: the folder's own files stand in for the input flags (explicit flags still win)."""
-    from kfchaos import rundir
-
     run = rundir.open_run(args.run)
     _refuse_unsealed(run, args)
     args.experiment = args.experiment or str(run.file(rundir.EXPERIMENT))
@@ -107,8 +75,6 @@ def _from_run_folder(args: argparse.Namespace) -> None:
 def _refuse_unsealed(run: RunDir, args: argparse.Namespace) -> None:
     """A run folder is judged only when its seal verifies (kfchaos.runseal): a file edited, added or removed after
     the run is refused, exit 3 (bad input), naming each; `--unsealed` judges it anyway, with a warning."""
-    from kfchaos import rundir, runseal
-
     broken = [f for f in runseal.check(run.path, rundir.SEALED) if not f.ok]
     if not broken:
         return
@@ -121,26 +87,6 @@ def _refuse_unsealed(run: RunDir, args: argparse.Namespace) -> None:
     args.seal_warnings = [f"run folder does not verify, judged anyway (--unsealed): {listed}"]
 
 
-def build_from_files(
-    *,
-    experiment: Path,
-    records: Path,
-    baseline: Path | None = None,
-    metrics: Path | None = None,
-    run_state: Path | None = None,
-) -> Verdict:
-    """The verdict `kfchaos verdict` gives on these files (a run folder's re-judgment)."""
-    args = argparse.Namespace(
-        experiment=str(experiment),
-        records=str(records),
-        baseline=None if baseline is None else str(baseline),
-        metrics=None if metrics is None else str(metrics),
-        run_state=None if run_state is None else str(run_state),
-        faults_verified=False,
-    )
-    return build(args)[0]
-
-
 def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapshot | None]:
     if getattr(args, "run", None):
         _from_run_folder(args)
@@ -150,25 +96,7 @@ def build(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapsho
         if parser is not None:
             parser.error(message)  # a usage error, as argparse's own `required` gives (exit 3)
         raise KfchaosError(f"kfchaos verdict: {message}")
-    experiment_path = Path(args.experiment)
-    experiment = load_experiment(experiment_path)
-    baseline, warnings = _baseline(args, experiment_path, experiment)
-    metrics = MetricsSnapshot.load(args.metrics) if args.metrics else None
-    state = load_run_state(args.run_state) if args.run_state else RunState()
-    verified = True if args.faults_verified else state.faults_verified
-    verdict = evaluate(
-        args.records,
-        experiment,
-        baseline=baseline,
-        metrics=metrics,
-        faults_verified=verified,
-        stage_valid=state.stage_valid,
-        faults_removed_at=state.faults_removed_at,
-        fault_coverage=stage_activities(state.fault_windows) if state.fault_windows else None,
-        warnings=[*getattr(args, "seal_warnings", []), *warnings],
-        recorded_recovery=state.recovery,
-    )
-    return verdict, experiment, metrics
+    return judge(args)
 
 
 def _print_summary(verdict: Verdict) -> None:
@@ -186,12 +114,10 @@ def _print_summary(verdict: Verdict) -> None:
 
 def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: MetricsSnapshot | None) -> None:
     """--out DIR: the run folder layout (kfchaos.rundir), with the inputs this verdict was judged on."""
-    from kfchaos import rundir
-
     baseline_path = args.baseline
     spec_file = load_experiment(Path(args.experiment)).spec.baseline.file
     if baseline_path is None and verdict.baseline is not None and spec_file is not None:
-        baseline_path = _find_baseline(Path(args.experiment), spec_file)
+        baseline_path = find_baseline(Path(args.experiment), spec_file)
     # Capped before reading (kfchaos.jsonsource, kfchaos.yamlsource): a 3 GB run.json is refused, not read whole.
     run_state = load_json(args.run_state, "run state") if args.run_state else {}
     if args.faults_verified:

@@ -92,7 +92,7 @@ def control_stages(scenario: Scenario) -> list[int] | None:
     judged against the production histogram or be INCONCLUSIVE (kfchaos.verdict.drift), never against a guess.
     """
     if scenario.name == "unsafe" and scenario.experiment == DEMO_EXPERIMENT:
-        from kfchaos.spec import load_experiment
+        from kfchaos.validate import load_experiment
 
         return list(load_experiment(DEMO_EXPERIMENT).spec.traffic.stages[:1])
     return None
@@ -173,10 +173,10 @@ def _capture_baseline(
     is compared with) while Prometheus scrapes, then the production figures captured from Prometheus, in
     one baseline file."""
     from kfchaos.baseline import capture
+    from kfchaos.control import attach, record_control
     from kfchaos.metrics.catalog import Scope
-    from kfchaos.metrics.control import attach, record_control
     from kfchaos.metrics.prometheus import PrometheusClient
-    from kfchaos.spec import load_experiment
+    from kfchaos.validate import load_experiment
 
     if not stack.prometheus_url:
         raise KfchaosError("the demo needs Prometheus for its baseline: `make demo` installs it (Debian `prometheus`)")
@@ -293,7 +293,7 @@ class Prepared:
 
 def prepare(scenario: Scenario, runs_root: Path, baseline_seconds: float, stacks: list[DemoStack]) -> Prepared:
     """Start the scenario's stack (appended to `stacks`, which the caller stops) and record its baseline."""
-    from kfchaos.spec import load_experiment
+    from kfchaos.validate import load_experiment
 
     name, source = scenario.name, scenario.experiment
     started = time.monotonic()
@@ -485,7 +485,7 @@ def main(
 
 
 def _gate_count(scenario: Scenario) -> int:
-    from kfchaos.spec import load_experiment
+    from kfchaos.validate import load_experiment
 
     return len(load_experiment(scenario.experiment).spec.traffic.stages) + 1
 

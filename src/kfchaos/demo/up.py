@@ -157,7 +157,7 @@ def up(runs_root: Path, scenario: str, baseline_seconds: float, with_baseline: b
 
 def _stages() -> list[int]:
     from kfchaos.demo.run import DEMO_EXPERIMENT
-    from kfchaos.spec import load_experiment
+    from kfchaos.validate import load_experiment
 
     return list(load_experiment(DEMO_EXPERIMENT).spec.traffic.stages)
 

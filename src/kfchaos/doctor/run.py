@@ -17,7 +17,8 @@ from kfchaos.doctor import cluster, kfpcheck, series
 from kfchaos.doctor.model import Report, Status
 from kfchaos.kfp.client import RUN_SERVICE_ACCOUNT, TOKEN_ENV
 from kfchaos.kfp.identity import CHAOS_PLURALS
-from kfchaos.spec import Experiment, load_experiment
+from kfchaos.spec import Experiment
+from kfchaos.validate import load_experiment
 
 HTTP_TIMEOUT = 10.0
 MAX_ANSWER = 1 << 20  # a healthz answer is a few hundred bytes; never read an unbounded body

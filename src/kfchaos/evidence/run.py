@@ -1,12 +1,10 @@
 """The bundle for one run, from its experiment, verdict status and metrics: what the concluding step calls
 (kfchaos.steps.seams.evidence_bundle). Where the pod API and Prometheus are found is the environment's: the
-demo's supervisor under the local fault backend, else the cluster (in-cluster config or kubeconfig), and the
-run's Prometheus (kfchaos.metrics.collect.prometheus_url)."""
+demo's supervisor under the local fault backend (chosen by kfchaos.steps.seams, which picks the backend), else
+the cluster (in-cluster config or kubeconfig), and the run's Prometheus (kfchaos.metrics.collect.prometheus_url)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from kfchaos.evidence.collect import Kill, Options, collect, killed_containers
@@ -20,12 +18,8 @@ SCRAPE_SLACK = 60.0  # a kill at the end of the run shows a scrape or two later 
 
 
 def kube_reader() -> tuple[KubeReader | None, str]:
-    """(reader, why there is none)."""
-    state = os.environ.get("KFCHAOS_DEMO_STATE")
-    if os.environ.get("KFCHAOS_FAULT_BACKEND") == "local" and state:
-        from kfchaos.demo.kubeview import DemoKube
-
-        return DemoKube(Path(state)), ""
+    """(the cluster's reader, why there is none). The demo's reader under the local fault backend is chosen
+    where the backend is, kfchaos.steps.seams.kube_reader, and passed in as `kube`."""
     from kfchaos.evidence.kube import ClusterKube
 
     cluster = ClusterKube.from_environment()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kfchaos.faults.params import PARAMS_BY_TYPE, TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.params import PARAMS_BY_TYPE, TRAFFIC_SIDE_TYPES
 
 GROUP = "chaos-mesh.org"
 VERSION = "v1alpha1"

@@ -44,7 +44,6 @@ from kfchaos.faults.backend import (
 from kfchaos.faults.catalog import CATALOG, GROUP, PLURALS, VERSION
 from kfchaos.faults.gpu import EXEC_KIND, pin_to_node
 from kfchaos.faults.naming import LABEL_MANAGED_BY, LABEL_RUN_ID, MANAGED_BY, run_selector
-from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
 from kfchaos.faults.records import (
     apply_failures,
     parse_records,
@@ -55,6 +54,7 @@ from kfchaos.faults.records import (
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
 from kfchaos.faults.safety import check_pod_share
+from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
 from kfchaos.spec import Experiment, FaultBase
 from kfchaos.units import parse_duration
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kfchaos.faults.params import GpuMemoryPressureParams
-from kfchaos.kfp.image import component_image
+from kfchaos.faultspec.params import GpuMemoryPressureParams
+from kfchaos.image import component_image
 from kfchaos.spec import Experiment, FaultBase
 
 CONTAINER_NAME = "gpu-memory-pressure"

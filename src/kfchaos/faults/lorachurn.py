@@ -43,7 +43,7 @@ import requests
 from kfchaos import netsafe
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import FaultActivity
-from kfchaos.faults.params import ADAPTER_PREFIX, LoraAdapterChurnParams, LoraAdapterRef
+from kfchaos.faultspec.params import ADAPTER_PREFIX, LoraAdapterChurnParams, LoraAdapterRef
 from kfchaos.spec import Experiment, FaultBase
 
 TYPE = "lora-adapter-churn"

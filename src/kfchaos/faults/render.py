@@ -11,12 +11,12 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
-from kfchaos.faults import admission
-from kfchaos.faults import params as p
 from kfchaos.faults.catalog import API_VERSION, CATALOG
 from kfchaos.faults.naming import ANNOTATION_FAULT_TYPE, LABEL_FAULT, object_name, run_labels
-from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
 from kfchaos.faults.safety import FaultInputError, check_fault, fault_duration, fault_path
+from kfchaos.faultspec import admission
+from kfchaos.faultspec import params as p
+from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
 from kfchaos.spec import Experiment, FaultBase, Selector
 from kfchaos.units import format_duration
 
@@ -68,7 +68,7 @@ def render_fault(
     spec["duration"] = format_duration(max(seconds, 0.001))
     manifest = {"apiVersion": API_VERSION, "kind": entry.kind, "metadata": metadata, "spec": spec}
     # Whatever the params models let through, the object must be one Chaos Mesh's webhook admits
-    # (kfchaos.faults.admission, read from its Go validators): validate refuses it rather than the cluster.
+    # (kfchaos.faultspec.admission, read from its Go validators): validate refuses it rather than the cluster.
     refused = admission.webhook_problems(manifest)
     if refused:
         raise FaultInputError(

@@ -8,8 +8,8 @@ is no guard. Each refusal is a `FaultSafetyError` naming the rule and the field.
 from __future__ import annotations
 
 from kfchaos.errors import KfchaosError, Path, SafetyError
-from kfchaos.faults.admission import mode_value_problem, pods_hit
-from kfchaos.faults.params import ClientAbortStormParams, TargetSelector
+from kfchaos.faultspec.admission import mode_value_problem, pods_hit
+from kfchaos.faultspec.params import ClientAbortStormParams, TargetSelector
 from kfchaos.spec import Experiment, FaultBase
 
 RULE_PROTECTED_NAMESPACE = "protected-namespace"
@@ -139,7 +139,7 @@ def _check_mode(fault: FaultBase, max_pod_percent: float, base: Path) -> None:
 
 def check_pod_share(experiment: Experiment, fault: FaultBase, matching: int) -> None:
     """The cap against the pods that match now: Chaos Mesh rounds percentages up and `fixed` is a count
-    (kfchaos.faults.admission.pods_hit), so `fixed-percent 50` on 3 replicas hits 2 (67 %)."""
+    (kfchaos.faultspec.admission.pods_hit), so `fixed-percent 50` on 3 replicas hits 2 (67 %)."""
     cap = experiment.spec.safety.max_pod_percent
     _fewest, most = pods_hit(fault.mode, fault.value, matching)
     if matching and most / matching > cap + 1e-9:

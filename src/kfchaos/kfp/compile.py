@@ -23,7 +23,8 @@ from typing import Any
 from kfchaos import __version__
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.kfp.versioning import LockEntry, read_lock, render_lock, seal
-from kfchaos.spec import Experiment, baseline_path, load_experiment
+from kfchaos.spec import Experiment, baseline_path
+from kfchaos.validate import load_experiment
 
 GENERIC_PIPELINE = "kfchaos-experiment"
 LOCK_FILE = Path("pipelines/versions.lock.yaml")

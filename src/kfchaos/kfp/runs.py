@@ -16,7 +16,8 @@ import yaml
 
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
-from kfchaos.spec import Experiment, baseline_path, load_experiment
+from kfchaos.spec import Experiment, baseline_path
+from kfchaos.validate import load_experiment
 
 EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
 

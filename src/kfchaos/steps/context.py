@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 
 from kfchaos.errors import KfchaosError
-from kfchaos.spec import Experiment, parse_experiment
+from kfchaos.spec import Experiment
+from kfchaos.validate import parse_experiment
 
 PARAMETER_FILE = "experiment (pipeline parameter)"
 

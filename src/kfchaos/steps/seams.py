@@ -118,6 +118,17 @@ def metrics_snapshot(experiment: Experiment, window: tuple[float, float]) -> Any
     return collect.snapshot_for_experiment(experiment, window)
 
 
+def kube_reader() -> tuple[Any, str] | None:
+    """The evidence bundle's KubeReader under the local fault backend (the demo supervisor's state file stands
+    in for the pod API), else None: kfchaos.evidence.run then reads the cluster. Chosen here, with the fault
+    backend, so kfchaos.evidence never imports the demo."""
+    state = os.environ.get(DEMO_STATE_ENV)
+    if os.environ.get(BACKEND_ENV) != "local" or not state:
+        return None
+    kubeview = _module("kfchaos.demo.kubeview", "the demo's pod view")
+    return kubeview.DemoKube(Path(state)), ""
+
+
 def evidence_bundle(
     experiment: Experiment, status: str, metrics: Any, window: tuple[float, float], failing: list[str]
 ) -> dict[str, Any] | None:
@@ -125,7 +136,7 @@ def evidence_bundle(
     for people and the knowledge base: it never changes the verdict, and a failure to collect never fails the run."""
     try:
         run = importlib.import_module("kfchaos.evidence.run")
-        bundle: dict[str, Any] | None = run.for_run(experiment, status, metrics, window, failing)
+        bundle: dict[str, Any] | None = run.for_run(experiment, status, metrics, window, failing, kube=kube_reader())
     except Exception as exc:  # never let evidence gathering turn a verdict into a crash
         failed = f"evidence collection failed: {type(exc).__name__}: {str(exc)[:300]}"
         return {"kind": "kfchaos.EvidenceBundle", "version": 1, "trigger": [f"{status} run"],

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from kfchaos.bounds import MAX_DURATION, MAX_REQUESTS
 from kfchaos.errors import KfchaosError
 from kfchaos.traffic import clientfault
-from kfchaos.traffic.bounds import MAX_DURATION, MAX_REQUESTS
 from kfchaos.traffic.http1 import Exchange, Pool, Target, parse_target
 from kfchaos.traffic.plan import Planned, ReplayPlan
 from kfchaos.traffic.progress import Progress, Snapshot

@@ -2,8 +2,8 @@
 
 Chaos Mesh has no fault for what an LLM server meets from its clients (long-context bursts, prompts that are
 costly to tokenize, a step of concurrency, clients that abort in bulk, ...). Such a fault is a generator of
-extra requests for the stages it is active in, registered here by its params model; the replay plan merges
-them into the stage's schedule.
+extra requests for the stages it is active in, listed by fault type in kfchaos.traffic.faulttable, the table
+the replay plan reads to merge them into the stage's schedule.
 
 Every request a fault generates carries `TrafficRequest.fault` (the fault's name). The records keep it in the
 `fault_request` column, and everything that judges the *traffic* (the verdict's checks, the stage gate, the
@@ -19,11 +19,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.params import ClientAbortStormParams, LongContextBurstParams, LoraAdapterChurnParams
-from kfchaos.traffic.request import ClientBehaviour, TrafficRequest
+from kfchaos.faultspec.params import (
+    PARAMS_BY_TYPE,
+    TRAFFIC_SIDE_TYPES,
+    ClientAbortStormParams,
+    LongContextBurstParams,
+    LoraAdapterChurnParams,
+)
+from kfchaos.traffic.request import API_PATHS, ClientBehaviour, TrafficRequest
 from kfchaos.types import StrictModel
 
-if TYPE_CHECKING:  # the plan imports this module
+if TYPE_CHECKING:  # for annotations only: the plan reads the generators through kfchaos.traffic.faulttable
     from kfchaos.traffic.plan import ReplaySettings
 
 
@@ -42,33 +48,16 @@ class TrafficFault:
 FaultRequests = Iterator[tuple[float, TrafficRequest]]
 Generator = Callable[[TrafficFault, "ReplaySettings"], FaultRequests]
 
-# Fault type -> (params model, generator). One entry per traffic-side fault type.
-GENERATORS: dict[str, tuple[type[StrictModel], Generator]] = {}
-
-
-def register(fault_type: str, params: type[StrictModel]) -> Callable[[Generator], Generator]:
-    def add(generator: Generator) -> Generator:
-        GENERATORS[fault_type] = (params, generator)
-        return generator
-
-    return add
-
 
 def fault_type(params: type[StrictModel]) -> str:
-    for name, (model, _) in GENERATORS.items():
-        if model is params:
+    """The traffic-side fault type of a params model (kfchaos.faultspec.params.PARAMS_BY_TYPE)."""
+    for name in sorted(TRAFFIC_SIDE_TYPES):
+        if PARAMS_BY_TYPE.get(name) is params:
             return name
     raise KeyError(f"no traffic-side fault generator for {params.__name__}")
 
 
-def generate(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
-    """The fault's requests in one stage, all shards together."""
-    return GENERATORS[fault.type][1](fault, settings)
-
-
 def api_path(settings: ReplaySettings) -> str:
-    from kfchaos.traffic.plan import API_PATHS
-
     return API_PATHS.get(settings.api, "/")
 
 
@@ -81,7 +70,6 @@ def repeat_starts(start: float, every: float | None, duration: float | None) -> 
     return [start + k * every for k in range(int((duration - start) // every) + 1) if start + k * every < duration]
 
 
-@register("long-context-burst", LongContextBurstParams)
 def long_context_burst(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
     """k concurrent requests with m-token contexts sharing one document (wire.py builds the prompt)."""
     p = fault.params
@@ -107,7 +95,6 @@ def long_context_burst(fault: TrafficFault, settings: ReplaySettings) -> FaultRe
 DEFAULT_LORA_SHARE = 0.1
 
 
-@register("lora-adapter-churn", LoraAdapterChurnParams)
 def lora_adapter_churn(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
     """Requests naming the churned adapters (round robin, so a batch keeps needing other GPU slots), Poisson
     arrivals at `rate`, or at `share` of the synthetic traffic's rate, scaled to the stage like the traffic. The
@@ -156,7 +143,6 @@ def lora_adapter_churn(fault: TrafficFault, settings: ReplaySettings) -> FaultRe
         k += 1
 
 
-@register("client-abort-storm", ClientAbortStormParams)
 def client_abort_storm(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
     """At each storm: `requests` streams whose client closes them mid-generation, and `slow_readers` streams
     read at `read_rate` bytes/s (kfchaos.traffic.clientfault performs both)."""
@@ -181,7 +167,3 @@ def client_abort_storm(fault: TrafficFault, settings: ReplaySettings) -> FaultRe
                         client=client,
                     ),
                 )
-
-
-# The serving-chain faults register themselves on import (they use register, api_path and repeat_starts above).
-from kfchaos.traffic import faults_chain  # noqa: E402,F401

@@ -31,13 +31,13 @@ import math
 import random
 from typing import TYPE_CHECKING
 
+from kfchaos.bounds import MAX_FAULT_CONCURRENCY, MAX_REQUESTS
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
-from kfchaos.traffic.bounds import MAX_FAULT_CONCURRENCY, MAX_REQUESTS
-from kfchaos.traffic.faultload import FaultRequests, TrafficFault, api_path, register, repeat_starts
+from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
+from kfchaos.traffic.faultload import FaultRequests, TrafficFault, api_path, repeat_starts
 from kfchaos.traffic.request import TrafficRequest
 
-if TYPE_CHECKING:  # the plan imports this module through faultload
+if TYPE_CHECKING:  # for annotations only: the plan reads the generators through kfchaos.traffic.faulttable
     from kfchaos.traffic.plan import ReplaySettings
 
 # Common three-letter English words: with the space before them one token each in byte-level BPE vocabularies.
@@ -107,7 +107,6 @@ def tokenizer_prompt(params: TokenizerStressParams, kind: str, request_id: str) 
     return head + odd_text(kind, params.prompt_chars)
 
 
-@register("tokenizer-stress", TokenizerStressParams)
 def tokenizer_stress(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
     p = fault.params
     assert isinstance(p, TokenizerStressParams)
@@ -155,7 +154,6 @@ def shock_size(params: BatchShockParams, settings: ReplaySettings) -> int:
     return max(1, k)
 
 
-@register("batch-shock", BatchShockParams)
 def batch_shock(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
     p = fault.params
     assert isinstance(p, BatchShockParams)
@@ -196,7 +194,6 @@ def thrash_prompt(params: PrefixCacheThrashParams, fault: str, index: int, reque
     return f"[prefix {k} of {fault}] " + word_text(params.prefix_tokens) + f"\n\n[{request_id}] Summarize the above."
 
 
-@register("prefix-cache-thrash", PrefixCacheThrashParams)
 def prefix_cache_thrash(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
     p = fault.params
     assert isinstance(p, PrefixCacheThrashParams)

@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from kfchaos.bounds import MAX_TOKENS, json_depth_ok
 from kfchaos.errors import KfchaosError
 from kfchaos.spec import Conversations, Synthetic, SystemPrompts, TokenLengths
-from kfchaos.traffic.bounds import MAX_TOKENS, json_depth_ok
 from kfchaos.traffic.formats.jsonl import parse_timestamp
 from kfchaos.traffic.formats.sharegpt import _elements
 from kfchaos.traffic.source import SourceReport, iter_lines

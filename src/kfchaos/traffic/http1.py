@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from kfchaos.bounds import MAX_RESPONSE_BYTES
 from kfchaos.errors import KfchaosError
-from kfchaos.traffic.bounds import MAX_RESPONSE_BYTES
 from kfchaos.traffic.httpsyntax import encode_path
 from kfchaos.traffic.sse import SseError, SseTimer
 

@@ -21,11 +21,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kfchaos.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_TIMEOUT
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.params import TRAFFIC_SIDE_TYPES
-from kfchaos.spec import Experiment, Synthetic, load_experiment
-from kfchaos.traffic.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_TIMEOUT
-from kfchaos.traffic.faultload import TrafficFault, generate
+from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
+from kfchaos.spec import Experiment, Synthetic
+from kfchaos.traffic.faultload import TrafficFault
+from kfchaos.traffic.faulttable import generate
 from kfchaos.traffic.formats import FORMATS, READERS
 from kfchaos.traffic.formats.sharegpt import read_sharegpt
 from kfchaos.traffic.request import TrafficRequest
@@ -34,10 +35,10 @@ from kfchaos.traffic.source import SourceReport
 from kfchaos.traffic.synthetic import synthetic_requests
 from kfchaos.traffic.tagging import HeaderPolicy, credential_from_env
 from kfchaos.traffic.workload import workload_for
+from kfchaos.validate import load_experiment
 
 REORDER_DEPTH = 1000
 APIS = ("http", "openai-completions", "openai-chat")
-API_PATHS = {"openai-completions": "/v1/completions", "openai-chat": "/v1/chat/completions"}
 
 
 class Planned(NamedTuple):

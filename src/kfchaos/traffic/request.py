@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kfchaos.traffic.conversation import Turn
 
+# The request path of each API the replayer speaks (the fault generators and the wire encoder both use it).
+API_PATHS = {"openai-completions": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+
 
 @dataclass(frozen=True, slots=True)
 class ClientBehaviour:

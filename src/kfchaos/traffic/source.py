@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kfchaos.traffic.bounds import MAX_LINE_BYTES
+from kfchaos.bounds import MAX_LINE_BYTES
 
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_SAMPLES = 20  # malformed lines quoted in a report; the count covers all of them

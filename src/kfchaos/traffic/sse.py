@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kfchaos.traffic.bounds import MAX_SSE_EVENT_BYTES, MAX_TOKENS, json_depth_ok
+from kfchaos.bounds import MAX_SSE_EVENT_BYTES, MAX_TOKENS, json_depth_ok
 
 
 class SseError(Exception):

@@ -17,8 +17,7 @@ from typing import Any
 
 from kfchaos.traffic.conversation import messages, prompt_text
 from kfchaos.traffic.httpsyntax import encode_path
-from kfchaos.traffic.plan import API_PATHS
-from kfchaos.traffic.request import TrafficRequest
+from kfchaos.traffic.request import API_PATHS, TrafficRequest
 from kfchaos.traffic.tagging import STAGE_HEADER, TRACE_HEADER, HeaderPolicy, traceparent
 
 _WORDS = (

@@ -1,6 +1,6 @@
 // The Go parsers Chaos Mesh's webhook uses, run on each stdin line (a JSON string) and answered as one JSON
 // line: time.ParseDuration, strconv.ParseFloat (64 and 32 bits) and docker/go-units v0.5.0 FromHumanSize.
-// tests/contract/test_goparse.py compares kfchaos.faults.goparse with these answers.
+// tests/contract/test_goparse.py compares kfchaos.faultspec.goparse with these answers.
 package main
 
 import (

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from kfchaos.traffic.bounds import json_depth_ok
+from kfchaos.bounds import json_depth_ok
 from kfchaos.traffic.formats.jsonl import parse_timestamp
 from kfchaos.traffic.httpsyntax import encode_path, is_token
 from kfchaos.traffic.request import TrafficRequest

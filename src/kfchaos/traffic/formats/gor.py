@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from kfchaos.traffic.bounds import MAX_TIMESTAMP
+from kfchaos.bounds import MAX_TIMESTAMP
 from kfchaos.traffic.httpsyntax import encode_path, header_problem, is_token
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, iter_lines

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kfchaos.traffic.bounds import MAX_TIMESTAMP, finite_timestamp, json_depth_ok
+from kfchaos.bounds import MAX_TIMESTAMP, finite_timestamp, json_depth_ok
 from kfchaos.traffic.httpsyntax import encode_path, header_problem
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, iter_lines

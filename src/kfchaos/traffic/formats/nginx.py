@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from kfchaos.traffic.bounds import finite_timestamp
+from kfchaos.bounds import finite_timestamp
 from kfchaos.traffic.httpsyntax import encode_path
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, iter_lines

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from kfchaos.traffic.bounds import MAX_ELEMENT_BYTES, MAX_JSON_DEPTH, json_depth_ok
+from kfchaos.bounds import MAX_ELEMENT_BYTES, MAX_JSON_DEPTH, json_depth_ok
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.source import SourceReport, open_binary, out_of_time
 from kfchaos.traffic.synthetic import arrival_times

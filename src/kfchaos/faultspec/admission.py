@@ -33,8 +33,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kfchaos.faults import goparse
-from kfchaos.faults.crdschema import validate_chaos_object
+from kfchaos.faultspec import goparse
+from kfchaos.faultspec.crdschema import validate_chaos_object
 
 PERCENT_MODES = ("fixed-percent", "random-max-percent")
 HTTP_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT")
@@ -141,7 +141,7 @@ def direction_problem(direction: str, has_target: bool, has_external: bool, part
 # - `Stressor.Validate(parent *field.Path)` does not have the FieldValidator signature, so stress workers are
 #   never checked by the webhook (the CRD only caps them at 8192; kfchaos's own limit is 1..64).
 # - memory sizes go through docker/go-units v0.5.0 FromHumanSize: `512Mi` is refused, `512MiB`, `1g`, `5 kb`
-#   and a bare `512` are admitted (kfchaos.faults.goparse.from_human_size).
+#   and a bare `512` are admitted (kfchaos.faultspec.goparse.from_human_size).
 # - `duration` may be empty or any Go duration, negative ones included (common_webhook.go Duration).
 # - container-kill needs containerNames (podchaos_webhook.go); TimeChaos timeOffset must parse as a Go
 #   duration and may not be empty (timechaos_webhook.go TimeOffset).
@@ -298,7 +298,7 @@ def mutated(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def webhook_problems(manifest: dict[str, Any]) -> list[str]:
     """What Chaos Mesh's validating webhook v<kind>.kb.io refuses in a chaos-mesh.org object (as the mutating
-    webhook left it: `mutated`); [] when it admits it. Not the CRD schema (kfchaos.faults.crdschema) nor
+    webhook left it: `mutated`); [] when it admits it. Not the CRD schema (kfchaos.faultspec.crdschema) nor
     vauth.kb.io (the requester's rights)."""
     spec = manifest.get("spec") or {}
     problems = _selector_problems("spec", spec)

@@ -13,8 +13,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from kfchaos.faults import admission
+from kfchaos import bounds
+from kfchaos.faultspec import admission
 from kfchaos.types import Duration, Percent, StrictModel
+from kfchaos.units import parse_duration
 
 Direction = Literal["to", "from", "both"]
 HttpTarget = Literal["Request", "Response"]
@@ -24,7 +26,7 @@ _SIZE = re.compile(r"^\d+(\.\d+)?(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB|%)$")
 def _size(value: str) -> str:
     if not _SIZE.match(value):
         # kfchaos's own rule, stricter than Chaos Mesh's: its webhook parses sizes with docker/go-units v0.5.0
-        # FromHumanSize, which also takes `1g`, `1gb`, `5 kb` or a bare `512` (kfchaos.faults.goparse), and
+        # FromHumanSize, which also takes `1g`, `1gb`, `5 kb` or a bare `512` (kfchaos.faultspec.goparse), and
         # refuses `512Mi`. One spelling per unit keeps experiment files unambiguous.
         raise ValueError(
             f"size {value!r} must be a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB) or a percentage "
@@ -61,7 +63,7 @@ class _NetworkCommon(StrictModel):
 
     @model_validator(mode="after")
     def _direction_admitted(self) -> _NetworkCommon:
-        # Chaos Mesh's webhook rule (kfchaos.faults.admission): from/both need the other side.
+        # Chaos Mesh's webhook rule (kfchaos.faultspec.admission): from/both need the other side.
         problem = admission.direction_problem(
             self.direction,
             self.target is not None,
@@ -220,8 +222,6 @@ class TimeOffsetParams(StrictModel):
     @field_validator("offset")
     @classmethod
     def _offset(cls, value: str) -> str:
-        from kfchaos.units import parse_duration
-
         parse_duration(value.removeprefix("-"))
         return value
 
@@ -447,7 +447,7 @@ class ClientAbortStormParams(StrictModel):
 
 
 # ---------------------------------------------------------------- serving-chain faults (traffic side)
-# Sizes are bounded by kfchaos.traffic.bounds (prompt bytes, requests at once); the generators live in
+# Sizes are bounded by kfchaos.bounds (prompt bytes, requests at once); the generators live in
 # kfchaos.traffic.faults_chain.
 
 TokenizerKind = Literal[
@@ -475,8 +475,6 @@ class TokenizerStressParams(StrictModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> TokenizerStressParams:
-        from kfchaos.traffic import bounds
-
         if self.max_tokens >= self.max_model_len:
             raise ValueError(f"max_tokens ({self.max_tokens}) must be below max_model_len ({self.max_model_len})")
         # Word prompts take 4 bytes a token (kfchaos.traffic.faults_chain); text prompts up to 4 bytes a character.
@@ -524,8 +522,6 @@ class BatchShockParams(StrictModel):
 
     @model_validator(mode="after")
     def _sized(self) -> BatchShockParams:
-        from kfchaos.traffic import bounds
-
         if (self.extra_concurrency is None) == (self.requests is None):
             raise ValueError("give exactly one of extra_concurrency (a share, e.g. 30%) or requests (a number)")
         if self.requests is not None and self.requests > bounds.MAX_FAULT_CONCURRENCY:
@@ -553,8 +549,6 @@ class PrefixCacheThrashParams(StrictModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> PrefixCacheThrashParams:
-        from kfchaos.traffic import bounds
-
         if 4 * self.prefix_tokens > bounds.MAX_FAULT_PROMPT_BYTES:
             raise ValueError(
                 f"prefix_tokens {self.prefix_tokens} would take over {bounds.MAX_FAULT_PROMPT_BYTES} bytes"

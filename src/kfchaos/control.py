@@ -24,6 +24,7 @@ from kfchaos import safefile
 from kfchaos.baseline import Baseline, ControlBaseline, ControlStage, format_time
 from kfchaos.errors import KfchaosError
 from kfchaos.spec import Experiment
+from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.verdict.requests import Requests, load_requests
 from kfchaos.verdict.stats import empirical_quantile_rank, order_statistics, quantile_ranks
 
@@ -97,8 +98,6 @@ def record_control(
     """Replay each stage rate for `duration` seconds without faults (no long-context bursts either: they
     are a fault) and measure it. Raises KfchaosError when a stage sent nothing: an empty control would
     compare with nothing."""
-    from kfchaos.traffic.api import plan_stage, run_stage
-
     if duration <= 0:
         raise KfchaosError(f"control duration must be positive, got {duration:g}s")
     percents = list(stages or experiment.spec.traffic.stages)
