@@ -74,6 +74,7 @@ COLUMNS = tuple(REQUEST_SCHEMA.names)
 # Parquet metadata key naming the run whose records a file holds (written into a run folder's records.parquet):
 # a folder mixing two runs is refused (kfchaos.verdict.requests).
 RUN_ID_KEY = b"kfchaos.run_id"
+SPOOL_KEY = b"kfchaos.records.spool"  # the parts one replay wrote as it went (kfchaos.traffic.recorder.Spool)
 
 
 class RecordsError(KfchaosError):

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kfchaos.cli import main
-from kfchaos.records import RUN_ID_KEY
+from kfchaos.records import RUN_ID_KEY, SPOOL_KEY
 from kfchaos.verdict.requests import RecordsError, load_requests
 from tests.verdict.builders import experiment_text, records
 from tests.verdict.fixtures import baseline, exponential
@@ -26,10 +26,12 @@ def exp(tmp_path: Path) -> Path:
     return path
 
 
-def _write(path: Path, start: float, run_id: str | None = None) -> Path:
+def _write(path: Path, start: float, run_id: str | None = None, spool: str | None = None) -> Path:
     table = records(10, exponential(1.0, 400), start=start)
     if run_id is not None:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_ID_KEY: run_id.encode()})
+    if spool is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), SPOOL_KEY: spool.encode()})
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return path
@@ -83,3 +85,15 @@ def test_a_baseline_of_another_experiment_is_refused_naming_both_files(
     # This experiment's own baseline is used.
     baseline().write(base)
     assert main(argv) in (0, 1, 2)
+
+
+def test_the_parts_one_replay_spooled_are_one_run_but_two_replays_parts_are_not(tmp_path: Path) -> None:
+    """A replay killed mid-stage leaves `<out>.partial/part-*.parquet`, each holding the same stage: one run (the
+    same spool id). Parts of two replays of that stage copied into one folder are still two runs."""
+    one = tmp_path / "one.parquet.partial"
+    _write(one / "part-00001.parquet", START, spool="replay-1")
+    _write(one / "part-00002.parquet", START + 10, spool="replay-1")
+    assert len(load_requests(one)) == 800
+    _write(one / "part-00003.parquet", START + 3600, spool="replay-2")
+    with pytest.raises(RecordsError, match="two runs"):
+        load_requests(one)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import shutil
+import uuid
 from array import array
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 
 from kfchaos import parquetguard, safefile
 from kfchaos.errors import KfchaosError
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA
+from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, SPOOL_KEY
 
 NAN = math.nan
 ERROR_CODE = {kind: i for i, kind in enumerate(ERROR_KINDS)}
@@ -196,6 +197,9 @@ class Spool:
         self.interval = SPOOL_S  # read now, not at import: a test may shorten it
         self.folder = Path(f"{out}.partial")
         self.folder.mkdir(parents=True, exist_ok=True)
+        # Every part names this spool: the parts together are one (stage, shard) of one replay, which the verdict's
+        # one-run check (kfchaos.verdict.requests) must not take for two runs' records of the same stage.
+        self.metadata = {**INCOMPLETE, SPOOL_KEY: uuid.uuid4().hex.encode()}
         self.written = 0
         self.parts = 0
         self.errors: list[str] = []
@@ -213,7 +217,7 @@ class Spool:
 
     def _write(self, part: Recorder, path: Path) -> None:
         table = part.table()
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **INCOMPLETE})
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **self.metadata})
         try:
             safefile.replace_with(path, lambda temporary: pq.write_table(table, temporary))
         except OSError as exc:  # a full disk: the parts before stay; the error is reported at the end

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from kfchaos import parquetguard
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, RUN_ID_KEY, IdReader, RecordsError, impossible_data
+from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, RUN_ID_KEY, SPOOL_KEY, IdReader, RecordsError, impossible_data
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
 OPTIONAL = ("long_context", "fault_request")  # read when present; older or hand-made records may lack them
@@ -255,15 +255,18 @@ def injected_mask(table: pa.Table) -> NDArray[np.bool_]:
 def _one_run(path: Path, dataset: ds.FileSystemDataset) -> None:
     """A records folder holds one run: refused when two of its files name different runs (their Parquet
     metadata) or hold the same stage and shard (a run writes each (stage, shard) once, in one file or merged), as
-    two runs' records copied into one folder do. Concatenated, they would be judged as one run."""
+    two runs' records copied into one folder do. Concatenated, they would be judged as one run. The parts one
+    replay wrote as it went (the same SPOOL_KEY) are one file here."""
     files = list(dataset.files)
     if len(files) < 2:
         return
     runs: dict[str, str] = {}
-    seen: dict[tuple[int, int], str] = {}
+    seen: dict[tuple[int, int], tuple[str, bytes]] = {}
     for name in files:
         fragment = pq.ParquetFile(name)
-        run_id = (fragment.schema_arrow.metadata or {}).get(RUN_ID_KEY)
+        metadata = fragment.schema_arrow.metadata or {}
+        run_id = metadata.get(RUN_ID_KEY)
+        source = metadata.get(SPOOL_KEY, name.encode())
         if run_id is not None:
             runs.setdefault(run_id.decode(errors="replace"), name)
         wanted = [c for c in ("stage", "shard") if c in fragment.schema_arrow.names]
@@ -272,8 +275,8 @@ def _one_run(path: Path, dataset: ds.FileSystemDataset) -> None:
         table = fragment.read(columns=wanted).group_by(wanted).aggregate([])
         shards = table.column("shard").to_pylist() if "shard" in wanted else [0] * table.num_rows
         for stage, shard in zip(table.column("stage").to_pylist(), shards, strict=True):
-            other = seen.setdefault((stage, shard), name)
-            if other != name:
+            other, other_source = seen.setdefault((stage, shard), (name, source))
+            if other_source != source:
                 raise RecordsError(
                     f"{path}: holds two runs' records: {other} and {name} both hold stage {stage} shard {shard}; "
                     "give one run's records"
