@@ -14,8 +14,8 @@ from kfchaos import audit
 from kfchaos.cli import main
 from kfchaos.doctor.run import backend_tag
 from kfchaos.kfp.versioning import read_lock
-from kfchaos.validate import parse_experiment
 from kfchaos.traffic.api import plan_stage
+from kfchaos.validate import parse_experiment
 from tests.cluster.conftest import RealCluster
 
 pytestmark = pytest.mark.cluster

@@ -59,7 +59,17 @@ def _capture(make: Callable[[Hostile], Callable[[str, str], Answer]], **options:
     with hostile_server(lambda method, path: holder["answer"](method, path)) as server:
         holder["answer"] = make(server)
         client = PrometheusClient(server.url, retries=0)
-        return capture("exp", client, SCOPE, end=END, days=1, step=STEP, now=END, **options)
+        return capture(
+            "exp",
+            client,
+            SCOPE,
+            end=END,
+            days=1,
+            step=STEP,
+            now=END,
+            short_history="a test server answers one day",
+            **options,
+        )
 
 
 def _sane(t: float) -> str:

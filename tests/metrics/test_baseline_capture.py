@@ -186,7 +186,8 @@ def test_cli_writes_the_baseline_where_the_experiment_names_it_relative_to_its_f
     experiment_file = folder / "verdict-test.yaml"
     end = prom.end.strftime("%Y-%m-%dT%H:%M:%SZ")
     capture_section = (
-        f"{{file: ../baselines/b.yaml, capture: {{prometheus: '{prom.client.url}', days: 2, end: '{end}'}}}}"
+        f"{{file: ../baselines/b.yaml, capture: {{prometheus: '{prom.client.url}', days: 2, end: '{end}', "
+        "short_history: a two-day test history}}"
     )
     experiment_file.write_text(experiment_text().replace("{file: baselines/verdict-test.yaml}", capture_section))
     elsewhere = tmp_path / "elsewhere"

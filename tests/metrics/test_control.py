@@ -116,7 +116,7 @@ def test_cli_warns_before_and_after_when_a_stage_is_too_small_for_a_p99_interval
     """280 samples a stage were stored silently before; fewer than a P99 interval needs (299 at 95 %) make that
     stage's p99_drift INCONCLUSIVE, so the command says so, before replaying and after."""
     experiment_file = tmp_path / "verdict-test.yaml"
-    experiment_file.write_text(experiment_text(stages=(100,)))
+    experiment_file.write_text(experiment_text(stages=(100,), rate=100.0))
     path = baseline().write(tmp_path / "verdict-test.yaml.baseline.yaml")
     argv = ["baseline", "control", "--experiment", str(experiment_file), "--target", server.url]
     assert main([*argv, "--duration", "1s", "--baseline", str(path)]) == 0  # 100 requests/s for 1 s

@@ -45,8 +45,10 @@ def rollout(start: float, done: float | None) -> dict[str, np.ndarray]:
 def test_a_two_hour_rollout_is_one_release_from_start_to_completion() -> None:
     (release,), notes, sent = detect(Source(rollout(3600.0, 3600.0 + 7200.0)), "serving", 0.0, TIMES[-1], STEP)
     assert release.start == 3600.0 - STEP and release.end == 3600.0 + 7200.0
-    assert "complete at" in release.reason and notes == []
-    assert set(sent) == {f"rollout.{p}" for p in PARTS}
+    assert "complete at" in release.reason
+    # This source has only the Deployment series: the image and ReplicaSet signals are said to be missing.
+    assert [n for n in notes if "cannot be detected" not in n] == []
+    assert {f"rollout.{p}" for p in PARTS} <= set(sent)
 
 
 def test_a_rollout_never_seen_completing_runs_to_the_window_end() -> None:
@@ -58,5 +60,5 @@ def test_without_completion_series_only_the_change_is_known_and_said() -> None:
     series = {k: v for k, v in rollout(3600.0, 7200.0).items() if k == PARTS["observed"]}
     (release,), notes, _ = detect(Source(series), "serving", 0.0, TIMES[-1], STEP)
     assert release.end == 3600.0
-    (note,) = notes
+    (note,) = [n for n in notes if "cannot be detected" not in n]  # not the missing image/ReplicaSet signals
     assert "rollout completion unknown" in note and "kube_deployment_status_replicas_updated" in note
