@@ -130,3 +130,17 @@ def test_a_target_replaced_while_the_stage_replays_leaves_the_stage_uncovered(cl
     (window,) = detail["fault_windows"]
     assert any("llm-serving/vllm-0 is gone" in e for e in window["errors"]), window["errors"]
     assert not coverage(FaultActivity.from_dict(window), (times[0], times[1])).ok
+
+
+def test_the_local_faults_owner_is_the_process_running_the_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under kfp.local the task that creates a fault exits long before the fault's last stage: the owner the fault
+    proxy watches is the pipeline's process (env), never the short task, and garbage in the env is not a pid."""
+    import os
+
+    from kfchaos.steps.seams import FAULT_OWNER_ENV, fault_owner_pid
+
+    monkeypatch.setenv(FAULT_OWNER_ENV, "4242")
+    assert fault_owner_pid() == 4242
+    for garbage in ("", "1", "-5", "12x", "0"):
+        monkeypatch.setenv(FAULT_OWNER_ENV, garbage)
+        assert fault_owner_pid() == os.getpid()

@@ -22,6 +22,7 @@ from kfchaos.errors import KfchaosError
 from kfchaos.faults.naming import object_name
 from kfchaos.faults.safety import check_fault, fault_duration
 from kfchaos.spec import Experiment, FaultBase
+from kfchaos.steps.seams import fault_owner_pid
 
 LOCAL_FAULT_TYPES = ("network-delay", "network-loss", "http-abort", "http-delay", "pod-kill")
 
@@ -109,7 +110,8 @@ class LocalFaultBackend:
             "type": fault.type,
             "duration_s": fault_duration(self.experiment, fault),
             "labels": {"run_id": self.run_id, "experiment": self.experiment.metadata.name},
-            "owner_pid": os.getpid(),  # the proxy ends the fault if this process dies before removing it
+            # The proxy ends the fault if the run's owner dies before removing it (a SIGKILLed run).
+            "owner_pid": fault_owner_pid(),
         }
         if fault.type == "network-delay":
             body.update(latency_s=params.latency, jitter_s=params.jitter)

@@ -17,6 +17,7 @@ import yaml
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
 from kfchaos.spec import Experiment, baseline_path
+from kfchaos.steps.seams import FAULT_OWNER_ENV
 from kfchaos.validate import load_experiment
 
 EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
@@ -110,6 +111,8 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
     local.init(local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root), raise_on_error=False)
     started = time.time()
     parameters = parameters_for(experiment_path, experiment, root, target, str(experiment_path.resolve().parent))
+    # The tasks inherit this process's env: the local fault backend names this process as its faults' owner.
+    os.environ[FAULT_OWNER_ENV] = str(os.getpid())
     with _git_commit_env(root):
         pipeline(**parameters)
     return read_local_outcome(pipeline_root, experiment.metadata.name, since=started)

@@ -41,6 +41,17 @@ class FaultBackend(Protocol):
 BACKEND_ENV = "KFCHAOS_FAULT_BACKEND"  # chaosmesh (default) or local (the embedded demo)
 PROXY_ENV = "KFCHAOS_FAULT_PROXY"  # local backend: the fault proxy's control URL
 DEMO_STATE_ENV = "KFCHAOS_DEMO_STATE"  # local backend: the demo supervisor's state file
+# Local backend: the process whose death ends the run's faults (the fault proxy drops a fault whose owner is gone).
+# Under kfp.local each task is its own short process and a fault outlives the task that created it (the first
+# stage's start task creates it, the last stage's task removes it), so the owner is the process running the whole
+# pipeline (kfchaos.kfp.runs.run_local), which the tasks inherit this variable from.
+FAULT_OWNER_ENV = "KFCHAOS_FAULT_OWNER_PID"
+
+
+def fault_owner_pid() -> int:
+    """The run's owner process (FAULT_OWNER_ENV when it names a process id), else this process."""
+    named = os.environ.get(FAULT_OWNER_ENV, "")
+    return int(named) if named.isdigit() and int(named) > 1 else os.getpid()
 
 
 def cluster_faults(experiment: Experiment) -> list[FaultBase]:
