@@ -28,6 +28,7 @@ from .pki import CertificateAuthority, KeyPair, service_account_keys
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILD = ROOT / "scripts" / "cluster" / "build.sh"
+OUR_STAGES = ROOT / "scripts" / "cluster" / "stages"  # the project's own KWOK Stages (pod-oom-kill.yaml)
 COMPONENTS = ("etcd", "kubernetes", "kwok", "chaos-mesh", "kube-state-metrics")
 # Stop order: the clients first, etcd last, so nothing logs a storm of connection errors on the way down.
 STOP_ORDER = (
@@ -407,9 +408,10 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     # KWOK: fake Nodes (those annotated kwok.x-k8s.io/node=fake) and the Pod lifecycle through the Stages in
     # its --config files (sigs.k8s.io/kwok, pkg/kwok/cmd/root.go: "no stages found" without any). The default
     # stages are the ones kwokctl writes (pkg/kwokctl/runtime/cluster.go: node-initialize, the lease heartbeat,
-    # pod-ready, pod-complete, pod-delete), copied from the module by build.sh.
+    # pod-ready, pod-complete, pod-delete), copied from the module by build.sh, and the project's own (OUR_STAGES:
+    # pod-oom-kill.yaml, OOM kills as the kubelet reports them, for tests/cluster/test_oom_real.py).
     kwok_kubeconfig = component_kubeconfig("kwok", "kwok-controller", ("system:masters",))
-    stage_files = sorted((bins["kwok"] / "stages").glob("*.yaml"))
+    stage_files = sorted((bins["kwok"] / "stages").glob("*.yaml")) + sorted(OUR_STAGES.glob("*.yaml"))
     procs.start(
         state,
         "kwok",
