@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kfchaos.metrics.oom import _on_grid, cadvisor_events, increments, restarts, unseen
+from kfchaos.metrics.oom import _on_grid, cadvisor_events, cumulative, increments, restarts, unseen
 from kfchaos.metrics.source import RangeSeries
 
 T0 = 1.8e9  # epoch seconds: large enough that a relative tolerance would merge distinct points
@@ -78,3 +78,17 @@ def test_one_cgroup_scraped_by_two_jobs_counts_its_oom_events_once() -> None:
     first = series([0, 15, 30], [0, 1, 1], id="/kubepods/c1", job="kubelet", instance="node-a")
     second = series([0, 15, 30], [0, 0, 1], id="/kubepods/c1", job="cadvisor", instance="node-a:4194")
     assert cadvisor_events([first, second], since=T0) == [(T0 + 15, 1.0)]
+
+
+def test_an_event_at_prometheus_millisecond_time_counts_on_its_own_grid_point() -> None:
+    """Prometheus rounds a range query's start to whole milliseconds (prometheus/prometheus web/api/v1/api.go
+    parseTime: `math.Round(ns*1000) / 1000`), so its points can lie up to half a millisecond after the grid's.
+    A restart seen at such a point belongs to that grid point, not the next one: the next one can be past the
+    window's end plus its grace, and the kill would be missed (found on the real cluster, test_oom_real.py)."""
+    start, step = T0 + 0.8928668, 5.0
+    grid = np.arange(start, start + 30 + step / 2, step)
+    prometheus_point = round(grid[3], 3)  # what Prometheus returns for grid[3]: 0.13 ms later
+    assert prometheus_point > grid[3]
+    counted = cumulative("oom_kills", grid, [(prometheus_point, 1.0)], "q")
+    assert counted.values.tolist() == [0, 0, 0, 1, 1, 1, 1]
+    assert counted.increase(start, grid[3] + 0.001) == 1  # a window ending just after that point sees it

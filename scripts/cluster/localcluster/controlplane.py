@@ -28,6 +28,7 @@ from .pki import CertificateAuthority, KeyPair, service_account_keys
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILD = ROOT / "scripts" / "cluster" / "build.sh"
+OUR_STAGES = ROOT / "scripts" / "cluster" / "stages"  # the project's own KWOK Stages (pod-oom-kill.yaml)
 COMPONENTS = ("etcd", "kubernetes", "kwok", "chaos-mesh", "kube-state-metrics", "kfp-apiserver")
 # Stop order: the clients first, etcd last, so nothing logs a storm of connection errors on the way down.
 STOP_ORDER = (
@@ -336,8 +337,10 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
             f"--kubeconfig={kcm}",
             # node-lifecycle-controller lifts the node.kubernetes.io/not-ready taint the API server's
             # TaintNodesByCondition admission puts on every new Node, once KWOK reports it Ready.
+            # daemonset-controller: a chaos-daemon DaemonSet's pods land only on nodes whose taints it tolerates
+            # (tests/cluster/test_doctor_blockers.py).
             "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
-            "namespace-controller,serviceaccount-controller,node-lifecycle-controller",
+            "namespace-controller,serviceaccount-controller,node-lifecycle-controller,daemonset-controller",
             "--use-service-account-credentials=true",
             "--leader-elect=false",
             "--secure-port=0",  # staging/src/k8s.io/apiserver/pkg/server/options/serving.go: 0 = don't serve
@@ -379,39 +382,40 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     shutil.copy(webhook_pair.cert, webhook_certs / "tls.crt")
     shutil.copy(webhook_pair.key, webhook_certs / "tls.key")
     chaos_kubeconfig = component_kubeconfig("chaos-controller-manager", "chaos-controller-manager", ("system:masters",))
-    procs.start(
-        state,
-        "chaos-controller-manager",
-        [str(bins["chaos-mesh"] / "chaos-controller-manager")],
-        env={
-            "KUBECONFIG": str(chaos_kubeconfig),
-            "NAMESPACE": CHAOS_NAMESPACE,
-            "TEMPLATE_NAMESPACE": CHAOS_NAMESPACE,
-            "TARGET_NAMESPACE": "",
-            "CLUSTER_SCOPED": "true",
-            "WEBHOOK_HOST": "127.0.0.1",
-            "WEBHOOK_PORT": str(ports["webhook"]),
-            "CERTS_DIR": str(webhook_certs),
-            "METRICS_HOST": "127.0.0.1",
-            "METRICS_PORT": str(ports["chaos-metrics"]),
-            "ENABLE_LEADER_ELECTION": "false",
-            "SECURITY_MODE": "true",  # values.yaml dashboard.securityMode: validate-auth checks the requester
-            # No chaosd here: with its default (true) the manager would read mTLS files that do not exist.
-            "CHAOSD_SECURITY_MODE": "false",
-            "ENABLED_CONTROLLERS": "*",
-            "ENABLED_WEBHOOKS": "*",
-            "TEMPLATE_LABELS": "app.kubernetes.io/component:template",
-            "CONFIGMAP_LABELS": "app.kubernetes.io/component:webhook",
-            "TZ": "UTC",
-        },
-    )
+    controller_env = {
+        "KUBECONFIG": str(chaos_kubeconfig),
+        "NAMESPACE": CHAOS_NAMESPACE,
+        "TEMPLATE_NAMESPACE": CHAOS_NAMESPACE,
+        "TARGET_NAMESPACE": "",
+        "CLUSTER_SCOPED": "true",
+        "WEBHOOK_HOST": "127.0.0.1",
+        "WEBHOOK_PORT": str(ports["webhook"]),
+        "CERTS_DIR": str(webhook_certs),
+        "METRICS_HOST": "127.0.0.1",
+        "METRICS_PORT": str(ports["chaos-metrics"]),
+        "ENABLE_LEADER_ELECTION": "false",
+        "SECURITY_MODE": "true",  # values.yaml dashboard.securityMode: validate-auth checks the requester
+        # No chaosd here: with its default (true) the manager would read mTLS files that do not exist.
+        "CHAOSD_SECURITY_MODE": "false",
+        "ENABLED_CONTROLLERS": "*",
+        "ENABLED_WEBHOOKS": "*",
+        "TEMPLATE_LABELS": "app.kubernetes.io/component:template",
+        "CONFIGMAP_LABELS": "app.kubernetes.io/component:webhook",
+        "TZ": "UTC",
+    }
+    controller = [str(bins["chaos-mesh"] / "chaos-controller-manager")]
+    procs.start(state, "chaos-controller-manager", controller, controller_env)
+    # The Deployment object a Helm install has (what `kfchaos doctor` reads for the release): its pods are run by
+    # KWOK and do nothing; the controller that serves the webhooks and reconciles is the process above.
+    api.apply(f"/apis/apps/v1/namespaces/{CHAOS_NAMESPACE}/deployments", controller_deployment(controller_env))
 
     # KWOK: fake Nodes (those annotated kwok.x-k8s.io/node=fake) and the Pod lifecycle through the Stages in
     # its --config files (sigs.k8s.io/kwok, pkg/kwok/cmd/root.go: "no stages found" without any). The default
     # stages are the ones kwokctl writes (pkg/kwokctl/runtime/cluster.go: node-initialize, the lease heartbeat,
-    # pod-ready, pod-complete, pod-delete), copied from the module by build.sh.
+    # pod-ready, pod-complete, pod-delete), copied from the module by build.sh, and the project's own (OUR_STAGES:
+    # pod-oom-kill.yaml, OOM kills as the kubelet reports them, for tests/cluster/test_oom_real.py).
     kwok_kubeconfig = component_kubeconfig("kwok", "kwok-controller", ("system:masters",))
-    stage_files = sorted((bins["kwok"] / "stages").glob("*.yaml"))
+    stage_files = sorted((bins["kwok"] / "stages").glob("*.yaml")) + sorted(OUR_STAGES.glob("*.yaml"))
     procs.start(
         state,
         "kwok",
@@ -487,6 +491,41 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         f"export KFP_HOST={backend.host}\n"
     )
     return env
+
+
+# The chart's image for the controller: <images.registry>/<controllerManager.image.repository>:<images.tag>,
+# from helm/chaos-mesh/values.yaml of the commit cluster/chaos-mesh/go.mod pins (its images.tag is v2.8.4).
+CONTROLLER_IMAGE = "ghcr.io/chaos-mesh/chaos-mesh:v2.8.4"
+# Per-machine settings of the process: not what a Deployment in a cluster would carry.
+LOCAL_ONLY_ENV = ("KUBECONFIG", "WEBHOOK_HOST", "WEBHOOK_PORT", "CERTS_DIR", "METRICS_HOST", "METRICS_PORT")
+
+
+def controller_deployment(env: dict[str, str]) -> dict[str, object]:
+    """chaos-mesh/chaos-controller-manager as helm/chaos-mesh/templates/controller-manager-deployment.yaml
+    makes it: the chart's labels (templates/_helpers.tpl chaos-mesh.labels and selectors), one replica (leader
+    election off), the release's image and the controller's environment."""
+    selector = {
+        "app.kubernetes.io/name": "chaos-mesh",
+        "app.kubernetes.io/instance": "chaos-mesh",
+        "app.kubernetes.io/component": "controller-manager",
+    }
+    labels = {**selector, "app.kubernetes.io/part-of": "chaos-mesh", "app.kubernetes.io/version": "v2.8.4"}
+    container_env = [{"name": k, "value": v} for k, v in env.items() if k not in LOCAL_ONLY_ENV]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "chaos-controller-manager", "namespace": CHAOS_NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [{"name": "chaos-mesh", "image": CONTROLLER_IMAGE, "env": container_env}],
+                },
+            },
+        },
+    }
 
 
 # Fields of the Go types in the served chaos-mesh `api` module that the release's CRDs lack (cluster/chaos-mesh/

@@ -94,36 +94,52 @@ def stop_all(state: Path, order: Sequence[str] = ()) -> list[str]:
         return []
     names = [n for n in order if (pid_dir / n).exists()]
     names += sorted(p.name for p in pid_dir.iterdir() if p.name not in names)
-    stopped: list[str] = []
-    for name in names:
-        path = pid_dir / name
-        try:
-            pgid = int(path.read_text().strip())
-        except (OSError, ValueError):
-            path.unlink(missing_ok=True)
-            continue
-        child = _children.pop((str(state.resolve()), name), None)
+    return [name for name in names if _stop_one(state, name)]
 
-        def running(pgid: int = pgid, child: subprocess.Popen[bytes] | None = child) -> bool:
-            return child.poll() is None if child is not None else _ours(state, pgid)
 
-        if running():
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                _signal_group(pgid, sig)
-                deadline = time.monotonic() + STOP_GRACE
-                while running() and time.monotonic() < deadline:
-                    _reap(pgid)
-                    time.sleep(0.05)
-                if not running():
-                    break
-            stopped.append(name)
-        # Children that outlived their leader still carry the group id (and the marker).
-        for member in _group_members(pgid):
-            if _ours(state, member):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(member, signal.SIGKILL)
+def _stop_one(state: Path, name: str) -> bool:
+    """SIGTERM the recorded group `name`, SIGKILL it after the grace; True when it was running."""
+    path = _pid_dir(state) / name
+    try:
+        pgid = int(path.read_text().strip())
+    except (OSError, ValueError):
         path.unlink(missing_ok=True)
-    return stopped
+        return False
+    child = _children.pop((str(state.resolve()), name), None)
+
+    def running() -> bool:
+        return child.poll() is None if child is not None else _ours(state, pgid)
+
+    was_running = running()
+    if was_running:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            _signal_group(pgid, sig)
+            deadline = time.monotonic() + STOP_GRACE
+            while running() and time.monotonic() < deadline:
+                _reap(pgid)
+                time.sleep(0.05)
+            if not running():
+                break
+    # Children that outlived their leader still carry the group id (and the marker).
+    for member in _group_members(pgid):
+        if _ours(state, member):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    return was_running
+
+
+def stop(state: Path, name: str) -> tuple[list[str], dict[str, str]]:
+    """Stop one component, as an outage of it (the cluster suite's doctor tests), and return its command line
+    and environment (read from /proc while it runs) so `start` can bring it back as it was."""
+    pgid = int((_pid_dir(state) / name).read_text().strip())
+    if not _ours(state, pgid):
+        raise ProcessLookupError(f"{name} (pid {pgid}) is not running for {state}")
+    argv = [a.decode() for a in Path(f"/proc/{pgid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    pairs = [e.decode(errors="surrogateescape") for e in Path(f"/proc/{pgid}/environ").read_bytes().split(b"\0") if e]
+    env = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+    _stop_one(state, name)
+    return argv, env
 
 
 def _group_members(pgid: int) -> list[int]:

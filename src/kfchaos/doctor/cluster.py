@@ -1,10 +1,11 @@
 """The Kubernetes side of `kfchaos doctor`: the run identity's permissions (SubjectAccessReview), Chaos Mesh,
-the target namespace and pods, and the target Secret where the task pods run. Every call is a read or an
-access review; every call has a timeout."""
+the target namespace and pods, and the target Secret where the task pods run. Every call is a read, an
+access review or a server-side dry run (which persists nothing); every call has a timeout."""
 
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -35,6 +36,7 @@ def _apis(api_client: Any) -> Any:
         apps = k.AppsV1Api(api_client)
         auth = k.AuthorizationV1Api(api_client)
         ext = k.ApiextensionsV1Api(api_client)
+        custom = k.CustomObjectsApi(api_client)
 
     return Apis
 
@@ -175,6 +177,52 @@ def check_chaos_mesh(report: Report, api_client: Any, kinds: Iterable[str], chao
             f"{kfpcheck.show(version)}; kfchaos renders against Chaos Mesh 2.7's CRDs",
             "helm upgrade chaos-mesh chaos-mesh/chaos-mesh --version 2.7.2",
         )
+
+
+def _answer(exc: Exception) -> str:
+    """The API server's message of a refused request (its Status body), else the exception in brief."""
+    try:
+        message = json.loads(getattr(exc, "body", None) or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or _brief(exc))[:400]
+
+
+def check_chaos_mesh_admission(
+    report: Report, api_client: Any, manifests: Iterable[dict[str, Any]], chaos_namespace: str
+) -> None:
+    """Each chaos object the experiment renders, created with server-side dry run: the API server sends it
+    through Chaos Mesh's mutating and validating webhooks (the chart registers them with sideEffects: None,
+    helm/chaos-mesh/templates/mutating-admission-webhooks.yaml and validating-admission-webhooks.yaml, so dry
+    runs reach them) and persists nothing. The webhooks are served by the chaos-controller-manager process
+    itself (cmd/chaos-controller-manager), with the chart's failurePolicy Fail: when the controller is stopped
+    every create is refused ("failed calling webhook"), which its Deployment object alone does not show."""
+    name = "chaos mesh admission"
+    stopped_fix = (
+        "the chaos-controller-manager serves the webhooks: check its pods and logs "
+        f"(kubectl -n {chaos_namespace} get pods -l app.kubernetes.io/component=controller-manager)"
+    )
+    for manifest in manifests:
+        group, _, version = str(manifest["apiVersion"]).partition("/")
+        meta = manifest["metadata"]
+        what = f"{manifest['kind']} {meta['namespace']}/{meta['name']}"
+        plural = str(manifest["kind"]).lower()
+        try:
+            _apis(api_client).custom.create_namespaced_custom_object(
+                group, version, meta["namespace"], plural, manifest, dry_run="All", _request_timeout=TIMEOUT
+            )
+        except Exception as exc:
+            answer = _answer(exc)
+            if "failed calling webhook" in answer:
+                report.add(name, Status.FAIL, f"{what}: Chaos Mesh's webhook does not answer: {answer}", stopped_fix)
+            elif _status_of(exc) in (400, 422) and "denied the request" in answer:
+                fix = "fix the fault in the experiment (kfchaos validate)"
+                report.add(name, Status.FAIL, f"{what} refused by Chaos Mesh's admission: {answer}", fix)
+            else:
+                fix = "see the permission and CRD checks"
+                report.add(name, Status.UNKNOWN, f"{what}: dry run not answered: {answer}", fix)
+            return
+    report.add(name, Status.PASS, "every chaos object admitted by Chaos Mesh's webhooks (server-side dry run)")
 
 
 def target_pods(api_client: Any, experiment: Experiment) -> list[Any]:

@@ -193,10 +193,11 @@ def diagnose(options: Options, api_client: Any | None = None) -> Report:
         return report
     cluster.check_identity(report, api_client, options.kfp_namespace, options.service_account)
     cluster.check_permissions(report, api_client, experiment, options.kfp_namespace, options.service_account)
-    kinds = [m["kind"].lower() for m in render_experiment(experiment, "doctor")]
-    chaos_kinds = [k for k in kinds if k in CHAOS_PLURALS]
+    chaos = [m for m in render_experiment(experiment, "doctor") if m["kind"].lower() in CHAOS_PLURALS]
+    chaos_kinds = [m["kind"].lower() for m in chaos]
     if chaos_kinds:  # an experiment of traffic-side faults only needs no Chaos Mesh
         cluster.check_chaos_mesh(report, api_client, chaos_kinds, options.chaos_namespace)
+        cluster.check_chaos_mesh_admission(report, api_client, chaos, options.chaos_namespace)
     pods = cluster.check_target(report, api_client, experiment)
     if chaos_kinds:
         cluster.check_chaos_mesh_placement(report, api_client, experiment, pods)

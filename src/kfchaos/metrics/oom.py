@@ -280,8 +280,28 @@ def cumulative(
     source series behind the count were last sampled at each grid point (kfchaos.metrics.snapshot freshness)."""
     values = np.zeros(len(grid))
     for at, count in events:
-        values[grid >= at - 1e-6] += count
+        # An event's time is a point of a range query: Prometheus's copy of a grid point, which can lie a little
+        # after it (see _grid_index). It counts from that grid point, never from the next: the next can be past
+        # a window's end plus its grace, and a kill at the end of a window would be lost.
+        values[int(_grid_index(grid, np.array([at]))[0]) :] += count
     return Series(name, grid.copy(), values, "counter", query, "count", sampled)
+
+
+def _grid_index(grid: NDArray[np.float64], times: NDArray[np.float64]) -> NDArray[np.int64]:
+    """For each time, the grid point it stands for: the nearest within half a step, else the first after it.
+
+    Prometheus evaluates a range query at whole milliseconds: it rounds `start` to the millisecond
+    (prometheus/prometheus web/api/v1/api.go parseTime, `math.Round(ns*1000) / 1000`) and steps by a
+    millisecond count, so its points drift from a grid of float seconds by up to half a millisecond at the
+    start, more over a long range with a fractional step."""
+    if not len(grid):
+        return np.zeros(len(times), dtype=np.int64)
+    half = (float(grid[1] - grid[0]) if len(grid) > 1 else 1.0) / 2
+    after = np.clip(np.searchsorted(grid, times), 0, len(grid) - 1)
+    before = np.maximum(after - 1, 0)
+    nearest = np.where(np.abs(grid[before] - times) <= np.abs(grid[after] - times), before, after)
+    later = np.searchsorted(grid, times - 1e-6)  # no grid point near: the first one after the time
+    return np.where(np.abs(grid[nearest] - times) < half, nearest, later).astype(np.int64)
 
 
 def gpu_crashes(crashes: list[Restart], read_log: CrashLogReader | None) -> tuple[list[Restart], list[Restart]]:
@@ -328,10 +348,8 @@ def _on_grid(grid: NDArray[np.float64], found: list[RangeSeries]) -> NDArray[np.
     out = np.full(len(grid), np.nan)
     half = (float(grid[1] - grid[0]) if len(grid) > 1 else 1.0) / 2
     for one in found[:1]:
-        after = np.clip(np.searchsorted(grid, one.times), 0, len(grid) - 1)
-        before = np.maximum(after - 1, 0)
-        nearest = np.where(np.abs(grid[before] - one.times) <= np.abs(grid[after] - one.times), before, after)
-        inside = np.abs(grid[nearest] - one.times) < half
+        nearest = _grid_index(grid, one.times)
+        inside = np.abs(grid[np.minimum(nearest, len(grid) - 1)] - one.times) < half
         out[nearest[inside]] = one.values[inside]
     return out
 
