@@ -18,7 +18,6 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
 from kfchaos.irhash import ir_hash
 from kfchaos.jsonsource import load_json
+from kfchaos.runseal import Finding
 
 RECORD_KIND = "kfchaos.AuditRecord"
 RECORD_VERSION = 1
@@ -173,16 +173,6 @@ def _shape_problems(record: dict[str, Any]) -> list[str]:
                     out.append(f"{where}.stage: {stage} is not a stage percent (0..100)")
                 want(f"{where}.plan_hash", plan.get("plan_hash"), _OPTIONAL_TEXT, "a string or null")
     return out[:50]
-
-
-@dataclass(frozen=True)
-class Finding:
-    what: str
-    ok: bool
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{'ok      ' if self.ok else 'MISMATCH'} {self.what}: {self.detail}"
 
 
 def _compare(what: str, recorded: Any, computed: Any) -> Finding:

@@ -242,7 +242,7 @@ def _write(
     return run
 
 
-def verify(run: RunDir) -> list[runseal.SealFinding]:
+def verify(run: RunDir) -> list[runseal.Finding]:
     """Everything `kfchaos audit verify DIR` checks: the seal (every file's hash, none added or missing, its
     HMAC where a key is given), the audit record against the folder's experiment and baseline, and the verdict
     re-judged from the folder's own inputs against verdict.json, stage by stage."""
@@ -251,7 +251,7 @@ def verify(run: RunDir) -> list[runseal.SealFinding]:
         findings += _audit_findings(run)
     again = _rejudge(run)
     if again.get("error"):
-        findings.append(runseal.SealFinding("rejudge", False, f"cannot re-judge: {again['error']}"))
+        findings.append(runseal.Finding("rejudge", False, f"cannot re-judge: {again['error']}"))
     else:
         held = _stage_statuses(run.verdict())
         found = {stage: status for stage, status, _ in again["stages"]}
@@ -263,27 +263,25 @@ def verify(run: RunDir) -> list[runseal.SealFinding]:
         detail = (
             f"re-judged {again['status']}, stages {found}; verdict.json {run.verdict().get('status')}, stages {held}"
         )
-        findings.append(runseal.SealFinding("rejudge", bool(same), detail))
+        findings.append(runseal.Finding("rejudge", bool(same), detail))
     return findings
 
 
-def _audit_findings(run: RunDir) -> list[runseal.SealFinding]:
+def _audit_findings(run: RunDir) -> list[runseal.Finding]:
     """The pipeline's audit record: its own hashes, and its experiment and baseline against the folder's files."""
     from kfchaos import audit
 
     try:
         record = audit.load_record(run.file(AUDIT))
     except KfchaosError as exc:
-        return [runseal.SealFinding(AUDIT, False, str(exc))]
-    out = [runseal.SealFinding(f"{AUDIT} {f.what}", f.ok, f.detail) for f in audit.verify(record)]
+        return [runseal.Finding(AUDIT, False, str(exc))]
+    out = [runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail) for f in audit.verify(record)]
     experiment = audit.sha256_text(run.file(EXPERIMENT).read_text())
     recorded = record["experiment"].get("sha256")
-    out.append(
-        runseal.SealFinding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}")
-    )
+    out.append(runseal.Finding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}"))
     baseline = audit.sha256_text(run.file(BASELINE).read_text()) if run.has(BASELINE) else None
     recorded = (record.get("baseline") or {}).get("sha256")
-    out.append(runseal.SealFinding(f"{BASELINE} vs {AUDIT}", recorded == baseline, f"{baseline}, audit {recorded}"))
+    out.append(runseal.Finding(f"{BASELINE} vs {AUDIT}", recorded == baseline, f"{baseline}, audit {recorded}"))
     return out
 
 

@@ -92,7 +92,7 @@ def seal(folder: Path, run_id: str, candidates: tuple[str, ...]) -> dict[str, An
 
 
 @dataclass(frozen=True)
-class SealFinding:
+class Finding:
     what: str
     ok: bool
     detail: str
@@ -101,20 +101,20 @@ class SealFinding:
         return f"{'ok      ' if self.ok else 'MISMATCH'} {self.what}: {self.detail}"
 
 
-def check(folder: Path, candidates: tuple[str, ...]) -> list[SealFinding]:
+def check(folder: Path, candidates: tuple[str, ...]) -> list[Finding]:
     """Each sealed file's hash recomputed, files added or removed since, the seal's own hash and its HMAC."""
     path = folder / SEAL
     if not path.is_file():
-        return [SealFinding(SEAL, False, "missing: the folder is not sealed, its files cannot be checked")]
+        return [Finding(SEAL, False, "missing: the folder is not sealed, its files cannot be checked")]
     if path.stat().st_size > MAX_SEAL_BYTES:
-        return [SealFinding(SEAL, False, f"larger than {MAX_SEAL_BYTES} bytes: not a seal")]
+        return [Finding(SEAL, False, f"larger than {MAX_SEAL_BYTES} bytes: not a seal")]
     try:
         document = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:
-        return [SealFinding(SEAL, False, f"unreadable: {exc}")]
+        return [Finding(SEAL, False, f"unreadable: {exc}")]
     files = document.get("files") if isinstance(document, dict) else None
     if not isinstance(files, dict) or document.get("kind") != SEAL_KIND:
-        return [SealFinding(SEAL, False, f"not a {SEAL_KIND}")]
+        return [Finding(SEAL, False, f"not a {SEAL_KIND}")]
     body = {k: document.get(k) for k in ("kind", "version", "run_id", "files")}
     out = []
     computed = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
@@ -122,26 +122,26 @@ def check(folder: Path, candidates: tuple[str, ...]) -> list[SealFinding]:
     for name in sorted(files):
         target = folder / name
         if Path(name).is_absolute() or ".." in Path(name).parts:
-            out.append(SealFinding(name, False, "not a file of the folder"))
+            out.append(Finding(name, False, "not a file of the folder"))
         elif not target.is_file():
-            out.append(SealFinding(name, False, "sealed but missing"))
+            out.append(Finding(name, False, "sealed but missing"))
         else:
             out.append(_same(name, files[name], file_sha256(target)))
     for name in sealed_names(folder, candidates):
         if name not in files:
-            out.append(SealFinding(name, False, "present but not sealed (added after the run)"))
+            out.append(Finding(name, False, "present but not sealed (added after the run)"))
     good, detail = check_signature(document.get("hmac"), body)
-    out.append(SealFinding("hmac", good, detail))
+    out.append(Finding("hmac", good, detail))
     return out
 
 
-def _same(what: str, recorded: Any, computed: str) -> SealFinding:
+def _same(what: str, recorded: Any, computed: str) -> Finding:
     if recorded == computed:
-        return SealFinding(what, True, computed)
-    return SealFinding(what, False, f"recorded {recorded}, computed {computed}")
+        return Finding(what, True, computed)
+    return Finding(what, False, f"recorded {recorded}, computed {computed}")
 
 
-def proves(findings: list[SealFinding]) -> list[str]:
+def proves(findings: list[Finding]) -> list[str]:
     """What this verification can and cannot prove, in words (printed by `kfchaos audit verify DIR`)."""
     keyed = any(f.what.endswith("hmac") and f.ok and f.detail == "matches the key" for f in findings)
     sealed = [f for f in findings if f.what != "rejudge"]
