@@ -24,9 +24,9 @@ from kubernetes.client.exceptions import ApiException
 from kfchaos.faults.catalog import GROUP, PLURALS, VERSION
 from kfchaos.faults.chaosmesh import HOST_ENV, INJECT_TIMEOUT_ENV, RECOVER_TIMEOUT_ENV
 from kfchaos.spec import Experiment
-from kfchaos.validate import parse_experiment
 from kfchaos.steps.seams import BACKEND_ENV
 from kfchaos.steps.stagefaults import under_faults
+from kfchaos.validate import parse_experiment
 from kfchaos.verdict import Status
 from tests.cluster.conftest import RealCluster
 from tests.cluster.test_smoke import ensure_namespace, eventually
