@@ -47,7 +47,7 @@ class Family:
         family = self.name.removesuffix("_total") if self.kind == "counter" else self.name
         out = [f"# TYPE {family} {self.kind}"]
         for labels, points in self.series:
-            out += [f"{self.name}{{{labels}}} {v!r} {t:.0f}" for t, v in points]
+            out += [f"{self.name}{{{labels}}} {float(v)!r} {t:.0f}" for t, v in points]
         return out
 
 
