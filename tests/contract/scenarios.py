@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import math
 import random
 import time
 import uuid
@@ -178,10 +179,14 @@ def pick_once_after_pod_replacement(cluster: Cluster) -> None:
     make_pod(cluster, old, labels)
     run_id = _unique("run")
     manifest = chaos(cluster, "PodChaos", _unique("failure"), labels, run_id, {"action": "pod-failure"})
+    before = math.floor(time.time())
     handle = backend.apply(manifest)
     try:
         report = backend.wait_injected(handle, timeout=WAIT)
         assert report.targets == [f"{cluster.namespace}/{old}"], report.targets
+        # The injection time is the record's Apply event (whole seconds on the loopback clock), not the poll's.
+        assert report.injected_at is not None and report.injected_at.is_integer(), report.injected_at
+        assert before <= report.injected_at <= time.time(), (before, report.injected_at)
         assert backend.is_active(handle) is True
         delete_pod(cluster, old)
         make_pod(cluster, new, labels)

@@ -41,7 +41,8 @@ def test_network_delay_is_applied_verified_and_removed(stack: DemoStack) -> None
     backend.preflight([delay])
     handle = backend.apply(delay)
     assert backend.apply(delay).record["created_at"] == handle.record["created_at"], "apply is idempotent"
-    assert backend.wait_injected(handle)["injected"]
+    injected = backend.wait_injected(handle)
+    assert injected["injected"] and injected["injected_at"] == handle.record["created_at"]  # the proxy's own time
     assert _latency(stack) >= 0.19
     backend.remove(handle)
     backend.wait_recovered(handle, timeout=5)

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from kfchaos.faults.backend import BackendError
-from kfchaos.faults.records import parse_records, stale_reason, wrong_container
+from kfchaos.faults.backend import BackendError, FaultHandle
+from kfchaos.faults.chaosmesh import injection_time
+from kfchaos.faults.records import parse_records, stale_reason, stamp, wrong_container
 
 APPLIED = "2026-01-01T10:00:05Z"
 
@@ -96,3 +97,24 @@ def test_a_stage_whose_target_pod_was_replaced_is_not_covered(server: Any, backe
     assert [active for _, active in activity.observations] == [True, False, False, False]
     assert "gone" in activity.errors[-1]
     assert not coverage(activity, (100.0, 130.0)).ok
+
+
+def test_the_injection_time_is_the_earliest_apply_success_of_any_record() -> None:
+    obj = _obj("PodChaos", ["ns/p", "ns/q"], "pod-failure")
+    records = obj["status"]["experiment"]["containerRecords"]
+    records[1]["events"] = [
+        {"type": "Failed", "operation": "Apply", "timestamp": "2026-01-01T10:00:01Z"},  # a failure is no injection
+        {"type": "Succeeded", "operation": "Apply", "timestamp": "2026-01-01T10:00:09Z"},
+    ]
+    handle = FaultHandle("PodChaos", "podchaos", "chaos-mesh.org", "v1alpha1", "ns", "x", "u")
+    assert injection_time(handle, obj) == stamp(APPLIED)
+    for record in records:
+        record["events"] = []
+    assert injection_time(handle, obj) is None  # no Apply event: unknown, not the poll's time
+
+
+def test_an_allocator_pods_injection_time_is_its_ready_transition() -> None:
+    handle = FaultHandle("Pod", "pods", "", "v1", "ns", "gpu-hog", "u")
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T10:00:07Z"}
+    assert injection_time(handle, {"status": {"conditions": [ready]}}) == stamp("2026-01-01T10:00:07Z")
+    assert injection_time(handle, {"status": {"conditions": [{**ready, "status": "False"}]}}) is None

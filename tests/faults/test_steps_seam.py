@@ -60,6 +60,9 @@ def test_a_fault_runs_only_in_its_stage_and_is_watched_while_it_replays(cluster:
     assert window["fault"] == "serving-delay" and window["stages"] == [30]
     assert window["applied_at"] <= window["verified"][0]["from"] <= window["verified"][-1]["to"]
     assert window["removed_at"] >= window["verified"][-1]["to"]
+    # The start is the records' Apply event (whole seconds), not when this task polled it verified.
+    assert window["injected_at"] == created["injected_at"] and float(window["injected_at"]).is_integer()
+    assert window["applied_at"] - 1 < window["injected_at"] <= created["verified_at"]
     assert cluster.chaos_objects() == []  # removed after its last stage, not at the end of the run
 
 

@@ -107,8 +107,18 @@ def test_errors_are_plotted_when_they_happened() -> None:
     assert low <= KILL + 0.05 < high  # binned by send time, they sat a window before the kill
 
 
-def test_a_fault_starts_at_the_chaos_objects_own_injection_time_when_the_run_state_has_it() -> None:
+def test_a_fault_starts_at_the_backends_own_injection_time_when_the_run_state_has_it() -> None:
     context = _context(evidence=True)
     context["run_state"]["fault_windows"][0]["injected_at"] = T0 + 28.4
     fault = next(e for e in _page_events(context) if e["kind"] == "fault")
     assert fault["earliest"] == fault["latest"] == T0 + 28.4 and "injected_at" in fault["source"]
+
+
+def test_a_whole_second_injection_time_is_that_second_and_never_before_the_apply() -> None:
+    # Kubernetes event timestamps carry whole seconds: 10:00:28Z is some time in [28, 29), and not before the
+    # object was created at 28.6.
+    context = _context(evidence=True)
+    window = context["run_state"]["fault_windows"][0]
+    window["injected_at"], window["applied_at"] = T0 + 28.0, T0 + 28.6
+    fault = next(e for e in _page_events(context) if e["kind"] == "fault")
+    assert (fault["earliest"], fault["latest"]) == (T0 + 28.6, T0 + 29.0)

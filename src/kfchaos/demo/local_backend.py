@@ -127,12 +127,15 @@ class LocalFaultBackend:
         return LocalHandle(name, fault.name, fault.type, time.time(), record=payload)
 
     def wait_injected(self, handle: LocalHandle, timeout: float = 30.0) -> dict[str, Any]:
-        if handle.one_shot:
-            return {"injected": True, "targets": [f"pid/{handle.record['pid']}"]}
+        if handle.one_shot:  # the SIGKILL was sent at apply time: that is when it took effect
+            return {"injected": True, "targets": [f"pid/{handle.record['pid']}"], "injected_at": handle.applied_at}
         status, payload = self._call("GET", f"/faults/{handle.name}")
         if status != 200 or not payload.get("injected"):
             raise KfchaosError(f"fault {handle.fault} is not injected (proxy answered {status})")
-        return {"injected": True, "targets": ["fault-proxy"]}
+        # The proxy applies a fault to requests from the moment it stored it (kfchaos.demo.proxy, created_at).
+        created = payload.get("created_at")
+        return {"injected": True, "targets": ["fault-proxy"],
+                "injected_at": float(created) if isinstance(created, int | float) else None}  # fmt: skip
 
     def handle_of(self, fault: FaultBase) -> LocalHandle:
         """The handle of a fault applied by an earlier stage's task (names are deterministic per run)."""

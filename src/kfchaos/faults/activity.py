@@ -77,6 +77,7 @@ class FaultActivity:
     observations: list[tuple[float, bool]] = field(default_factory=list)
     removed_at: float | None = None  # set in its last stage's task, once removal was confirmed
     errors: list[str] = field(default_factory=list)  # why an observation failed (counted as inactive)
+    injected_at: float | None = None  # when the backend says it took effect (its own clock), where it says
 
     @property
     def verified(self) -> list[Window]:
@@ -89,6 +90,7 @@ class FaultActivity:
             "kind": self.kind,
             "stages": list(self.stages),
             "applied_at": self.applied_at,
+            "injected_at": self.injected_at,
             "verified": [{"from": low, "to": high} for low, high in self.verified],
             "removed_at": self.removed_at,
             "observations": len(self.observations),
@@ -108,6 +110,7 @@ class FaultActivity:
             kind=str(data.get("kind", "")),
             stages=[int(s) for s in data.get("stages") or []],
             applied_at=data.get("applied_at"),
+            injected_at=data.get("injected_at"),
             observations=observations,
             removed_at=data.get("removed_at"),
             errors=list(data.get("errors") or []),
@@ -208,6 +211,7 @@ def run_fault_windows(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "kind": item.get("kind"),
                     "stages": item.get("stages") or [],
                     "applied_at": None,
+                    "injected_at": None,
                     "verified": [],
                     "removed_at": None,
                     "watched_in": [],
@@ -215,6 +219,8 @@ def run_fault_windows(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             )
             if item.get("applied_at") is not None:
                 entry["applied_at"] = item["applied_at"]
+            if item.get("injected_at") is not None:
+                entry["injected_at"] = item["injected_at"]
             if item.get("removed_at") is not None:
                 entry["removed_at"] = item["removed_at"]
             entry["verified"] += [{**w, "stage": step.get("stage")} for w in item.get("verified") or []]

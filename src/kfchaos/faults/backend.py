@@ -131,6 +131,9 @@ class InjectionReport:
     handle: FaultHandle
     targets: list[str]  # containerRecords ids (namespace/pod[/container]) or the allocator pod's node
     elapsed: float
+    # When the fault took effect by the cluster's own clock (POSIX seconds): the earliest Apply success among the
+    # records (kfchaos.faults.records), or the allocator pod's Ready transition. None when the object says nothing.
+    injected_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from kfchaos.faults.records import (
     parse_records,
     selects_containers,
     stale_reason,
+    stamp,
     wrong_container,
 )
 from kfchaos.faults.render import render_fault
@@ -545,7 +546,7 @@ class ChaosMeshBackend:
                         f"{handle.kind} {handle.namespace}/{handle.name} reports AllInjected but does not hit its "
                         f"intended targets: {'; '.join(problems)}"
                     )
-                return InjectionReport(handle, targets, time.monotonic() - started)
+                return InjectionReport(handle, targets, time.monotonic() - started, injection_time(handle, last))
             failed = self._apply_failed(handle, last)
             if failed is not None:
                 raise failed
@@ -891,6 +892,22 @@ def _injected_targets(handle: FaultHandle, obj: dict[str, Any]) -> list[str] | N
         # "all of nothing injected" is no evidence; keep waiting, so the step ends INCONCLUSIVE.
         return [str(r.get("id")) for r in records] or None
     return None
+
+
+def injection_time(handle: FaultHandle, obj: dict[str, Any]) -> float | None:
+    """When the object says the fault took effect: a chaos object's earliest Apply success among its records
+    (the records controller appends {type: Succeeded, operation: Apply, timestamp} per record:
+    chaos-mesh/chaos-mesh controllers/common/records/controller.go), an allocator pod's Ready condition's
+    lastTransitionTime (it turns Ready once the memory is held). None when neither is there."""
+    if handle.plural == "pods":
+        ready = [
+            c.get("lastTransitionTime")
+            for c in (obj.get("status") or {}).get("conditions") or []
+            if isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        ]
+        return stamp(ready[0]) if ready else None
+    times = [r.injected_at for r in parse_records(obj) if r.injected_at is not None]
+    return min(times) if times else None
 
 
 def _recovered(handle: FaultHandle, obj: dict[str, Any]) -> bool:

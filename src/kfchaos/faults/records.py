@@ -51,7 +51,8 @@ class Record:
         return f"{self.namespace}/{self.pod}" + (f"/{self.container}" if self.container else "")
 
 
-def _stamp(value: Any) -> float | None:
+def stamp(value: Any) -> float | None:
+    """POSIX seconds of a Kubernetes timestamp (RFC 3339 text, or a datetime as the client decodes it)."""
     if isinstance(value, datetime):
         return value.timestamp()
     if not isinstance(value, str) or not value:
@@ -77,7 +78,7 @@ def parse_records(obj: dict[str, Any]) -> list[Record]:
             shape = "namespace/pod/container" if containers else "namespace/pod"
             raise BackendError(f"{name}: record id {ident!r} is not {shape}; cannot tell which target it hit")
         applied = [
-            _stamp(e.get("timestamp"))
+            stamp(e.get("timestamp"))
             for e in raw.get("events") or []
             if isinstance(e, dict) and e.get("type") == "Succeeded" and e.get("operation") == "Apply"
         ]
@@ -107,7 +108,7 @@ def stale_reason(record: Record, pod: dict[str, Any] | None, created_at: float |
     if phase in ("Failed", "Succeeded"):
         return f"recorded target {record.target} has ended (phase {phase})"
     injected = record.injected_at if record.injected_at is not None else created_at
-    born = _stamp(meta.get("creationTimestamp"))
+    born = stamp(meta.get("creationTimestamp"))
     if injected is None or born is None:
         return f"recorded target {record.target}: no injection or creation time to tell it is the injected pod"
     if born > injected:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kfchaos import parquetguard
+from kfchaos.metrics.names import OOM_KILLS, RESTARTS
 
 COLUMNS = (
     "stage", "fault_active", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot",
@@ -271,8 +272,9 @@ class FaultWindow:
     verified: tuple[tuple[float, float], ...]
     removed: float | None
     source: str  # where it was read from: "run state", "verdict", "pipeline", "records"
-    # The chaos object's own injection time, where the run state carries it (`injected_at`: Chaos Mesh's
-    # status.experiment.containerRecords[].events[] Apply timestamp); the event time of the fault's start.
+    # When the backend says the fault took effect, where the run state carries it (`injected_at`: Chaos Mesh's
+    # earliest containerRecords[].events[] Apply success, an allocator pod's Ready transition, the demo fault
+    # proxy's created_at; kfchaos.faults.chaosmesh.injection_time); the event time of the fault's start.
     injected: float | None = None
 
     @property
@@ -595,21 +597,30 @@ def _terminations(context: dict[str, Any]) -> list[tuple[float, str]]:
     return out
 
 
+def _injection_bounds(fault: FaultWindow) -> tuple[float, float]:
+    """The fault's start as an interval. Kubernetes writes event timestamps in whole seconds (metav1.Time
+    marshals RFC 3339 without fractions: kubernetes/apimachinery pkg/apis/meta/v1/time.go, MarshalJSON), so a
+    whole-second `injected_at` means some time in that second; and nothing took effect before it was applied."""
+    injected = float(fault.injected or 0.0)
+    latest = injected + 1.0 if injected.is_integer() else injected
+    earliest = max(injected, fault.applied) if fault.applied is not None and fault.applied < latest else injected
+    return earliest, latest
+
+
 def events(context: dict[str, Any], frame: pd.DataFrame | None, faults: list[FaultWindow], metrics: Any) -> list[Event]:
     """The run's story in order: each fault's start (injection time), the first failed request (when it
     failed), each OOM kill and container restart (the container's termination time from the pod status where
     the evidence bundle read it, else the scrape interval in which the counter rose)."""
-    from kfchaos.metrics.names import OOM_KILLS, RESTARTS
-
     found = []
     for fault in faults:
         if fault.injected is not None:
-            at, source = fault.injected, "the chaos object's status (injected_at)"
+            at, last, source = *_injection_bounds(fault), "the backend's own injection time (injected_at)"
         elif fault.first is not None:
             at, source = fault.first, f"{fault.source}: applied, else first verified"
+            last = at
         else:
             continue
-        found.append(Event("fault", f"⚡ {fault.name}", at, at, source))
+        found.append(Event("fault", f"⚡ {fault.name}", at, last, source))
     if frame is not None and len(frame):
         failed = _failed(frame)
         if failed.any():

@@ -57,6 +57,7 @@ def start(experiment_text: str, experiment_dir: str, run_id: str, stage: int, sh
         "lead": lead,
         "stage_plan_hash": stage_plan_hash(plan.settings),
         "applied_at": {a.fault: a.applied_at for a in held.activities if a.applied_at} if held else {},
+        "injected_at": {a.fault: a.injected_at for a in held.activities if a.injected_at} if held else {},
         "faults": {"chaos_objects": faults["chaos_objects"], "reasons": faults["reasons"]},
         "notes": notes,
     }
@@ -118,11 +119,7 @@ def replay_shard(
         summary: dict[str, Any] = result.summary.to_dict()
         return summary
 
-    held = (
-        open_stage_faults(experiment, run_id, stage, apply=False, applied_at=begun.get("applied_at"))
-        if shard == 0
-        else None
-    )
+    held = open_stage_faults(experiment, run_id, stage, apply=False, **_times(begun)) if shard == 0 else None
     if held is None:
         summary = replay()
     else:
@@ -140,6 +137,11 @@ def replay_shard(
         out["fault_actions"] = lorachurn.actions_dicts(churns)
     out.update(summary=summary, sent_share=True)
     return json.dumps(out, sort_keys=True, default=str)
+
+
+def _times(begun: dict[str, Any]) -> dict[str, Any]:
+    """When the start task created each fault and when the backend said it took effect."""
+    return {"applied_at": begun.get("applied_at"), "injected_at": begun.get("injected_at")}
 
 
 def _sleep_until(when: float) -> None:
@@ -174,7 +176,7 @@ def merge(
         summary = _summary(experiment, stage, experiment_dir, table, begun, results)
     finally:
         # Faults ending in this stage go, whatever the merge found (the exit handler would sweep them anyway).
-        held = open_stage_faults(experiment, run_id, stage, apply=False, applied_at=begun.get("applied_at"))
+        held = open_stage_faults(experiment, run_id, stage, apply=False, **_times(begun))
         if held is not None:
             held.remove_ending()
     faults = _faults(experiment, stage, begun, results, held)

@@ -87,11 +87,18 @@ class StageFaults:
 
 
 def open_stage_faults(
-    experiment: Experiment, run_id: str, stage: int, *, apply: bool = True, applied_at: dict[str, float] | None = None
+    experiment: Experiment,
+    run_id: str,
+    stage: int,
+    *,
+    apply: bool = True,
+    applied_at: dict[str, float] | None = None,
+    injected_at: dict[str, float] | None = None,
 ) -> StageFaults | None:
     """The stage's faults, None when it has none. With `apply`, those whose first stage this is are created and
     waited for (Selected + AllInjected); the others are found again by their deterministic names, and
-    `applied_at` (fault name -> epoch) says when another task created them."""
+    `applied_at` / `injected_at` (fault name -> epoch) say when another task created them and when the backend
+    said they took effect."""
     faults = faults_in_stage(experiment, stage)
     if not faults:
         return None
@@ -101,17 +108,23 @@ def open_stage_faults(
         span = fault_stage_span(experiment, fault)
         manifest = manifests[fault.name]
         applied: float | None = (applied_at or {}).get(fault.name)
+        injected: float | None = (injected_at or {}).get(fault.name)
         if apply and span[0] == stage:
             applied = time.time()
             handle = held.backend.apply(fault)
             entry, ok = _wait_injected(held.backend, fault, manifest, handle, applied)
             held.created.append(entry)
+            injected = entry["injected_at"]
             if not ok:
                 held.reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
         else:
             handle = held.backend.handle_of(fault)
         held.handles[fault.name] = handle
-        held.activities.append(FaultActivity(fault.name, manifest["metadata"]["name"], manifest["kind"], span, applied))
+        held.activities.append(
+            FaultActivity(
+                fault.name, manifest["metadata"]["name"], manifest["kind"], span, applied, injected_at=injected
+            )
+        )
     _attach_events(held.backend, held.created)
     return held
 
@@ -170,6 +183,7 @@ def _wait_injected(
         injected, ok = {"injected": False, "error": str(exc)}, False
     else:
         ok = bool(injected.get("injected", True)) if isinstance(injected, dict) else bool(injected)
+    verified_at = time.time()
     entry = {
         "fault": fault.name,
         "kind": manifest["kind"],
@@ -179,10 +193,18 @@ def _wait_injected(
         "handle": describe(handle),
         "handle_object": handle,
         "applied_at": applied_at,
-        "injected_at": time.time(),
+        # When the backend says the fault took effect (its own clock; None when it does not say), and when this
+        # task saw it verified: the report places the fault's start at the first, never at the poll's time.
+        "injected_at": _injected_at(injected) if ok else None,
+        "verified_at": verified_at,
         "injection": describe(injected),
     }
     return entry, ok
+
+
+def _injected_at(injected: Any) -> float | None:
+    value = injected.get("injected_at") if isinstance(injected, dict) else getattr(injected, "injected_at", None)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _attach_events(backend: Any, created: list[dict[str, Any]]) -> None:
