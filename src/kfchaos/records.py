@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from kfchaos.errors import KfchaosError
 
-SCHEMA_VERSION = 2  # 2: fault_request
+SCHEMA_VERSION = 3  # 2: fault_request; 3: ended
 
 # Error kinds a record's `error` column may hold (null when the request succeeded at the HTTP level).
 ERROR_KINDS = (
@@ -66,6 +66,10 @@ REQUEST_SCHEMA = pa.schema(
         # The traffic-side fault that sent this request (kfchaos.traffic.faultload), null for the traffic itself.
         # Such requests are the fault, and are left out of every figure that judges the traffic.
         pa.field("fault_request", pa.dictionary(pa.int16(), pa.string()), nullable=True),
+        # When the replayer learned the request's outcome (epoch s), whatever it was: the response complete, the
+        # connection cut, the stream found malformed, the timeout or the stage's end. Null if never sent. The
+        # one time an error that has no latency (a cut stream) is known to have happened at.
+        pa.field("ended", pa.float64(), nullable=True),
     ],
     metadata={b"kfchaos.records.version": str(SCHEMA_VERSION).encode()},
 )
@@ -128,7 +132,7 @@ def impossible_data(table: pa.Table, request_ids: IdReader | None = None) -> lis
         pa.types.is_boolean(table.column("long_context").type) or pa.types.is_null(table.column("long_context").type)
     ):
         out.append(f"long_context: type {table.column('long_context').type}, expected bool")
-    for name in ("intended", "sent", *DURATIONS):
+    for name in ("intended", "sent", "ended", *DURATIONS):
         if name not in names or not _numeric(table.column(name).type):
             continue
         values = _floats(table, name)
@@ -152,6 +156,10 @@ def impossible_data(table: pa.Table, request_ids: IdReader | None = None) -> lis
             early = _count(pc.less(pc.subtract(_floats(table, "sent"), intended), -SEND_BEFORE_INTENDED_TOLERANCE_S))
             if early:
                 out.append(f"sent: {early} row(s) earlier than intended (a request is sent when it is due, not before)")
+        if {"sent", "ended"} <= names and _numeric(table.column("sent").type) and _numeric(table.column("ended").type):
+            before = _count(pc.less(pc.subtract(_floats(table, "ended"), _floats(table, "sent")), 0.0))
+            if before:
+                out.append(f"ended: {before} row(s) earlier than sent (a request ends after it starts)")
     out += _completed_without_latency(table)
     if request_ids is None and "request_id" in names:
         column = table.column("request_id")
@@ -170,7 +178,7 @@ def _span(table: pa.Table, intended: pa.ChunkedArray) -> list[str]:
     if first is None or not math.isfinite(first):
         return []
     out = []
-    for name in ("intended", "sent"):
+    for name in ("intended", "sent", "ended"):
         if name in table.column_names and _numeric(table.column(name).type):
             values = _floats(table, name)
             outside = _count(pc.or_(pc.less(values, first - MAX_SPAN_S), pc.greater(values, first + MAX_SPAN_S)))

@@ -96,6 +96,7 @@ def write_records(path: Path, n: int) -> None:
                 "long_context": pa.array(np.zeros(m, bool)),
                 "connect": pa.array(np.zeros(m)),
                 "fault_request": pa.nulls(m, pa.dictionary(pa.int16(), pa.string())),
+                "ended": pa.array(intended + 0.002 + latency),
             },
             schema=REQUEST_SCHEMA,
         )

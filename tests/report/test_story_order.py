@@ -16,7 +16,7 @@ from kfchaos.evidence.model import Bundle, Item
 from kfchaos.metrics.names import OOM_KILLS
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
 from kfchaos.report import DATA_ID, html
-from kfchaos.report.data import time_series
+from kfchaos.report.data import failure_bounds, time_series
 
 T0 = 1_764_800_000.0
 KILL = T0 + 30.2  # the container is OOM-killed here
@@ -122,3 +122,12 @@ def test_a_whole_second_injection_time_is_that_second_and_never_before_the_apply
     window["injected_at"], window["applied_at"] = T0 + 28.0, T0 + 28.6
     fault = next(e for e in _page_events(context) if e["kind"] == "fault")
     assert (fault["earliest"], fault["latest"]) == (T0 + 28.6, T0 + 29.0)
+
+
+def test_a_cut_stream_is_placed_at_the_records_end_time() -> None:
+    # Records version 3 hold when the replayer saw the stream cut (`ended`): the first error is exact.
+    frame = _frame(recorded_end=False)
+    frame["ended"] = np.where(frame["error"].notna(), KILL + 0.05, frame["sent"] + frame["latency"])
+    earliest, latest = failure_bounds(frame, timeout=30.0)
+    failed = frame["error"].notna()
+    assert float(earliest[failed].min()) == float(latest[failed].min()) == pytest.approx(KILL + 0.05)

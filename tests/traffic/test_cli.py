@@ -158,3 +158,9 @@ def test_shards_replayed_then_merged_by_the_command(
     pq.write_table(pq.read_table(merged).select(["stage"]), not_records)
     assert main(["replay", "--merge", str(not_records)]) == 3
     assert "missing columns" in capsys.readouterr().err
+    # Records version 2 (before `ended`) still merge; their end times read as unknown, not as data.
+    older = tmp_path / "v2.parquet"
+    pq.write_table(pq.read_table(merged).drop_columns(["ended"]), older)
+    again = tmp_path / "again.parquet"
+    assert main(["replay", "--merge", str(older), "--out", str(again), "--quiet"]) == 0
+    assert pq.read_table(again).column("ended").null_count == 30

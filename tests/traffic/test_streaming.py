@@ -55,6 +55,7 @@ def test_token_timings_from_a_streaming_server(tmp_path: Path, api: str) -> None
         assert 0.018 <= row["tpot"] < 0.5
         assert row["output_tokens"] == 6 and row["prompt_tokens"] == 7  # from the usage chunk
         assert row["latency"] >= row["ttft"] + 5 * 0.018
+        assert row["ended"] == pytest.approx(row["sent"] + row["latency"], abs=1e-6)  # the same clock
     summary = result.summary
     assert summary.output_tokens == 30 and summary.ttft is not None and summary.goodput is not None
 
@@ -72,6 +73,10 @@ def test_a_stream_without_done_is_a_protocol_error(tmp_path: Path) -> None:
         settings_ = ReplaySettings(stage=100, source=prompts(tmp_path, 3), api="openai-completions", model="m")
         result = run_stage(plan_stage(settings_), server.url)
     assert result.summary.errors == {"protocol": 3}
+    # A broken stream has no latency, but its end is recorded: after its first token, when the stream closed.
+    for row in result.table.to_pylist():
+        assert row["latency"] is None and row["ended"] is not None
+        assert row["sent"] + row["ttft"] <= row["ended"] < row["sent"] + 5.0
 
 
 def test_long_context_burst_requests_are_sent_and_flagged(tmp_path: Path) -> None:

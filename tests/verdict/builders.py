@@ -123,6 +123,7 @@ def records(
         "long_context": pa.array(np.full(n, long_context)),
         "connect": pa.nulls(n, pa.float64()),
         "fault_request": pa.array([fault_request] * n, pa.string()).cast(pa.dictionary(pa.int16(), pa.string())),
+        "ended": pa.array(sent + np.nan_to_num(lat), mask=sent_mask),
     }
     return pa.table(columns, schema=REQUEST_SCHEMA)
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kfchaos.records import impossible_data
 from tests.fuzz.harness import assert_contract, run_cli
 from tests.verdict.builders import experiment_text, records
 from tests.verdict.fixtures import baseline, exponential, oom_snapshot
@@ -118,3 +119,11 @@ def test_impossible_records_are_an_input_error_naming_file_column_rows(inputs: d
     code, err = _verdict(inputs, mutate(records(10, exponential(1.5, N), start=START)), "bad.parquet")
     assert code == 3, err
     assert "bad.parquet: impossible records:" in err and expected in err, err
+
+
+def test_an_end_before_the_send_is_impossible() -> None:
+    table = records(10, np.full(10, 0.1), start=START)
+    ended = table.column("sent").to_numpy(zero_copy_only=False) - 1.0
+    problems = impossible_data(_replace(table, "ended", pa.array(ended)))
+    assert problems == ["ended: 10 row(s) earlier than sent (a request ends after it starts)"]
+    assert impossible_data(table) == []  # the builder's end is send + latency

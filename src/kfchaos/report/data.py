@@ -23,7 +23,7 @@ from kfchaos.metrics.names import OOM_KILLS, RESTARTS
 
 COLUMNS = (
     "stage", "fault_active", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot",
-    "long_context", "fault_request",
+    "long_context", "fault_request", "ended",
 )  # fmt: skip
 
 
@@ -548,25 +548,33 @@ class Event:
         return self.earliest == self.latest
 
 
+def _ended(frame: pd.DataFrame) -> pd.Series:
+    """The records' own end time (`ended`, records version 3), NaN where absent (older records, never sent)."""
+    return frame["ended"].astype(float) if "ended" in frame else pd.Series(np.nan, index=frame.index)
+
+
 def failure_times(frame: pd.DataFrame) -> pd.Series:
-    """The earliest time each request can have ended: its send (else intended) time plus its latency where the
-    records hold one (a response, an HTTP error); else its last sign of life, the first token when it streamed
-    one, else its send. The replayer records no end time for a connection cut or a malformed stream
-    (kfchaos.traffic.engine: latency only with a status), so such an error is known only to lie between this
-    time and its send + the target's timeout (failure_bounds)."""
+    """The earliest time each request can have ended: the records' `ended` where they hold it (whatever the
+    outcome); else its send (else intended) time plus its latency where the records hold one (a response, an
+    HTTP error); else its last sign of life, the first token when it streamed one, else its send. Records
+    written before `ended` existed hold no end time for a connection cut or a malformed stream, so such an error
+    is known only to lie between this time and its send + the target's timeout (failure_bounds)."""
     start = frame["sent"].where(frame["sent"].notna(), frame["intended"]) if "sent" in frame else frame["intended"]
     start = start.astype(float)
     latency = frame["latency"].astype(float) if "latency" in frame else pd.Series(np.nan, index=frame.index)
     alive = frame["ttft"].astype(float).fillna(0.0) if "ttft" in frame else 0.0
-    return (start + latency.where(latency.notna(), alive)).astype(float)
+    ended = _ended(frame)
+    return ended.where(ended.notna(), start + latency.where(latency.notna(), alive)).astype(float)
 
 
 def failure_bounds(frame: pd.DataFrame, timeout: float | None) -> tuple[pd.Series, pd.Series]:
-    """(earliest, latest) end of each request: equal where the records hold its latency; otherwise from its last
-    sign of life to its send + `timeout` (had it run longer it would be a timeout), or unbounded without one."""
+    """(earliest, latest) end of each request: equal where the records hold its end time or its latency;
+    otherwise from its last sign of life to its send + `timeout` (had it run longer it would be a timeout), or
+    unbounded without one."""
     earliest = failure_times(frame)
     start = frame["sent"].where(frame["sent"].notna(), frame["intended"]) if "sent" in frame else frame["intended"]
     known = frame["latency"].notna() if "latency" in frame else pd.Series(False, index=frame.index)
+    known = known | _ended(frame).notna()
     limit = start.astype(float) + (timeout if timeout is not None else math.inf)
     return earliest, earliest.where(known, limit)
 
@@ -629,7 +637,7 @@ def events(context: dict[str, Any], frame: pd.DataFrame | None, faults: list[Fau
             earliest, latest = failure_bounds(frame, timeout)
             low, high = float(earliest[failed].min()), float(latest[failed].min())
             source = (
-                "records: send time + latency"
+                "records: its end time (ended), else send time + latency"
                 if low == high
                 else "records: between the last sign of life of a failed request (its end time is not recorded) "
                 "and its send + the target's timeout"

@@ -174,7 +174,7 @@ class _Stage:
             planned.record_id, exchange.trace_id, intended + self.epoch, sent + self.epoch if sent else math.nan,
             status, error, latency, ttft, itl, tpot, prompt_tokens, output_tokens,
             exchange.bytes_sent if sent else -1, exchange.bytes_received, request.long_context, active,
-            exchange.connect if sent else math.nan, request.fault,
+            exchange.connect if sent else math.nan, request.fault, exchange.ended + self.epoch if sent else math.nan,
         )  # fmt: skip
 
     def _sweep(self) -> None:

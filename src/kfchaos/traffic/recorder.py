@@ -52,6 +52,7 @@ class Recorder:
         self.bytes_sent = array("q")  # -1: not sent
         self.bytes_received = array("q")
         self.connect = array("d")
+        self.ended = array("d")
 
     def __len__(self) -> int:
         return len(self.intended)
@@ -76,6 +77,7 @@ class Recorder:
         fault_active: bool = False,
         connect: float = NAN,
         fault_request: str | None = None,
+        ended: float = NAN,
     ) -> None:
         self.ids += record_id.encode()
         self.id_ends.append(len(self.ids))
@@ -97,6 +99,7 @@ class Recorder:
         self.bytes_sent.append(bytes_sent)
         self.bytes_received.append(bytes_received)
         self.connect.append(connect)
+        self.ended.append(ended)
         if fault_request is None:
             self.fault_request.append(-1)
         else:
@@ -176,10 +179,13 @@ class Recorder:
                 pa.array(fault_codes, type=pa.int16(), mask=fault_codes < 0),
                 pa.array(list(self.fault_names), type=pa.string()),
             ),
+            "ended": floats(self.ended),
         }
         table = pa.table([columns[name] for name in REQUEST_SCHEMA.names], schema=REQUEST_SCHEMA)
         return table.sort_by("intended")
 
+
+LATER_COLUMNS = ("ended",)  # columns older records files lack, read as null
 
 # How often a replay with an output file writes the records taken since the last part (kfchaos.traffic.engine).
 SPOOL_S = 10.0
@@ -245,7 +251,9 @@ def read_records(paths: list[str | Path]) -> pa.Table:
     for path in paths:
         parquetguard.check(path)
         missing = [name for name in REQUEST_SCHEMA.names if name not in pq.read_schema(path).names]
-        if missing:  # pyarrow would fill them with nulls, and missing data must never look like data
+        # pyarrow would fill them with nulls, and missing data must never look like data; except `ended`, added in
+        # records version 3, whose null already means "not known" (the report then bounds the time instead).
+        if [name for name in missing if name not in LATER_COLUMNS]:
             raise KfchaosError(f"records file {path}: not kfchaos request records; missing columns {missing}")
         tables.append(pq.read_table(path, schema=REQUEST_SCHEMA))
     return pa.concat_tables(tables).sort_by("intended") if tables else REQUEST_SCHEMA.empty_table()
