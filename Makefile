@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo lint bench compile prometheus mariadb e2e clean fuzz cluster-build cluster-up cluster-down
+.PHONY: setup test demo scenarios lint bench compile prometheus mariadb e2e clean fuzz cluster-build cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -46,6 +46,10 @@ fuzz: setup
 
 demo: setup prometheus
 	$(BIN)/kfchaos demo $(DEMO_ARGS)
+
+# Every demo scenario afresh (or SCENARIOS="unsafe batch-shock"): the report's story and the designed cause's rank.
+scenarios: setup prometheus
+	$(BIN)/python scripts/measure-scenarios.py $(SCENARIOS)
 
 # lint-imports checks the layers of docs/architecture.md ([tool.importlinter] in pyproject.toml); the import graph
 # is built fresh each time (--no-cache, a second or two), never read from a cache left by another checkout.

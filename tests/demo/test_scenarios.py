@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos.demo.run import EXPERIMENTS_DIR, SCENARIOS, file_scenario, main, read_expectation, resolve, scenario_lines
+from kfchaos.demo.run import (
+    EXPERIMENTS_DIR,
+    SCENARIOS,
+    file_scenario,
+    main,
+    read_cause,
+    read_expectation,
+    resolve,
+    scenario_lines,
+)
 from kfchaos.errors import KfchaosError
 from tests.kfp_glue.conftest import copy_sources
 
@@ -140,3 +149,17 @@ def test_a_scenario_that_does_not_give_its_expected_verdict_says_so_and_exits_1(
     folders = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("tiny-delay-")]
     assert len(folders) == 1 and (folders[0] / "verdict.json").is_file()  # the same run folder as the demo's
     assert "tuned" not in out.split("tiny-delay", 1)[0]  # only the named scenario ran
+
+
+def test_a_designed_cause_must_be_a_known_failure_mode_and_given_once(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("# demo-expect: FAIL\n# demo-cause: tokenizer-stall\nkind: Experiment\n")
+    assert read_cause(path) == "tokenizer-stall"
+    path.write_text("# demo-expect: FAIL\n# demo-cause: gremlins\n")
+    with pytest.raises(KfchaosError, match=r"x.yaml:2: demo-cause: 'gremlins' is not a known failure mode id"):
+        read_cause(path)
+    path.write_text("# demo-cause: tokenizer-stall\n# demo-cause: tokenizer-stall\n")
+    with pytest.raises(KfchaosError, match=r"x.yaml:2: demo-cause: given twice"):
+        read_cause(path)
+    path.write_text("# demo-expect: PASS\n")
+    assert read_cause(path) is None

@@ -35,6 +35,7 @@ from kfchaos import safefile
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, _raise_interrupt
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
+from kfchaos.knowledge import failure_modes
 
 EXPERIMENTS_DIR = Path(__file__).with_name("experiments")
 DEMO_EXPERIMENT = EXPERIMENTS_DIR / "demo-llm-chaos.yaml"
@@ -61,8 +62,12 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
     ),
 }
 EXPECTED = {"unsafe": "FAIL", "tuned": "PASS"}
-# The line a demo experiment file names its expected verdict on (issue 15's convention).
+# The failure mode (kfchaos.knowledge) each scenario designed to FAIL is built to show; the unsafe one is OOM-killed
+# by its first burst (tests/demo/test_design.py).
+CAUSES = {"unsafe": "host-cgroup-oom-kill"}
+# The lines a demo experiment file names its expected verdict and its designed cause on (issue 15's convention).
 EXPECT_LINE = re.compile(r"^#\s*demo-expect:\s*(?P<value>.*?)\s*$")
+CAUSE_LINE = re.compile(r"^#\s*demo-cause:\s*(?P<value>.*?)\s*$")
 EXPECT_VALUES = ("PASS", "FAIL")
 SCENARIO_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
@@ -76,11 +81,12 @@ class Scenario:
     flags: str
     settings: ServerSettings
     expect: str
+    cause: str | None = None  # the failure mode it is designed to show (a FAIL scenario), by kfchaos.knowledge id
 
 
 def builtin(name: str) -> Scenario:
     flags, settings = SCENARIOS[name]
-    return Scenario(name, DEMO_EXPERIMENT, flags, settings, EXPECTED[name])
+    return Scenario(name, DEMO_EXPERIMENT, flags, settings, EXPECTED[name], CAUSES.get(name))
 
 
 def control_stages(scenario: Scenario) -> list[int] | None:
@@ -98,20 +104,38 @@ def control_stages(scenario: Scenario) -> list[int] | None:
     return None
 
 
-def read_expectation(path: Path) -> str:
-    """The verdict on the file's `# demo-expect:` line; KfchaosError naming the file and line otherwise."""
+def _header_lines(path: Path, pattern: re.Pattern[str], key: str) -> tuple[int, str] | None:
+    """(line number, value) of the file's one `# KEY:` line among its first 200; None when it has none."""
     found: list[tuple[int, str]] = []
     for number, line in enumerate(path.read_text(errors="replace").splitlines()[:200], start=1):
-        match = EXPECT_LINE.match(line.strip())
+        match = pattern.match(line.strip())
         if match:
             found.append((number, match["value"]))
-    if not found:
-        raise KfchaosError(f"{path}: no `# demo-expect: PASS|FAIL` line (a demo scenario names its expected verdict)")
     if len(found) > 1:
-        raise KfchaosError(f"{path}:{found[1][0]}: demo-expect: given twice (first on line {found[0][0]})")
-    number, value = found[0]
+        raise KfchaosError(f"{path}:{found[1][0]}: {key}: given twice (first on line {found[0][0]})")
+    return found[0] if found else None
+
+
+def read_expectation(path: Path) -> str:
+    """The verdict on the file's `# demo-expect:` line; KfchaosError naming the file and line otherwise."""
+    found = _header_lines(path, EXPECT_LINE, "demo-expect")
+    if found is None:
+        raise KfchaosError(f"{path}: no `# demo-expect: PASS|FAIL` line (a demo scenario names its expected verdict)")
+    number, value = found
     if value not in EXPECT_VALUES:
         raise KfchaosError(f"{path}:{number}: demo-expect: {value[:40]!r} is not one of {', '.join(EXPECT_VALUES)}")
+    return value
+
+
+def read_cause(path: Path) -> str | None:
+    """The failure mode on the file's `# demo-cause:` line (a known kfchaos.knowledge id), None without one."""
+    found = _header_lines(path, CAUSE_LINE, "demo-cause")
+    if found is None:
+        return None
+    number, value = found
+    known = {mode.id for mode in failure_modes()}
+    if value not in known:
+        raise KfchaosError(f"{path}:{number}: demo-cause: {value[:60]!r} is not a known failure mode id")
     return value
 
 
@@ -122,7 +146,7 @@ def file_scenario(name: str, directory: Path = EXPERIMENTS_DIR) -> Scenario:
         choices = ", ".join([*SCENARIOS, *sorted(p.stem for p in directory.glob("*.yaml"))])
         raise KfchaosError(f"unknown demo scenario {name[:100]!r}; choose from {choices} (kfchaos demo --list)")
     flags, settings = SCENARIOS["tuned"]
-    return Scenario(name, path, flags, settings, read_expectation(path))
+    return Scenario(name, path, flags, settings, read_expectation(path), read_cause(path))
 
 
 def resolve(name: str, directory: Path = EXPERIMENTS_DIR) -> Scenario:

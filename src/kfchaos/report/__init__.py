@@ -469,9 +469,12 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
     if document.get("checks"):
         parts += ["<h2>Experiment-wide checks</h2>", checks_table(document["checks"])]
     parts.append(evidence_section.html(context))
-    parts += ["<h2>Known failure modes that fit, best match first</h2>", _failure_modes(_matches(document, context))]
+    matches = _matches(document, context)
+    parts += ["<h2>Known failure modes that fit, best match first</h2>", _failure_modes(matches)]
     data = {
         "verdict": document,
+        # The ranking the page shows, best first (kfchaos.knowledge.rank), by id: what a reader of the data compares.
+        "failure_modes": [item.mode.id for item in matches],
         "metrics": _metrics_dict(context.get("metrics")),
         # The run's story in the order it happened, as the first chart draws it (data.events).
         "events": [
