@@ -29,7 +29,7 @@ from kfchaos.verdict.requests import from_table
 
 pytestmark = pytest.mark.integration
 MODEL = "demo/llama-3-8b-sim"
-SERIES = {"vllm:kv_cache_usage_perc": names.KV_CACHE_USAGE, "vllm:num_requests_running": names.REQUESTS_RUNNING}
+SERIES = {"vllm:kv_cache_usage_perc": names.KV_CACHE_FLOOR, "vllm:num_requests_running": names.REQUESTS_RUNNING}
 
 
 def scrape(base: str) -> dict[str, float]:

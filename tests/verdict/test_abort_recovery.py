@@ -1,6 +1,11 @@
-"""The abort_recovery check and the client-abort-storm safety rules, on hand-made series and experiments."""
+"""The abort_recovery check and the client-abort-storm safety rules, on hand-made series and experiments, and
+the check read through a real Prometheus (the catalog's queries, not hand-made series)."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,11 +13,14 @@ import pytest
 from kfchaos.errors import SpecError
 from kfchaos.faults.safety import FaultInputError, check_fault
 from kfchaos.metrics import names
+from kfchaos.metrics.collect import PROMETHEUS_ENV, snapshot_for_experiment
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
 from kfchaos.validate import parse_experiment
 from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.model import Status
 from kfchaos.verdict.requests import Requests
+from tests.support.prometheus import PrometheusServer, backfill
+from tests.verdict.builders import experiment
 
 
 def storm(start: float = 100.0, end: float = 110.0) -> Requests:
@@ -29,7 +37,7 @@ def snapshot(kv: list[float], running: list[float], times: list[float]) -> Metri
     t = np.array(times, dtype=float)
     return MetricsSnapshot(
         series={
-            names.KV_CACHE_USAGE: Series(names.KV_CACHE_USAGE, t, np.array(kv, dtype=float)),
+            names.KV_CACHE_FLOOR: Series(names.KV_CACHE_FLOOR, t, np.array(kv, dtype=float)),
             names.REQUESTS_RUNNING: Series(names.REQUESTS_RUNNING, t, np.array(running, dtype=float)),
         },
         grace=1.0,
@@ -46,6 +54,15 @@ def test_back_to_the_floor_passes_and_a_raised_floor_fails() -> None:
     assert leak.status is Status.FAIL and "KV-cache usage" in leak.reason
     stuck = abort_recovery_check(storm(), snapshot([0.1, 0.0, 0.6, 0.0, 0.0], [3, 0, 40, 9, 8], TIMES))
     assert stuck.status is Status.FAIL and "running requests" in stuck.reason
+
+
+def test_a_floor_point_whose_step_began_before_the_storm_settled_is_not_after_it() -> None:
+    # A storm of 2 s (100..102) settles at 107; the point at 120 is the lowest sample of (105, 120], which began
+    # before the storm settled, so its floor 0.0 says nothing about a leak. Only the point at 135 is "after".
+    leak = abort_recovery_check(storm(100.0, 102.0), snapshot([0.0, 0.0, 0.6, 0.0, 0.3], [0, 0, 40, 0, 0], TIMES))
+    assert leak.status is Status.FAIL and "floor 0.3" in leak.reason, leak.reason
+    one_point = snapshot([0.0], [0], [135.0])
+    assert "step it stands for is unknown" in abort_recovery_check(storm(), one_point).reason
 
 
 def test_missing_evidence_is_inconclusive() -> None:
@@ -115,3 +132,46 @@ def test_a_storm_that_can_abort_is_accepted() -> None:
     text = EXPERIMENT.format(api="openai-completions", params="{requests: 4, slow_readers: 1, abort_after: 2s}")
     experiment = parse_experiment(text, "storm.yaml")
     check_fault(experiment, experiment.spec.faults[0])
+
+
+# Two storms in one real Prometheus's history: the first frees its blocks, the second leaks a tenth of the cache.
+# The base traffic moves usage between its floor and floor + 0.2 every 7 s; a storm holds 0.6 for 10 s.
+FREE_STORM, LEAK_STORM = (-560.0, -550.0), (-260.0, -250.0)  # seconds relative to the history's end
+BASE_FLOOR, LEAKED = 0.1, 0.1
+
+
+@pytest.fixture(scope="module")
+def storm_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
+    tmp: Path = tmp_path_factory.mktemp("abortstorm")
+    end = float(int(time.time()) - 120)
+    labels = '{namespace="serving",pod="vllm-0"}'
+    kv, running = ["# TYPE vllm:kv_cache_usage_perc gauge"], ["# TYPE vllm:num_requests_running gauge"]
+    for t in range(int(end) - 700, int(end) + 1):
+        offset = t - end
+        floor = BASE_FLOOR + (LEAKED if offset >= LEAK_STORM[1] else 0.0)
+        in_storm = any(a <= offset <= b for a, b in (FREE_STORM, LEAK_STORM))
+        usage = 0.6 if in_storm else floor + 0.2 * ((t % 7) / 6)
+        kv.append(f"vllm:kv_cache_usage_perc{labels} {usage!r} {t}")
+        running.append(f"vllm:num_requests_running{labels} {40 if in_storm else 3 + t % 7} {t}")
+    backfill(tmp / "data", "\n".join([*kv, *running, "# EOF", ""]))
+    with PrometheusServer(tmp / "data", scrape_interval="1s") as server:
+        yield server.url, end
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("span", "expected"), [(FREE_STORM, Status.PASS), (LEAK_STORM, Status.FAIL)])
+def test_through_a_real_prometheus_freed_blocks_pass_and_a_leak_fails(
+    storm_history: tuple[str, float], monkeypatch: pytest.MonkeyPatch, span: tuple[float, float], expected: Status
+) -> None:
+    # The snapshot the run collects (15 s steps): its KV-cache peak series keeps the storm's 0.6 for a minute
+    # after the storm, so a floor read from it would FAIL a server that freed everything.
+    url, end = storm_history
+    monkeypatch.setenv(PROMETHEUS_ENV, url)
+    start, stop = end + span[0], end + span[1]
+    metrics = snapshot_for_experiment(experiment(), (start - 130.0, stop + 110.0), step=15.0)
+    check = abort_recovery_check(storm(start, stop), metrics)
+    assert check.status is expected, check.reason
+    floors = check.details["kv_cache_usage_floor"]
+    assert floors["before"] == pytest.approx(BASE_FLOOR)  # type: ignore[index]
+    leaked = LEAKED if expected is Status.FAIL else 0.0
+    assert floors["after"] == pytest.approx(BASE_FLOOR + leaked)  # type: ignore[index]

@@ -50,9 +50,12 @@ def _histogram_p99(metric: str, selector: str, window: str) -> str:
     return f"histogram_quantile(0.99, sum by (le) (rate({metric}_bucket{{{selector}}}[{window}])))"
 
 
-def standard_queries(scope: Scope, window: float = 300.0) -> dict[str, CatalogQuery]:
-    """Every standard query. `window` is the rate/increase range: the step of a range query, or the stage."""
+def standard_queries(scope: Scope, window: float = 300.0, step: float | None = None) -> dict[str, CatalogQuery]:
+    """Every standard query. `window` is the rate/increase range: the step of a range query, or the stage.
+    `step` (default `window`) is the range query's step: a floor series reads exactly one step's range, so a
+    point says nothing about the time before its own step (kfchaos.verdict.abortstorm relies on it)."""
     w = format_duration(window)
+    one_step = format_duration(step if step is not None else window)
     sel = scope.matchers()
     errors_sel = scope.matchers('status=~"5.."')  # vLLM's instrumentator groups codes: "5xx"
     oom_sel = scope.matchers('reason="OOMKilled"')
@@ -122,6 +125,16 @@ def standard_queries(scope: Scope, window: float = 300.0) -> dict[str, CatalogQu
             "gauge",
             "fraction",
             "KV-cache usage 0..1 (vllm:gpu_cache_usage_perc before 0.9.2)",
+        ),
+        CatalogQuery(
+            names.KV_CACHE_FLOOR,
+            # The lowest value in each step's own range (Prometheus docs, querying/functions.md "min_over_time"):
+            # the peak series above cannot give a floor (its range reaches back a minute, so a storm's peak
+            # stays in it long after the blocks were freed), and a floor is what tells a leak from load.
+            f"max(min_over_time(vllm:kv_cache_usage_perc{{{sel}}}[{one_step}]))",
+            "gauge",
+            "fraction",
+            "lowest KV-cache usage 0..1 in each step (the client-abort-storm check's floor)",
         ),
         CatalogQuery(
             names.PREFIX_CACHE_HIT_RATE,

@@ -63,7 +63,8 @@ def snapshot_for_experiment(
     scope = Scope(experiment.spec.target.namespace, pods)
     client = PrometheusClient(url)
     # Every OOM series comes from kfchaos.metrics.oom (per container, then summed), never from a sum here.
-    queries = [q for q in standard_queries(scope, window=max(step, 60.0)).values() if q.name not in oom.OOM_SERIES]
+    catalog = standard_queries(scope, window=max(step, 60.0), step=step)
+    queries = [q for q in catalog.values() if q.name not in oom.OOM_SERIES]
     start, end = window[0] - step, window[1] + SCRAPE_SLACK
     result = snapshot(client, queries, start, end, step)
     if result.unreachable:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 OOM_KILLS = "oom_kills"  # counter: OOM kill events of the target's containers
 RESTARTS = "restarts"  # counter: container restarts of the target's pods
-KV_CACHE_USAGE = "kv_cache_usage"  # gauge 0..1: vLLM KV-cache usage
+KV_CACHE_USAGE = "kv_cache_usage"  # gauge 0..1: vLLM KV-cache usage, the highest in each step (peaks kept)
+KV_CACHE_FLOOR = "kv_cache_usage_floor"  # gauge 0..1: the lowest KV-cache usage in each step (floors kept)
 PREFIX_CACHE_HIT_RATE = "prefix_cache_hit_rate"  # 0..1: prompt tokens found in the prefix cache, per interval
 REQUESTS_WAITING = "requests_waiting"  # gauge: vLLM queue length
 REQUESTS_RUNNING = "requests_running"

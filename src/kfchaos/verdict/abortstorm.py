@@ -8,6 +8,13 @@ for good, while traffic only moves the level up and down. Before: the samples in
 the storm's first request. After: from the storm's end (its last request's end, plus SETTLE seconds or two
 scrape intervals, whichever is longer) to the end of the series, which runs past the stage's drain. Either
 side without samples, or a series absent, is INCONCLUSIVE.
+
+KV-cache usage is read from its floor series (kfchaos.metrics.names.KV_CACHE_FLOOR): each point is the lowest
+sample in its own step (min_over_time over the step, kfchaos.metrics.catalog), so a point at t covers
+(t - step, t]. A point counts as "after" only when its whole step lies after the storm settled, and as
+"before" only when it ends before the storm began: a step that straddles the storm could carry the pre-storm
+floor into "after" and hide a leak. The snapshot's KV_CACHE_USAGE is the step's *peak* (for the chart), whose
+minimum is no floor at all: a storm's peak stays in its one-minute range long after the blocks are freed.
 """
 
 from __future__ import annotations
@@ -46,23 +53,26 @@ def abort_recovery_check(storm: Requests, metrics: MetricsSnapshot | None, *, se
     start, end = span
     settled = end + max(settle, 2 * metrics.grace)
     floors: dict[str, tuple[float, float]] = {}
-    for series, tolerance, what in (
-        (names.KV_CACHE_USAGE, KV_TOLERANCE, "KV-cache usage"),
-        (names.REQUESTS_RUNNING, RUNNING_TOLERANCE, "running requests"),
+    for series, label, tolerance, what, per_step in (
+        (names.KV_CACHE_FLOOR, names.KV_CACHE_USAGE, KV_TOLERANCE, "KV-cache usage", True),
+        (names.REQUESTS_RUNNING, names.REQUESTS_RUNNING, RUNNING_TOLERANCE, "running requests", False),
     ):
         missing = metrics.missing(series)
         if missing:
             return Check(NAME, Status.INCONCLUSIVE, f"{what} unknown: {missing}")
         s = metrics.series[series]
+        if per_step and s.step <= 0:
+            return Check(NAME, Status.INCONCLUSIVE, f"{what}: one point, so the step it stands for is unknown")
         ok = np.isfinite(s.values)
+        covered_from = s.times - s.step if per_step else s.times  # a floor point stands for its whole step
         before = s.values[ok & (s.times >= start - PRE_WINDOW) & (s.times < start)]
-        after = s.values[ok & (s.times >= settled)]
+        after = s.values[ok & (covered_from >= settled)]
         if not len(before):
             return Check(NAME, Status.INCONCLUSIVE, f"no {what} samples in the {PRE_WINDOW:g}s before the storm")
         if not len(after):
             return Check(NAME, Status.INCONCLUSIVE, f"no {what} samples after the storm settled (t >= {settled:.0f})")
         low_before, low_after = float(before.min()), float(after.min())
-        floors[series] = (low_before, low_after)
+        floors[label] = (low_before, low_after)
         if low_after > low_before + tolerance:
             reason = (
                 f"{what} did not return to its pre-storm level: floor {low_after:.4g} after the storm vs "
