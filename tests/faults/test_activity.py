@@ -136,3 +136,15 @@ def test_the_run_keeps_one_entry_per_fault_over_its_stages() -> None:
     (entry,) = run_fault_windows(steps)
     assert entry["applied_at"] == 0.0 and entry["removed_at"] == 7.5 and entry["watched_in"] == [10, 30]
     assert entry["verified"] == [{"from": 0.0, "to": 2.0, "stage": 10}, {"from": 5.0, "to": 7.0, "stage": 30}]
+
+
+def test_a_fault_applied_in_each_stage_starts_at_its_first_apply_and_ends_at_its_last_removal() -> None:
+    # A per-stage traffic fault (LoRA churn) is applied again when each stage begins: the later stage's apply
+    # must not move the fault's start past the errors its first stage caused.
+    first = {**_activity((0.0, True), (2.0, True)).to_dict(), "applied_at": 0.0, "removed_at": 2.5}
+    second = {**_activity((5.0, True), (7.0, True)).to_dict(), "applied_at": 4.0, "removed_at": 7.5}
+    steps = [{"step": "stage", "stage": s, "detail": {"fault_windows": [w]}} for s, w in ((10, first), (30, second))]
+    (entry,) = run_fault_windows(steps)
+    assert (entry["applied_at"], entry["removed_at"]) == (0.0, 7.5)
+    (entry,) = run_fault_windows(list(reversed(steps)))  # whatever order the steps come in
+    assert (entry["applied_at"], entry["removed_at"]) == (0.0, 7.5)

@@ -131,3 +131,13 @@ def test_a_cut_stream_is_placed_at_the_records_end_time() -> None:
     earliest, latest = failure_bounds(frame, timeout=30.0)
     failed = frame["error"].notna()
     assert float(earliest[failed].min()) == float(latest[failed].min()) == pytest.approx(KILL + 0.05)
+
+
+def test_a_fault_seen_in_effect_before_its_apply_time_starts_when_it_was_seen() -> None:
+    # An apply time later than the fault's first verified window (a run state written by an older version kept
+    # the last stage's apply) is not the fault's start: it was seen in effect before the first error.
+    context = _context(evidence=True)
+    window = context["run_state"]["fault_windows"][0]
+    window["applied_at"], window["verified"] = T0 + 40.0, [{"from": T0 + 28.0, "to": T0 + 45.0}]
+    story = _page_events(context)
+    assert story[0]["kind"] == "fault" and story[0]["earliest"] == T0 + 28.0, story

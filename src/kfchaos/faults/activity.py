@@ -217,12 +217,11 @@ def run_fault_windows(steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "watched_in": [],
                 },
             )
-            if item.get("applied_at") is not None:
-                entry["applied_at"] = item["applied_at"]
-            if item.get("injected_at") is not None:
-                entry["injected_at"] = item["injected_at"]
-            if item.get("removed_at") is not None:
-                entry["removed_at"] = item["removed_at"]
+            # A fault applied again in each stage (a traffic fault such as LoRA churn runs per stage) started at
+            # its first apply and ended at its last removal: the later stages must not move its start.
+            for key, pick in (("applied_at", min), ("injected_at", min), ("removed_at", max)):
+                if item.get(key) is not None:
+                    entry[key] = item[key] if entry[key] is None else pick(entry[key], item[key])
             entry["verified"] += [{**w, "stage": step.get("stage")} for w in item.get("verified") or []]
             entry["watched_in"].append(step.get("stage"))
     return list(merged.values())

@@ -279,7 +279,10 @@ class FaultWindow:
 
     @property
     def first(self) -> float | None:
-        return self.applied if self.applied is not None else (self.verified[0][0] if self.verified else None)
+        """The earliest sign of the fault: its apply, or a verified window that began before it (seen in effect
+        is evidence that it was in effect, whatever an apply time says)."""
+        seen = [t for t in (self.applied, self.verified[0][0] if self.verified else None) if t is not None]
+        return min(seen) if seen else None
 
 
 def _epoch(value: Any) -> float | None:
