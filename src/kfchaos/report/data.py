@@ -633,17 +633,20 @@ def events(context: dict[str, Any], frame: pd.DataFrame | None, faults: list[Fau
             continue
         found.append(Event("fault", f"⚡ {fault.name}", at, last, source))
     if frame is not None and len(frame):
+        # The fault's own requests (a storm's slow readers, a churned adapter's 404s) fail by design and are left
+        # out of the verdict's checks (docs/verdict.md); the story's first error is the traffic's.
         failed = _failed(frame)
+        if "fault_request" in frame:
+            failed &= frame["fault_request"].isna()
         if failed.any():
             experiment = context.get("experiment")
             timeout = experiment.spec.target.timeout if experiment is not None else None
             earliest, latest = failure_bounds(frame, timeout)
             low, high = float(earliest[failed].min()), float(latest[failed].min())
-            source = (
-                "records: its end time (ended), else send time + latency"
+            source = "records: the traffic's first failed request (the fault's own requests left out), " + (
+                "at its end time (ended), else send time + latency"
                 if low == high
-                else "records: between the last sign of life of a failed request (its end time is not recorded) "
-                "and its send + the target's timeout"
+                else "between its last sign of life (its end time is not recorded) and its send + the target's timeout"
             )
             found.append(Event("first error", "first failed request", low, high, source))
     terminations = _terminations(context)
