@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kfchaos import parquetguard
+from kfchaos.faults.activity import run_fault_windows
 from kfchaos.metrics.names import OOM_KILLS, RESTARTS
 
 COLUMNS = (
@@ -349,23 +350,9 @@ def fault_windows(context: dict[str, Any], document: dict[str, Any], frame: pd.D
             if found:
                 return found
     steps = context.get("steps") or (context.get("audit") or {}).get("steps") or document.get("steps") or []
-    merged: dict[str, FaultWindow] = {}
-    for step in steps if isinstance(steps, list) else []:
-        detail = step.get("detail") if isinstance(step, dict) else None
-        for window in _windows_from(detail.get("fault_windows"), "pipeline") if isinstance(detail, dict) else []:
-            seen = merged.get(window.name)
-            merged[window.name] = window if seen is None else _merge(seen, window)
-    if merged:
-        return list(merged.values())
-    return _windows_from_records(frame)
-
-
-def _merge(a: FaultWindow, b: FaultWindow) -> FaultWindow:
-    """One fault as two stages saw it."""
-    applied = min((t for t in (a.applied, b.applied) if t is not None), default=None)
-    removed = max((t for t in (a.removed, b.removed) if t is not None), default=None)
-    injected = min((t for t in (a.injected, b.injected) if t is not None), default=None)
-    return FaultWindow(a.name, applied, tuple(sorted(a.verified + b.verified)), removed, a.source, injected)
+    # One fault over the stages that saw it, by the run's own rule (what the pipeline writes to the run state).
+    merged = run_fault_windows([s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else [])
+    return _windows_from(merged, "pipeline") or _windows_from_records(frame)
 
 
 def _windows_from_records(frame: pd.DataFrame | None) -> list[FaultWindow]:
