@@ -2,29 +2,47 @@
 # Build the local control plane's binaries (docs/cluster.md) from the wrapper modules under cluster/, through
 # the Go module proxy, CGO_ENABLED=0, -trimpath. Each component is cached under
 #   ${KFCHAOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kfchaos}/cluster/<component>-<version>-<sum>/
-# where <sum> hashes the wrapper's go.mod and go.sum, so a changed pin rebuilds and an unchanged one is skipped.
+# where <sum> hashes the wrapper's go.mod and go.sum and the list of binaries below, so a changed pin or an added
+# binary rebuilds and an unchanged component is skipped.
 # Usage: scripts/cluster/build.sh [component ...]    (default: all; prints each component's directory)
 # Builds run one after another under `nice -n 10`: the machine is shared.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="${KFCHAOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kfchaos}/cluster"
-all=(etcd kubernetes kwok chaos-mesh kube-state-metrics kfp-apiserver)
+all=(etcd kubernetes kwok chaos-mesh kube-state-metrics kfp-apiserver argo coredns)
 
 die() { echo "cluster build: $*" >&2; exit 1; }
 
-# The binaries of each component: name=package (a package of the wrapper module or one it requires).
+# The binaries of each component: name=package[=cgo] (a package of the wrapper module or one it requires; `cgo`
+# where the package needs a C compiler, else CGO_ENABLED=0 and a static binary).
 binaries() {
   case "$1" in
     etcd) echo "etcd=." ;;
+    # kubelet and kube-proxy run the real node (docs/cluster.md, "The real node").
     kubernetes) echo "kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver" \
       "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager" \
-      "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler" ;;
+      "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler" \
+      "kubelet=k8s.io/kubernetes/cmd/kubelet" \
+      "kube-proxy=k8s.io/kubernetes/cmd/kube-proxy" ;;
     kwok) echo "kwok=sigs.k8s.io/kwok/cmd/kwok" ;;
-    chaos-mesh) echo "chaos-controller-manager=github.com/chaos-mesh/chaos-mesh/cmd/chaos-controller-manager" ;;
+    # chaos-daemon needs cgo: pkg/ptrace wraps C (chaos-mesh/chaos-mesh, pkg/ptrace/cwrapper_linux.go; upstream's
+    # Makefile builds it with CGO_ENABLED=1). cdh is the helper its image carries (images/chaos-daemon/Dockerfile).
+    chaos-mesh) echo "chaos-controller-manager=github.com/chaos-mesh/chaos-mesh/cmd/chaos-controller-manager" \
+      "chaos-daemon=github.com/chaos-mesh/chaos-mesh/cmd/chaos-daemon=cgo" \
+      "cdh=github.com/chaos-mesh/chaos-mesh/cmd/chaos-daemon-helper" ;;
     kube-state-metrics) echo "kube-state-metrics=k8s.io/kube-state-metrics/v2" ;;
-    kfp-apiserver) echo "apiserver=github.com/kubeflow/pipelines/backend/src/apiserver" \
-      "scheduledworkflow=github.com/kubeflow/pipelines/backend/src/crd/controller/scheduledworkflow" ;;
+    # KFP's API server needs cgo: its storage package reads go-sqlite3's error types, which only exist in the cgo
+    # build (kubeflow/pipelines, backend/src/apiserver/storage/db.go). The driver and launcher are static, as
+    # upstream builds them (backend/Dockerfile.driver, backend/Dockerfile.launcher: CGO_ENABLED=0).
+    kfp-apiserver) echo "apiserver=github.com/kubeflow/pipelines/backend/src/apiserver=cgo" \
+      "scheduledworkflow=github.com/kubeflow/pipelines/backend/src/crd/controller/scheduledworkflow" \
+      "persistence-agent=github.com/kubeflow/pipelines/backend/src/agent/persistence" \
+      "driver=github.com/kubeflow/pipelines/backend/src/v2/cmd/driver" \
+      "launcher-v2=github.com/kubeflow/pipelines/backend/src/v2/cmd/launcher-v2" ;;
+    argo) echo "workflow-controller=github.com/argoproj/argo-workflows/v3/cmd/workflow-controller" \
+      "argoexec=github.com/argoproj/argo-workflows/v3/cmd/argoexec" ;;
+    coredns) echo "coredns=github.com/coredns/coredns" ;;
     *) die "unknown component '$1' (known: ${all[*]})" ;;
   esac
 }
@@ -38,6 +56,8 @@ main_module() {
     chaos-mesh) echo github.com/chaos-mesh/chaos-mesh ;;
     kube-state-metrics) echo k8s.io/kube-state-metrics/v2 ;;
     kfp-apiserver) echo github.com/kubeflow/pipelines ;;
+    argo) echo github.com/argoproj/argo-workflows/v3 ;;
+    coredns) echo github.com/coredns/coredns ;;
   esac
 }
 
@@ -52,14 +72,35 @@ component_dir() {
   [[ -f "$mod" ]] || die "cluster/$c/go.mod is missing"
   version="$(module_version "$mod" "$(main_module "$c")")"
   [[ -n "$version" ]] || die "cluster/$c/go.mod: no require line for $(main_module "$c")"
-  sum="$(cat "$mod" "$root/cluster/$c/go.sum" | sha256sum | cut -c1-10)"
+  sum="$( (cat "$mod" "$root/cluster/$c/go.sum"; binaries "$c"; extras_version "$c") | sha256sum | cut -c1-10)"
   echo "$cache/$c-$version-$sum"
+}
+
+# Bumped when extras() changes what it adds to a component, so the cache key changes with it.
+extras_version() {
+  case "$1" in
+    kubernetes | chaos-mesh | kfp-apiserver) echo "extras-2" ;;
+    *) echo "extras-1" ;;
+  esac
+}
+
+# A C program of the module, built static with the machine's C compiler.
+build_c() {
+  local src="$1" out="$2"
+  command -v "${CC:-gcc}" >/dev/null 2>&1 || die "building $(basename "$out") needs a C compiler (gcc): apt-get install gcc"
+  "${CC:-gcc}" -Os -static -o "$out" "$src" || die "cc $src failed"
+  strip "$out" 2>/dev/null || true
 }
 
 # Data files the binaries need at run time, copied from the same module version (not committed here).
 extras() {
   local c="$1" go="$2" out="$3" src
   case "$c" in
+    kubernetes)
+      # The pod sandbox's pause program (kubernetes/kubernetes, build/pause/linux/pause.c; the image
+      # registry.k8s.io/pause is this program alone), for the real node's sandbox image.
+      src="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' k8s.io/kubernetes)"
+      build_c "$src/build/pause/linux/pause.c" "$out/pause" ;;
     kwok)
       # The default Stages kwokctl hands to kwok (sigs.k8s.io/kwok, pkg/kwokctl/runtime/cluster.go,
       # getDefaultNodeStages with a lease, getDefaultPodStages).
@@ -73,7 +114,10 @@ extras() {
       # The CRDs of the release the controller is built from (config/crd/bases in the module).
       src="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' github.com/chaos-mesh/chaos-mesh)"
       mkdir -p "$out/crds"
-      cp "$src"/config/crd/bases/chaos-mesh.org_*.yaml "$out/crds/" ;;
+      cp "$src"/config/crd/bases/chaos-mesh.org_*.yaml "$out/crds/"
+      # chaos-daemon's `pause` (hack/pause.c; upstream's Makefile: `cc ./hack/pause.c -o images/chaos-daemon/bin/pause`):
+      # StressChaos starts its stressor stopped under it until the process is in the target's cgroup.
+      build_c "$src/hack/pause.c" "$out/pause" ;;
     kfp-apiserver)
       # KFP's CRDs and the API server's and ScheduledWorkflow controller's Roles from the same module version
       # (manifests/kustomize/base/pipeline), and the Argo Workflow CRDs of the Argo version KFP's go.mod pins
@@ -87,6 +131,15 @@ extras() {
       cp "$argo"/manifests/base/crds/minimal/argoproj.io_*.yaml "$out/crds/"
       cp "$src/manifests/kustomize/base/pipeline/ml-pipeline-apiserver-role.yaml" \
         "$src/manifests/kustomize/base/pipeline/ml-pipeline-scheduledworkflow-role.yaml" "$out/rbac/"
+      # What executes a run (scripts/cluster/localcluster/kfpexec.py): the Roles of the run's pods and of the
+      # persistence agent, the ConfigMaps the driver and launcher read, and Argo's controller settings as KFP's
+      # manifests patch them (manifests/kustomize/third-party/argo/base).
+      mkdir -p "$out/exec"
+      cp "$src/manifests/kustomize/base/pipeline/pipeline-runner-role.yaml" \
+        "$src/manifests/kustomize/base/pipeline/ml-pipeline-persistenceagent-role.yaml" \
+        "$src/manifests/kustomize/base/pipeline/kfp-launcher-configmap.yaml" \
+        "$src/manifests/kustomize/base/metadata/base/metadata-grpc-configmap.yaml" \
+        "$src/manifests/kustomize/third-party/argo/base/workflow-controller-configmap-patch.yaml" "$out/exec/"
       module_version "$root/cluster/$c/go.mod" github.com/kubeflow/pipelines >"$out/VERSION" ;;
   esac
 }
@@ -108,13 +161,6 @@ build_one() {
   tmp="$(mktemp -d "$cache/.build-$c.XXXXXX")"
   trap 'rm -rf "$tmp"' RETURN
   ldflags="-s -w"
-  # KFP's API server needs cgo: its storage package reads go-sqlite3's error types, which only exist in the cgo
-  # build (kubeflow/pipelines, backend/src/apiserver/storage/db.go). gcc is needed for it alone.
-  local cgo=0
-  if [[ "$c" == kfp-apiserver ]]; then
-    cgo=1
-    command -v "${CC:-gcc}" >/dev/null 2>&1 || die "$c: cgo needs a C compiler (gcc): apt-get install gcc"
-  fi
   if [[ "$c" == kubernetes ]]; then
     # Without these the binaries call themselves v0.0.0-master+$Format:...$; upstream's build sets them the same
     # way (kubernetes/kubernetes, hack/lib/version.sh, kube::version::ldflags).
@@ -126,8 +172,13 @@ build_one() {
     ldflags+=" -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
     ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
   fi
+  local cgo
   for entry in $(binaries "$c"); do
-    name="${entry%%=*}"; pkg="${entry#*=}"
+    name="${entry%%=*}"; pkg="${entry#*=}"; cgo=0
+    if [[ "$pkg" == *=cgo ]]; then
+      pkg="${pkg%=cgo}"; cgo=1
+      command -v "${CC:-gcc}" >/dev/null 2>&1 || die "$c: $name needs cgo and a C compiler (gcc): apt-get install gcc"
+    fi
     echo "cluster build: $c: $name ($pkg) ..." >&2
     if ! (cd "$root/cluster/$c" && CGO_ENABLED="$cgo" GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
           /usr/bin/time -v -o "$tmp/$name.time" nice -n 10 \

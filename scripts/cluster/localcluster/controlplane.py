@@ -1,8 +1,13 @@
-"""Start and stop the local control plane (docs/cluster.md): everything on 127.0.0.1, free ports, state in one dir.
+"""Start and stop the local cluster (docs/cluster.md): free ports, state in one directory.
 
 etcd → kube-apiserver → kube-controller-manager, kube-scheduler, KWOK, Chaos Mesh's controller-manager,
-kube-state-metrics → the real Prometheus scraping kube-state-metrics. Binaries come from
-scripts/cluster/build.sh's cache. Each component's flags are read from its upstream source (cited where set).
+kube-state-metrics → the real Prometheus scraping kube-state-metrics → the real node (node.py: containerd, the
+kubelet, kube-proxy and CoreDNS) → KFP's API server and its execution path (kfp.py, kfpexec.py). Binaries come
+from scripts/cluster/build.sh's cache, images from images.py's. Each component's flags are read from its upstream
+source (cited where set).
+
+The control plane listens on the host end of the node's link (node.NodeNet.host_ip), which is also reachable from
+the host itself: the node, its pods and the tests on the host all dial the same address.
 """
 
 from __future__ import annotations
@@ -23,16 +28,18 @@ from pathlib import Path
 
 import yaml
 
-from . import kfp, procs
+from . import hostservices, images, kfp, kfpexec, node, procs
 from .pki import CertificateAuthority, KeyPair, service_account_keys
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILD = ROOT / "scripts" / "cluster" / "build.sh"
 OUR_STAGES = ROOT / "scripts" / "cluster" / "stages"  # the project's own KWOK Stages (pod-oom-kill.yaml)
-COMPONENTS = ("etcd", "kubernetes", "kwok", "chaos-mesh", "kube-state-metrics", "kfp-apiserver")
+COMPONENTS = ("etcd", "kubernetes", "kwok", "chaos-mesh", "kube-state-metrics", "kfp-apiserver", "argo", "coredns")
 # Stop order: the clients first, etcd last, so nothing logs a storm of connection errors on the way down.
 STOP_ORDER = (
+    *kfpexec.PROCESSES,
     *kfp.PROCESSES,
+    *node.PROCESSES,
     "prometheus",
     "kube-state-metrics",
     "chaos-controller-manager",
@@ -98,6 +105,7 @@ class ClusterEnv:
     prometheus_url: str
     api_url: str
     kfp_host: str = ""  # KFP's API server (scripts/cluster/localcluster/kfp.py)
+    node_name: str = ""  # the real node (node.py)
 
     @property
     def env_file(self) -> Path:
@@ -244,10 +252,17 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
 
 def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: KeyPair) -> ClusterEnv:
     k8s = bins["kubernetes"]
+    why_not = node.unavailable()
+    if why_not:
+        raise ClusterError(why_not)
+    # The node's network first: the API server and the services pods reach bind its host end.
+    net = node.make_network(state)
+    node.save_net(state, net)
+    address = net.host_ip
     ports = free_ports(
         "etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus"
     )
-    server = f"https://127.0.0.1:{ports['apiserver']}"
+    server = f"https://{address}:{ports['apiserver']}"
 
     # etcd: flags as controller-runtime's envtest starts it (kubernetes-sigs/controller-runtime,
     # pkg/internal/testing/controlplane/etcd.go); --unsafe-no-fsync because the data is thrown away.
@@ -278,6 +293,7 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         "kube-apiserver",
         server_names=(
             "127.0.0.1",
+            address,
             "10.0.0.1",
             "localhost",
             "kubernetes",
@@ -287,14 +303,17 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         ),
         client=False,
     )
+    # The API server's identity towards kubelets: system:masters, as kubeadm's apiserver-kubelet-client
+    # (kubernetes/kubernetes, cmd/kubeadm/app/phases/certs/certlist.go: KubeadmCertKubeletClient).
+    kubelet_client = ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
     procs.start(
         state,
         "kube-apiserver",
         [
             str(k8s / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
             f"--secure-port={ports['apiserver']}",
             f"--cert-dir={state / 'apiserver'}",
             f"--tls-cert-file={serving.cert}",
@@ -306,9 +325,11 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
             f"--service-account-signing-key-file={sa.key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
-            # The `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints refuse (loopback):
-            # no reconciler, as nothing here runs in a pod that dials the API server through the Service.
-            "--endpoint-reconciler-type=none",
+            # The `kubernetes` Service's endpoint is the advertised address (the default `lease` reconciler):
+            # pods on the real node reach the API server through it, as in any cluster.
+            # kubectl logs/exec and metrics go to the kubelet with this client certificate.
+            f"--kubelet-client-certificate={kubelet_client.cert}",
+            f"--kubelet-client-key={kubelet_client.key}",
             "--profiling=false",
         ],
     )
@@ -339,8 +360,13 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
             # TaintNodesByCondition admission puts on every new Node, once KWOK reports it Ready.
             # daemonset-controller: a chaos-daemon DaemonSet's pods land only on nodes whose taints it tolerates
             # (tests/cluster/test_doctor_blockers.py).
+            # The real node adds what its pods need: Services' EndpointSlices (endpointslice-controller; the
+            # mirroring one for Endpoints made by hand), the kube-root-ca.crt ConfigMap every ServiceAccount token
+            # volume projects (root-ca-certificate-publisher-controller), and pod garbage collection.
             "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
-            "namespace-controller,serviceaccount-controller,node-lifecycle-controller,daemonset-controller",
+            "namespace-controller,serviceaccount-controller,node-lifecycle-controller,daemonset-controller,"
+            "endpointslice-controller,endpointslice-mirroring-controller,endpoints-controller,"
+            "root-ca-certificate-publisher-controller,pod-garbage-collector-controller",
             "--use-service-account-credentials=true",
             "--leader-elect=false",
             "--secure-port=0",  # staging/src/k8s.io/apiserver/pkg/server/options/serving.go: 0 = don't serve
@@ -445,7 +471,7 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
             "--resources=pods,nodes,deployments,replicasets,namespaces",
         ],
     )
-    prometheus_url = _start_prometheus(state, ports["prometheus"], f"127.0.0.1:{ports['ksm']}")
+    prometheus_url = _start_prometheus(state, address, ports["prometheus"], f"127.0.0.1:{ports['ksm']}")
 
     _register_webhooks(api, ca.cert, ports["webhook"])
     _make_nodes(api)
@@ -475,12 +501,16 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         "kube-state-metrics",
     )
 
+    node_images = _start_node(state, bins, ca, api, net, server, component_kubeconfig)
+
     try:
-        backend = kfp.start(state, api, bins["kfp-apiserver"], server, ca.cert, _wait)
-    except kfp.KfpError as error:
+        backend = kfp.start(state, api, bins["kfp-apiserver"], server, ca.cert, _wait, address, node_images)
+        kfpexec.start(state, api, bins, server, ca.cert, admin_kubeconfig, net, node_images, backend, _wait)
+    except (kfp.KfpError, kfpexec.KfpExecError) as error:
         raise ClusterError(str(error)) from error
 
-    env = ClusterEnv(state, admin_kubeconfig, runner_kubeconfig, prometheus_url, server, backend.host)
+    env = ClusterEnv(state, admin_kubeconfig, runner_kubeconfig, prometheus_url, server, backend.host, node.NODE_NAME)
+    image_lines = "".join(f"export KFCHAOS_NODE_IMAGE_{k.upper().replace('-', '_')}={v}\n" for k, v in node_images.all().items())
     env.env_file.write_text(
         f"export KUBECONFIG={admin_kubeconfig}\n"
         f"export KFCHAOS_RUNNER_KUBECONFIG={runner_kubeconfig}\n"
@@ -489,8 +519,58 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         f"export KFCHAOS_CLUSTER_WEBHOOK=https://127.0.0.1:{ports['webhook']}\n"
         f"export KUBE_STATE_METRICS_URL=http://127.0.0.1:{ports['ksm']}\n"
         f"export KFP_HOST={backend.host}\n"
+        f"export KFCHAOS_NODE={node.NODE_NAME}\n"
+        f"export KFCHAOS_NODE_IP={net.node_ip}\n"
+        f"export KFCHAOS_NODE_NETNS={net.netns}\n"
+        # Components run on the image built from this working tree (images.py); compile names it.
+        f"export KFCHAOS_IMAGE={node_images.component}\n"
+        f"{image_lines}"
     )
     return env
+
+
+def _start_node(
+    state: Path,
+    bins: dict[str, Path],
+    ca: CertificateAuthority,
+    api: Api,
+    net: node.NodeNet,
+    server: str,
+    component_kubeconfig: Callable[..., Path],
+) -> images.Images:
+    """CoreDNS, containerd, the kubelet and kube-proxy on the node's network namespace; the images imported."""
+    k8s = bins["kubernetes"]
+    try:
+        node_images = images.build(ROOT, ROOT / ".venv" / "bin" / "pip", bins)
+    except images.ImageError as error:
+        raise ClusterError(f"building the node's images failed: {error}") from error
+    dns_kubeconfig = component_kubeconfig("coredns", "coredns", ("system:masters",))
+    node.start_coredns(state, net, bins["coredns"] / "coredns", dns_kubeconfig)
+    hostservices.external_service(
+        api,
+        "kube-system",
+        "kube-dns",
+        net.host_ip,
+        [hostservices.Port("dns", 53, 53, "UDP"), hostservices.Port("dns-tcp", 53, 53, "TCP")],
+        cluster_ip=node.DNS_SERVICE_IP,
+    )
+    node.make_cgroup_root(net)
+    node.start_containerd(state, net, node_images.pause)
+    _wait("containerd", lambda: node.containerd_socket(state).is_socket(), state, "containerd")
+    try:
+        node.ctr(state, "images", "import", "--all-platforms", str(node_images.archive))
+    except (node.NodeError, subprocess.TimeoutExpired) as error:
+        raise ClusterError(f"importing the node's images into containerd failed: {error}") from error
+    # The kubelet's identity: system:node:<name> in system:nodes, what the Node authorizer and NodeRestriction
+    # expect (kubernetes/kubernetes, plugin/pkg/auth/authorizer/node/node_authorizer.go).
+    kubelet_kubeconfig = component_kubeconfig("kubelet", f"system:node:{node.NODE_NAME}", ("system:nodes",))
+    serving = ca.issue("kubelet-serving", node.NODE_NAME, server_names=(net.node_ip, node.NODE_NAME), client=False)
+    config = node.kubelet_config(state, net, ca.cert, serving.cert, serving.key)
+    node.start_kubelet(state, net, k8s / "kubelet", kubelet_kubeconfig, config)
+    proxy_kubeconfig = component_kubeconfig("kube-proxy", "system:kube-proxy")
+    node.start_kube_proxy(state, net, k8s / "kube-proxy", proxy_kubeconfig)
+    _wait("the real node to be Ready", lambda: node.node_ready(api.request), state, "kubelet")
+    return node_images
 
 
 # The chart's image for the controller: <images.registry>/<controllerManager.image.repository>:<images.tag>,
@@ -561,7 +641,7 @@ def _tls_accepts(port: int, context: ssl.SSLContext) -> bool:
         return True
 
 
-def _start_prometheus(state: Path, port: int, target: str) -> str:
+def _start_prometheus(state: Path, address: str, port: int, target: str) -> str:
     binary = shutil.which("prometheus")
     if binary is None:
         raise ClusterError(
@@ -574,7 +654,7 @@ def _start_prometheus(state: Path, port: int, target: str) -> str:
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         f"scrape_configs:\n  - job_name: kube-state-metrics\n    static_configs:\n      - targets: ['{target}']\n"
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{address}:{port}"
     procs.start(
         state,
         "prometheus",
@@ -582,7 +662,7 @@ def _start_prometheus(state: Path, port: int, target: str) -> str:
             binary,
             f"--config.file={config}",
             f"--storage.tsdb.path={directory / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
+            f"--web.listen-address={address}:{port}",
             "--web.enable-lifecycle",
         ],
     )
@@ -772,8 +852,13 @@ def reuse(state: Path) -> ClusterEnv | None:
 def down(state: Path | None = None) -> list[str]:
     state = (state or default_state()).resolve()
     stopped = procs.stop_all(state, STOP_ORDER)
+    # The node's containers, shims, mounts, network namespace and cgroups outlive its processes: sweep them.
+    node.teardown(state)
     (state / "env").unlink(missing_ok=True)
     left = procs.leftovers(state)
     if left:
         raise ClusterError(f"processes still running after cluster-down: {procs.describe(left)}")
+    remains = node.leftovers(state)
+    if remains:
+        raise ClusterError(f"the node left these behind after cluster-down: {'; '.join(remains)}")
     return stopped

@@ -1,9 +1,10 @@
-"""KFP's own API server in the local control plane (docs/kfp-backend.md), all on 127.0.0.1.
+"""KFP's own API server in the local cluster (docs/kfp-backend.md).
 
-MariaDB (Debian's package, scripts/ensure-mariadb.sh) → an S3 object store (moto's server, from PyPI) → KFP's
-ScheduledWorkflow CRD and Argo's Workflow CRDs → the API server's and the ScheduledWorkflow controller's
-ServiceAccounts and Roles → the API server (KFP_HOST) and the ScheduledWorkflow controller. There is no Argo
-controller: a created run is an Argo Workflow object that nothing executes; tests read and drive it.
+MariaDB (Debian's package, scripts/ensure-mariadb.sh) on 127.0.0.1 → an S3 object store (moto's server, from PyPI)
+→ KFP's ScheduledWorkflow CRD and Argo's Workflow CRDs → the API server's and the ScheduledWorkflow controller's
+ServiceAccounts and Roles → the API server (KFP_HOST) and the ScheduledWorkflow controller. The object store and
+the API server listen on the cluster's address (the host end of the real node's link), where the pods of a run
+reach them; kfpexec.py starts what executes a run (Argo, ML Metadata, the persistence agent).
 
 Both KFP binaries build their Kubernetes clients with client-go's rest.InClusterConfig (kubeflow/pipelines,
 backend/src/apiserver/client/util.go, backend/src/common/util/execution_client.go), which reads the token and CA
@@ -62,6 +63,12 @@ Wait = Callable[[str, Callable[[], bool], Path, "str | None"], None]
 class Kfp:
     host: str  # the API server's HTTP endpoint (what `kfchaos --host` and kfp.Client take)
     version: str  # the pinned module version of github.com/kubeflow/pipelines
+    address: str  # where the API server and the object store listen
+    http_port: int
+    rpc_port: int
+    s3_port: int
+    s3_access_key: str
+    s3_secret_key: str
 
 
 def mariadbd() -> tuple[str, str]:
@@ -72,14 +79,14 @@ def mariadbd() -> tuple[str, str]:
     return server, install
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-def _port_open(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), timeout=2):
+def port_open(port: int, address: str = "127.0.0.1") -> bool:
+    with socket.create_connection((address, port), timeout=2):
         return True
 
 
@@ -95,24 +102,46 @@ def start(
     server: str,
     ca_cert: Path,
     wait: Wait,
+    address: str,
+    images: Images,
 ) -> Kfp:
-    """Start KFP's backend against the running control plane (`server`, trusted through `ca_cert`)."""
-    ports = {name: _free_port() for name in ("db", "s3", "kfp-http", "kfp-rpc", "kfp-visualization")}
+    """Start KFP's backend against the running control plane (`server`, trusted through `ca_cert`); its listeners
+    on `address`, its compiled Workflows naming the node's driver and launcher `images`."""
+    ports = {name: free_port() for name in ("db", "s3", "kfp-http", "kfp-rpc", "kfp-visualization")}
     root = state / "kfp"
     root.mkdir(parents=True, exist_ok=True)
     database = _start_mariadb(state, root, ports["db"], wait)
-    _start_objectstore(state, ports["s3"], wait)
+    _start_objectstore(state, address, ports["s3"], wait)
     _install_crds_and_rbac(api, bin_dir, wait, state)
-    tokens = {sa: _token(api, sa) for sa in (API_SERVICE_ACCOUNT, SWF_SERVICE_ACCOUNT)}
+    tokens = {sa: token(api, sa) for sa in (API_SERVICE_ACCOUNT, SWF_SERVICE_ACCOUNT)}
     version = (bin_dir / "VERSION").read_text().strip()
     host = _start_apiserver(
-        state, root, bin_dir, server, ca_cert, tokens[API_SERVICE_ACCOUNT], ports, database, version
+        state, root, bin_dir, server, ca_cert, tokens[API_SERVICE_ACCOUNT], ports, database, version, address, images
     )
     wait(
         "KFP API server /apis/v2beta1/healthz", lambda: _http_ok(f"{host}/apis/v2beta1/healthz"), state, "kfp-apiserver"
     )
     _start_scheduledworkflow(state, root, bin_dir, server, ca_cert, tokens[SWF_SERVICE_ACCOUNT])
-    return Kfp(host=host, version=version)
+    return Kfp(
+        host=host,
+        version=version,
+        address=address,
+        http_port=ports["kfp-http"],
+        rpc_port=ports["kfp-rpc"],
+        s3_port=ports["s3"],
+        s3_access_key=S3_ACCESS_KEY,
+        s3_secret_key=S3_SECRET_KEY,
+    )
+
+
+# moto accepts any credentials; these are what the API server and the pods' Secret carry.
+S3_ACCESS_KEY = "kfchaos"
+S3_SECRET_KEY = "kfchaos-local"
+
+
+class Images(Protocol):
+    kfp_driver: str
+    kfp_launcher: str
 
 
 # --- MariaDB ---------------------------------------------------------------------------------------------
@@ -167,7 +196,7 @@ def _start_mariadb(state: Path, root: Path, port: int, wait: Wait) -> _Database:
             *as_root,
         ],
     )
-    wait("MariaDB", lambda: _port_open(port), state, "kfp-mariadb")
+    wait("MariaDB", lambda: port_open(port), state, "kfp-mariadb")
     return _Database(port, "kfp", password)
 
 
@@ -180,10 +209,11 @@ def _run(argv: list[str]) -> str:
 # --- the object store ------------------------------------------------------------------------------------
 
 
-def _start_objectstore(state: Path, port: int, wait: Wait) -> None:
-    """moto's S3 server (PyPI `moto[server]`): the API server keeps each uploaded pipeline file there."""
-    procs.start(state, "kfp-objectstore", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)])
-    wait("the object store (moto)", lambda: _http_ok(f"http://127.0.0.1:{port}/moto-api/"), state, "kfp-objectstore")
+def _start_objectstore(state: Path, address: str, port: int, wait: Wait) -> None:
+    """moto's S3 server (PyPI `moto[server]`): the API server keeps each uploaded pipeline file there, and a run's
+    launchers its artifacts (KFP's MinIO, minio-service.kubeflow:9000, points here: kfpexec.py)."""
+    procs.start(state, "kfp-objectstore", [sys.executable, "-m", "moto.server", "-H", address, "-p", str(port)])
+    wait("the object store (moto)", lambda: _http_ok(f"http://{address}:{port}/moto-api/"), state, "kfp-objectstore")
 
 
 # --- CRDs and RBAC ---------------------------------------------------------------------------------------
@@ -230,7 +260,7 @@ def _established(api: Api, names: list[str]) -> bool:
     return True
 
 
-def _token(api: Api, service_account: str) -> str:
+def token(api: Api, service_account: str) -> str:
     answer = api.request(
         "POST",
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{service_account}/token",
@@ -242,31 +272,39 @@ def _token(api: Api, service_account: str) -> str:
 # --- the KFP processes -----------------------------------------------------------------------------------
 
 
-def _in_cluster(root: Path, name: str, token: str, ca_cert: Path, argv: list[str]) -> list[str]:
-    """argv run in its own mount namespace where /run/secrets/... holds `token` and the cluster's CA."""
-    files = root / f"{name}-serviceaccount"
-    files.mkdir(exist_ok=True)
-    (files / "token").write_text(token)
-    (files / "token").chmod(0o600)
-    shutil.copy(ca_cert, files / "ca.crt")
-    (files / "namespace").write_text(NAMESPACE)
+def in_cluster(
+    root: Path, name: str, token: str, ca_cert: Path, argv: list[str], extra: dict[str, str] | None = None
+) -> list[str]:
+    """argv run in its own mount namespace where /run/secrets/... holds `token` and the cluster's CA, plus `extra`
+    files (paths under /run → content), as a pod's projected volumes would."""
+    files = root / f"{name}-run"
+    shutil.rmtree(files, ignore_errors=True)
+    sa_dir = files / SA_DIR.removeprefix("/run/")
+    sa_dir.mkdir(parents=True)
+    (sa_dir / "token").write_text(token)
+    shutil.copy(ca_cert, sa_dir / "ca.crt")
+    (sa_dir / "namespace").write_text(NAMESPACE)
+    for path, content in (extra or {}).items():
+        target = files / path.removeprefix("/run/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    for path in files.rglob("*"):
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    files.chmod(0o700)
     if shutil.which("unshare") is None:
         raise KfpError("unshare (util-linux) is needed to give KFP's binaries their in-cluster credentials")
     if os.geteuid() != 0:
         # Mounting over /run in a new mount namespace needs CAP_SYS_ADMIN (the project's machines and CI run as
         # root). Not tried here: an unprivileged user namespace (unshare --user --map-root-user).
         raise KfpError("KFP's API server is started in its own mount namespace, which needs root here")
-    script = (
-        'set -e; mount -t tmpfs -o mode=0755 kfchaos-kfp /run; mkdir -p "$1"; cp "$2"/token "$2"/ca.crt '
-        '"$2"/namespace "$1"/; shift 2; exec "$@"'
-    )
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", SA_DIR, str(files), *argv]
+    script = 'set -e; mount -t tmpfs -o mode=0755 kfchaos-kfp /run; cp -a "$1"/. /run/; shift; exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", str(files), *argv]
 
 
-def _in_cluster_env(server: str) -> dict[str, str]:
+def in_cluster_env(server: str) -> dict[str, str]:
     # rest.InClusterConfig reads the API server's address from these (client-go, rest/config.go).
-    port = server.rsplit(":", 1)[1]
-    return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port}
+    host, port = server.removeprefix("https://").rsplit(":", 1)
+    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
 
 
 def _start_apiserver(
@@ -279,6 +317,8 @@ def _start_apiserver(
     ports: dict[str, int],
     database: _Database,
     version: str,
+    address: str,
+    images: Images,
 ) -> str:
     # The settings of backend/src/apiserver/config/config.json (the file the image ships), with the database
     # and object store pointed at ours (client_manager.go reads DBConfig.MySQLConfig.{Host,Port,User,Password}
@@ -299,11 +339,11 @@ def _start_apiserver(
             "ConMaxLifeTime": "120s",
         },
         "ObjectStoreConfig": {
-            "Host": "127.0.0.1",
+            "Host": address,
             "Port": str(ports["s3"]),
             "Secure": False,
-            "AccessKey": "kfchaos",
-            "SecretAccessKey": "kfchaos-local",
+            "AccessKey": S3_ACCESS_KEY,
+            "SecretAccessKey": S3_SECRET_KEY,
             "BucketName": "mlpipeline",
             "PipelinePath": "pipelines",
         },
@@ -334,16 +374,24 @@ def _start_apiserver(
         # main.go dials its own gRPC server at "localhost" + rpcPortFlag for the HTTP gateway, so the gRPC port
         # can only be given as ":port" (all interfaces); the HTTP port that clients use is bound to loopback.
         f"--rpcPortFlag=:{ports['kfp-rpc']}",
-        f"--httpPortFlag=127.0.0.1:{ports['kfp-http']}",
+        f"--httpPortFlag={address}:{ports['kfp-http']}",
         "--logtostderr=true",
     ]
     procs.start(
         state,
         "kfp-apiserver",
-        _in_cluster(root, "apiserver", token, ca_cert, argv),
-        env={**_in_cluster_env(server), "HOME": str(home), "POD_NAMESPACE": NAMESPACE},
+        in_cluster(root, "apiserver", token, ca_cert, argv),
+        env={
+            **in_cluster_env(server),
+            "HOME": str(home),
+            "POD_NAMESPACE": NAMESPACE,
+            # The images its Workflow compiler names for the driver and launcher
+            # (backend/src/v2/compiler/argocompiler/container.go: V2_DRIVER_IMAGE, V2_LAUNCHER_IMAGE).
+            "V2_DRIVER_IMAGE": images.kfp_driver,
+            "V2_LAUNCHER_IMAGE": images.kfp_launcher,
+        },
     )
-    return f"http://127.0.0.1:{ports['kfp-http']}"
+    return f"http://{address}:{ports['kfp-http']}"
 
 
 def _start_scheduledworkflow(state: Path, root: Path, bin_dir: Path, server: str, ca_cert: Path, token: str) -> None:
@@ -371,8 +419,8 @@ def _start_scheduledworkflow(state: Path, root: Path, bin_dir: Path, server: str
     procs.start(
         state,
         "kfp-scheduledworkflow",
-        _in_cluster(root, "scheduledworkflow", token, ca_cert, argv),
-        env={**_in_cluster_env(server), "CRON_SCHEDULE_TIMEZONE": "UTC"},
+        in_cluster(root, "scheduledworkflow", token, ca_cert, argv),
+        env={**in_cluster_env(server), "CRON_SCHEDULE_TIMEZONE": "UTC"},
     )
 
 

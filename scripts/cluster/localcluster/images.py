@@ -1,0 +1,422 @@
+"""The real node's container images, built here without a registry (docs/cluster.md, "Images").
+
+Nothing is pulled. One Debian layer (mmdebstrap, bookworm, from the machine's apt sources) is shared by every image
+but `pause`; each image adds a layer of its own: the binaries built by scripts/cluster/build.sh, or kfchaos installed
+from the working tree into a virtualenv (its dependencies as wheels from PyPI). umoci assembles them into one OCI
+layout; `ctr images import` loads it into the node's containerd, whose pods use them with IfNotPresent.
+
+Every step is cached under ${KFCHAOS_CACHE:-~/.cache/kfchaos}/images, keyed by a hash of its inputs, so a second
+build does nothing. The names below are the one place image references are made; cluster-up writes the ones
+pipelines need into `<state>/env` (KFCHAOS_IMAGE, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+REGISTRY = "kfchaos.local"
+# Debian packages of the shared layer: Python for kfchaos, and what chaos-daemon calls
+# (chaos-mesh/chaos-mesh, images/chaos-daemon/Dockerfile: iptables ipset stress-ng iproute2 util-linux procps).
+DEBIAN_SUITE = "bookworm"
+DEBIAN_PACKAGES = (
+    "ca-certificates",
+    "python3",
+    "python3-venv",
+    "iptables",
+    "ipset",
+    "iproute2",
+    "stress-ng",
+    "procps",
+    "util-linux",
+    "tzdata",
+)
+DEBIAN_LAYER_VERSION = "1"  # bump when the customize hooks below change
+# Versions that name images (the components' go.mod pins; pause is the program build.sh compiles).
+PAUSE_TAG = "3.10"
+ARGO_TAG = "v3.3.10"
+KFP_TAG = "2.1.0"
+CHAOS_DAEMON_TAG = "v2.8.4-47411975"
+SOURCE_PATHS = ("src", "pyproject.toml", "README.md", "experiments", "baselines", "traffic")
+VENV = "/opt/kfchaos/venv"
+USER_ID = 10001  # the Dockerfile's `USER 10001`
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("KFCHAOS_CACHE") or str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kfchaos")
+    return Path(base) / "images"
+
+
+@dataclass(frozen=True)
+class Images:
+    """The references of the node's images (what manifests, the KFP backend and compile name)."""
+
+    pause: str
+    component: str
+    argoexec: str
+    kfp_driver: str
+    kfp_launcher: str
+    chaos_daemon: str
+    archive: Path  # the OCI archive holding all of them
+
+    def all(self) -> dict[str, str]:
+        return {
+            "pause": self.pause,
+            "component": self.component,
+            "argoexec": self.argoexec,
+            "kfp-driver": self.kfp_driver,
+            "kfp-launcher": self.kfp_launcher,
+            "chaos-daemon": self.chaos_daemon,
+        }
+
+
+def _digest(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:12]
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _run(argv: list[str], **kwargs: object) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        raise ImageError(f"{' '.join(argv[:6])} ...: exit {done.returncode}\n{(done.stderr or done.stdout)[-4000:]}")
+
+
+def _tree_files(root: Path) -> list[Path]:
+    """The working tree's files under SOURCE_PATHS that git tracks or would track (untracked, not ignored)."""
+    done = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-co", "--exclude-standard", "--", *SOURCE_PATHS],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ImageError(f"git ls-files in {root}: {done.stderr.strip()}")
+    return sorted(root / line for line in done.stdout.splitlines() if (root / line).is_file())
+
+
+def source_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in _tree_files(root):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:10]
+
+
+# --- layers ----------------------------------------------------------------------------------------------
+
+
+def _normalize(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.mtime = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _layer_of_files(out: Path, files: Iterable[tuple[Path, str, int]]) -> Path:
+    """An uncompressed layer tar of (source, path in the image, mode), parent directories included."""
+    tmp = out.with_suffix(".tmp")
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        made: set[str] = set()
+        for source, target, mode in files:
+            parts = Path(target.lstrip("/")).parts
+            for depth in range(1, len(parts)):
+                directory = "/".join(parts[:depth])
+                if directory not in made:
+                    info = tarfile.TarInfo(directory)
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o755
+                    tar.addfile(_normalize(info))
+                    made.add(directory)
+            info = tar.gettarinfo(str(source), arcname="/".join(parts))
+            info.mode = mode
+            info.uid = info.gid = 0
+            with source.open("rb") as data:
+                tar.addfile(_normalize(info), data)
+    tmp.rename(out)
+    return out
+
+
+def debian_layer() -> Path:
+    """The shared Debian layer: mmdebstrap's minbase of DEBIAN_SUITE with DEBIAN_PACKAGES, as a tarball.
+    iptables is set to its legacy backend as chaos-daemon's image does (images/chaos-daemon/Dockerfile)."""
+    key = _digest(DEBIAN_SUITE, *DEBIAN_PACKAGES, DEBIAN_LAYER_VERSION)
+    out = cache_dir() / f"debian-{DEBIAN_SUITE}-{key}.tar"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".partial.tar")
+    _run(
+        [
+            "mmdebstrap",
+            "--mode=root",
+            "--variant=minbase",
+            "--quiet",
+            f"--include={','.join(DEBIAN_PACKAGES)}",
+            "--customize-hook=chroot \"$1\" update-alternatives --set iptables /usr/sbin/iptables-legacy",
+            "--customize-hook=chroot \"$1\" update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy",
+            f"--customize-hook=chroot \"$1\" useradd --uid {USER_ID} --no-create-home --shell /usr/sbin/nologin kfchaos",
+            # apt's lists and caches are not wanted in an image.
+            "--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*.bin",
+            DEBIAN_SUITE,
+            str(tmp),
+        ],
+        env={**os.environ, "SOURCE_DATE_EPOCH": "0"},
+    )
+    tmp.rename(out)
+    return out
+
+
+def wheelhouse(root: Path, pip: Path) -> Path:
+    """kfchaos's dependencies as wheels (from PyPI), keyed by pyproject.toml; built with the project's own pip,
+    whose Python has the same minor version (3.11) as Debian bookworm's python3."""
+    key = _digest((root / "pyproject.toml").read_bytes())
+    out = cache_dir() / f"wheels-{key}"
+    if (out / ".complete").is_file():
+        return out
+    tmp = Path(tempfile.mkdtemp(prefix=".wheels-", dir=cache_dir()))
+    try:
+        _run([str(pip), "wheel", "--quiet", "--wheel-dir", str(tmp), str(root)])
+        for own in tmp.glob("kfchaos-*.whl"):
+            own.unlink()
+        (tmp / ".complete").touch()
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def component_layer(root: Path, pip: Path, debian: Path) -> tuple[Path, str]:
+    """kfchaos installed from the working tree into VENV on the Debian layer's python3, with the experiments,
+    baselines and traffic the Dockerfile copies into /opt/kfchaos. Returns the layer and the image tag."""
+    from_tree = source_digest(root)
+    version = _package_version(root)
+    wheels = wheelhouse(root, pip)
+    key = _digest(debian.name, wheels.name, from_tree)
+    out = cache_dir() / f"component-{key}.tar"
+    tag = f"{version.replace('+', '-')}-{from_tree}"
+    if out.is_file():
+        return out, tag
+    work = Path(tempfile.mkdtemp(prefix=".component-", dir=cache_dir()))
+    try:
+        rootfs = work / "rootfs"
+        rootfs.mkdir()
+        _run(["tar", "-C", str(rootfs), "-xf", str(debian)])
+        own = work / "own"
+        _run([str(pip), "wheel", "--quiet", "--no-deps", "--wheel-dir", str(own), str(root)])
+        (rootfs / "tmp" / "wheels").mkdir(parents=True)
+        for wheel in [*wheels.glob("*.whl"), *own.glob("*.whl")]:
+            shutil.copy(wheel, rootfs / "tmp" / "wheels" / wheel.name)
+        chroot_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+        _run(["chroot", str(rootfs), "python3", "-m", "venv", VENV], env=chroot_env)
+        _run(
+            [
+                "chroot", str(rootfs), f"{VENV}/bin/pip", "install", "--quiet", "--no-index", "--no-cache-dir",
+                "--disable-pip-version-check", "--find-links", "/tmp/wheels", "kfchaos",
+            ],
+            env=chroot_env,
+        )
+        opt = rootfs / "opt" / "kfchaos"
+        for name in ("experiments", "baselines", "traffic"):
+            if (root / name).is_dir():
+                shutil.copytree(root / name, opt / name, ignore=shutil.ignore_patterns(".*"))
+        tmp = out.with_suffix(".tmp")
+        _run(
+            [
+                "tar", "-C", str(rootfs), "--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner",
+                "-cf", str(tmp), "opt/kfchaos",
+            ]
+        )
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out, tag
+
+
+def _package_version(root: Path) -> str:
+    project = tomllib.loads((root / "pyproject.toml").read_text()).get("project", {})
+    if "version" not in project:
+        raise ImageError("pyproject.toml: [project] has no version")
+    return str(project["version"])
+
+
+# --- the images ------------------------------------------------------------------------------------------
+
+NSEXEC = Path(__file__).resolve().parent / "nsexec.py"
+
+
+@dataclass(frozen=True)
+class _Image:
+    ref: str
+    base: bool  # on the Debian layer
+    layers: tuple[Path, ...]
+    config: tuple[str, ...]  # umoci config flags
+
+
+def _images(root: Path, pip: Path, bins: dict[str, Path]) -> list[_Image]:
+    cache = cache_dir() / "layers"
+    cache.mkdir(parents=True, exist_ok=True)
+
+    def files_layer(name: str, files: list[tuple[Path, str, int]]) -> Path:
+        key = _digest(*(f"{target}:{mode}:{_file_digest(source)}" for source, target, mode in files))
+        out = cache / f"{name}-{key}.tar"
+        return out if out.is_file() else _layer_of_files(out, files)
+
+    debian = debian_layer()
+    component, component_tag = component_layer(root, pip, debian)
+    k8s, kfp, argo, chaos = bins["kubernetes"], bins["kfp-apiserver"], bins["argo"], bins["chaos-mesh"]
+    bin_dir = "/usr/local/bin"
+    path_env = f"--config.env=PATH={bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"
+    return [
+        # registry.k8s.io/pause is its one program (kubernetes/kubernetes, build/pause/Dockerfile: FROM scratch).
+        _Image(
+            f"{REGISTRY}/pause:{PAUSE_TAG}",
+            False,
+            (files_layer("pause", [(k8s / "pause", "/pause", 0o755)]),),
+            ("--config.entrypoint=/pause", "--config.user=65535:65535"),
+        ),
+        # The Dockerfile's image: kfchaos in a virtualenv on PATH, USER 10001, /opt/kfchaos as working directory.
+        _Image(
+            f"{REGISTRY}/kfchaos:{component_tag}",
+            True,
+            (component,),
+            (
+                f"--config.env=PATH={VENV}/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--config.env=PYTHONDONTWRITEBYTECODE=1",
+                "--config.env=PYTHONUNBUFFERED=1",
+                f"--config.user={USER_ID}",
+                "--config.workingdir=/opt/kfchaos",
+                "--config.cmd=kfchaos",
+                "--config.cmd=--help",
+            ),
+        ),
+        # argoproj/argo-workflows v3.3.10, Dockerfile (target argoexec): the binary on PATH as the entrypoint.
+        _Image(
+            f"{REGISTRY}/argoexec:{ARGO_TAG}",
+            True,
+            (files_layer("argoexec", [(argo / "argoexec", f"{bin_dir}/argoexec", 0o755)]),),
+            (path_env, "--config.entrypoint=argoexec"),
+        ),
+        # kubeflow/pipelines 2.1.0, backend/Dockerfile.driver and Dockerfile.launcher (the Workflow runs them
+        # by name: `driver`, `launcher-v2 --copy ...`, backend/src/v2/compiler/argocompiler/container.go).
+        _Image(
+            f"{REGISTRY}/kfp-driver:{KFP_TAG}",
+            True,
+            (files_layer("kfp-driver", [(kfp / "driver", f"{bin_dir}/driver", 0o755)]),),
+            (path_env, "--config.entrypoint=driver"),
+        ),
+        _Image(
+            f"{REGISTRY}/kfp-launcher:{KFP_TAG}",
+            True,
+            (files_layer("kfp-launcher", [(kfp / "launcher-v2", f"{bin_dir}/launcher-v2", 0o755)]),),
+            (path_env, "--config.entrypoint=launcher-v2"),
+        ),
+        # chaos-mesh/chaos-mesh, images/chaos-daemon/Dockerfile: chaos-daemon, pause and cdh in /usr/local/bin
+        # beside Debian's stress-ng, iptables (legacy), ipset and iproute2. nsexec is a port of upstream's
+        # (nsexec.py says why); memStress, toda, tproxy and byteman are release downloads from GitHub
+        # that no registry here serves, so the faults that need them fail with chaos-daemon's own error.
+        _Image(
+            f"{REGISTRY}/chaos-daemon:{CHAOS_DAEMON_TAG}",
+            True,
+            (
+                files_layer(
+                    "chaos-daemon",
+                    [
+                        (chaos / "chaos-daemon", f"{bin_dir}/chaos-daemon", 0o755),
+                        (chaos / "cdh", f"{bin_dir}/cdh", 0o755),
+                        (chaos / "pause", f"{bin_dir}/pause", 0o755),
+                        (NSEXEC, f"{bin_dir}/nsexec", 0o755),
+                    ],
+                ),
+            ),
+            (path_env, "--config.env=RUST_BACKTRACE=1", "--config.entrypoint=chaos-daemon"),
+        ),
+    ]
+
+
+def build(root: Path, pip: Path, bins: dict[str, Path]) -> Images:
+    """Every image of the node in one OCI archive (cached: an unchanged set is not assembled again)."""
+    specs = _images(root, pip, bins)
+    debian = debian_layer()
+    key = _digest(debian.name, *(f"{s.ref}|{s.base}|{[p.name for p in s.layers]}|{s.config}" for s in specs))
+    archive = cache_dir() / f"node-images-{key}.tar"
+    refs = {s.ref.split("/", 1)[1].split(":", 1)[0]: s.ref for s in specs}
+    images = Images(
+        pause=refs["pause"],
+        component=refs["kfchaos"],
+        argoexec=refs["argoexec"],
+        kfp_driver=refs["kfp-driver"],
+        kfp_launcher=refs["kfp-launcher"],
+        chaos_daemon=refs["chaos-daemon"],
+        archive=archive,
+    )
+    if archive.is_file():
+        return images
+    work = Path(tempfile.mkdtemp(prefix=".oci-", dir=cache_dir()))
+    try:
+        layout = work / "layout"
+        _run(["umoci", "init", "--layout", str(layout)])
+        _run(["umoci", "new", "--image", f"{layout}:scratch"])
+        _run(["umoci", "raw", "add-layer", "--no-history", "--image", f"{layout}:scratch", "--tag", "debian", str(debian)])
+        names: dict[str, str] = {}
+        for index, spec in enumerate(specs):
+            tag = f"image{index}"
+            names[tag] = spec.ref
+            source = "debian" if spec.base else "scratch"
+            for number, layer in enumerate(spec.layers):
+                _run(
+                    [
+                        "umoci", "raw", "add-layer", "--no-history", "--image",
+                        f"{layout}:{source if number == 0 else tag}", "--tag", tag, str(layer),
+                    ]
+                )
+            _run(["umoci", "config", "--no-history", "--image", f"{layout}:{tag}", *spec.config])
+        _name_images(layout, names)
+        tmp = archive.with_suffix(".tmp")
+        _run(["tar", "-C", str(layout), "-cf", str(tmp), "."])
+        tmp.rename(archive)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return images
+
+
+def _name_images(layout: Path, names: dict[str, str]) -> None:
+    """Give each manifest its full reference: containerd's importer names an image by the index entry's
+    io.containerd.image.name annotation (containerd, images/archive/importer.go), and umoci's tags (the
+    org.opencontainers.image.ref.name annotation) cannot hold a registry and a repository."""
+    index_path = layout / "index.json"
+    index = json.loads(index_path.read_text())
+    kept = []
+    for manifest in index["manifests"]:
+        tag = manifest.get("annotations", {}).get("org.opencontainers.image.ref.name")
+        if tag in names:
+            manifest["annotations"] = {
+                "io.containerd.image.name": names[tag],
+                "org.opencontainers.image.ref.name": names[tag].rsplit(":", 1)[1],
+            }
+            kept.append(manifest)
+    index["manifests"] = kept
+    index_path.write_text(json.dumps(index))
