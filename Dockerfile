@@ -15,7 +15,10 @@ WORKDIR /opt/kfchaos
 # Dependencies first, so a code change does not reinstall them.
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip install . && useradd --uid 10001 --no-create-home kfchaos
+RUN pip install . && useradd --uid 10001 --no-create-home kfchaos \
+    # KFP's launcher writes output artifacts under /minio, /s3 or /gcs (backend/src/v2/component/launcher_v2.go,
+    # LocalPathForURI) as the image's user: they must exist and be its own.
+    && mkdir /minio /s3 /gcs && chown 10001:10001 /minio /s3 /gcs
 
 # Experiments, the recorded traffic they reference (../traffic/...) and baselines: the pipeline's default experiment_dir is
 # /opt/kfchaos/experiments, where traffic paths in experiment files resolve.

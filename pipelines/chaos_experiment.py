@@ -6,14 +6,19 @@ run id, whatever failed; inside it preflight -> baseline -> steady state -> gate
 of a fault's first stage creates it, every replay task watches the faults alive in its stage while it
 replays (verified windows), and the replay task of its last stage removes it (kfchaos.steps.stagefaults),
 so a fault runs when the experiment file says and each stage is judged on the time it was seen active.
-A bracketed step sits in `dsl.If(previous gate == 'continue')` with a `dsl.Else` that records "skipped", and
-the gate after it reads the branch that ran through
-`dsl.OneOf`: that is the only way KFP lets a task outside an If read its outputs, and it means the UI shows
-exactly how far the ramp got. Each gate appends its step's result to a JSON history it passes on, because the
-verdict cannot take a list built from several tasks' outputs.
+The graph has no branches (dsl.If, dsl.Else and dsl.OneOf need a KFP backend of 2.2 or later): every stage's
+replay is handed the previous gate's decision, and after a "stop" it sends and injects nothing and its metrics
+task records the stage as skipped, so the UI and the verdict see how far the ramp got. Each gate appends its
+step's result to a JSON history it passes on, because the verdict cannot take a list built from several tasks'
+outputs.
 
-Caching is off for every task that touches the cluster or depends on time (all but the pure gate and skip
-steps): KFP's cache key ignores env vars and secrets, so a cached replay would silently report old traffic.
+Tasks keep their generated names (replay-stage-2, stage-gate-3, ...): a display name replaces the task's name in
+the IR (taskInfo.name), and KFP 2.1.0's driver finds a producer task by that name (backend/src/v2/metadata/
+client.go, GetExecutionsInDAG keys executions by task_name), so a renamed task's outputs can no longer be read
+("cannot find producer task"). Only the exit task, whose outputs nothing reads, is renamed.
+
+Caching is off for every task that touches the cluster or depends on time (all but the pure gate step): KFP's
+cache key ignores env vars and secrets, so a cached replay would silently report old traffic.
 Retries only where a step is idempotent (preflight, baseline, collect, remove, cleanup).
 """
 
@@ -32,7 +37,6 @@ from components.preflight.component import preflight as preflight_op
 from components.remove_faults.component import remove_faults as remove_op
 from components.replay_shard.component import replay_shard as shard_op
 from components.replay_stage.component import replay_stage as replay_op
-from components.skip_stage.component import skip_stage as skip_op
 from components.stage_gate.component import stage_gate as gate_op
 from components.stage_start.component import stage_start as start_op
 from components.steady_state.component import steady_state as steady_op
@@ -83,7 +87,13 @@ def _with_target_secret(task: PipelineTask, auth_env: str | None) -> PipelineTas
 
 
 def _sharded_replay(
-    defaults: PipelineDefaults, stage: int, experiment: Any, experiment_dir: Any, target: Any, run_id: Any
+    defaults: PipelineDefaults,
+    stage: int,
+    experiment: Any,
+    experiment_dir: Any,
+    target: Any,
+    run_id: Any,
+    decision: Any,
 ) -> PipelineTask:
     """start -> ParallelFor(shard pods) -> merge (kfchaos.steps.shards); the merge task stands where the single
     replay task stood: same outputs. Inside the ExitHandler, which kubeflow/pipelines#12390 reports failing on
@@ -91,10 +101,14 @@ def _sharded_replay(
     auth_env = defaults.auth_env
     start = _no_cache(
         start_op(
-            experiment=experiment, experiment_dir=experiment_dir, run_id=run_id, stage=stage, shards=defaults.shards
+            experiment=experiment,
+            experiment_dir=experiment_dir,
+            run_id=run_id,
+            stage=stage,
+            shards=defaults.shards,
+            decision=decision,
         )
     )
-    start.set_display_name(f"start {stage}%")
     # parallelism = shards: every shard must be running at the common start time, none may wait for a slot.
     with dsl.ParallelFor(list(range(defaults.shards)), parallelism=defaults.shards, name=f"shards-{stage}") as shard:
         part = _no_cache(
@@ -109,7 +123,6 @@ def _sharded_replay(
                 schedule=start.outputs["schedule"],
             )
         )
-        part.set_display_name(f"replay {stage}% shard")
         _with_target_secret(part, auth_env)
     merge = _no_cache(
         merge_op(
@@ -123,7 +136,6 @@ def _sharded_replay(
             parts=dsl.Collected(part.outputs["requests"]),
         )
     )
-    merge.set_display_name(f"replay {stage}% (merge)")
     return merge
 
 
@@ -170,45 +182,38 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
             )
             _with_target_secret(steady, auth_env)
             steady_gate = gate_op(stage=0, result=steady.output, history="[]")
-            steady_gate.set_display_name("gate: steady state")
 
+            # No dsl.If/dsl.Else/dsl.OneOf: backends before KFP 2.2 cannot run them (docs/pipelines.md). Each stage
+            # is passed the previous gate's decision, and after a "stop" it sends and injects nothing and is
+            # recorded as skipped (kfchaos.steps.gates), which stops every later stage the same way.
             gate = steady_gate
             for stage in defaults.stages:
-                with dsl.If(gate.outputs["decision"] == "continue", name=f"stage-{stage}"):
-                    if defaults.shards == 1:
-                        replay = _no_cache(
-                            replay_op(
-                                experiment=experiment,
-                                experiment_dir=experiment_dir,
-                                target=target,
-                                run_id=run_id,
-                                stage=stage,
-                            )
-                        )
-                        replay.set_display_name(f"replay {stage}%")
-                        _with_target_secret(replay, auth_env)
-                    else:
-                        replay = _sharded_replay(defaults, stage, experiment, experiment_dir, target, run_id)
-                    collect = _no_cache(
-                        collect_op(
+                decision = gate.outputs["decision"]
+                if defaults.shards == 1:
+                    replay = _no_cache(
+                        replay_op(
                             experiment=experiment,
+                            experiment_dir=experiment_dir,
+                            target=target,
+                            run_id=run_id,
                             stage=stage,
-                            replay=replay.outputs["Output"],
-                            baseline_in=baseline_artifact,
-                            requests=replay.outputs["requests"],
-                        ),
-                        retries=1,
+                            decision=decision,
+                        )
                     )
-                    collect.set_display_name(f"metrics {stage}%")
-                with dsl.Else(name=f"stage-{stage}-skipped"):
-                    skipped = skip_op(stage=stage, reason="an earlier gate stopped the ramp")
-                    skipped.set_display_name(f"skipped {stage}%")
-                gate = gate_op(
-                    stage=stage,
-                    result=dsl.OneOf(collect.outputs["Output"], skipped.output),
-                    history=gate.outputs["history"],
+                    _with_target_secret(replay, auth_env)
+                else:
+                    replay = _sharded_replay(defaults, stage, experiment, experiment_dir, target, run_id, decision)
+                collect = _no_cache(
+                    collect_op(
+                        experiment=experiment,
+                        stage=stage,
+                        replay=replay.outputs["Output"],
+                        baseline_in=baseline_artifact,
+                        requests=replay.outputs["requests"],
+                    ),
+                    retries=1,
                 )
-                gate.set_display_name(f"gate {stage}%")
+                gate = gate_op(stage=stage, result=collect.outputs["Output"], history=gate.outputs["history"])
 
             remove = _no_cache(
                 remove_op(
@@ -221,9 +226,8 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
                 ),
                 retries=2,
             )
-            remove.set_display_name("remove faults + recovery")
             _with_target_secret(remove, auth_env)
-            verdict = _no_cache(
+            _no_cache(
                 verdict_op(
                     experiment=experiment,
                     baseline=baseline,
@@ -239,6 +243,5 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
                     recovery=remove.output,
                 )
             )
-            verdict.set_display_name("verdict + report")
 
     return chaos_experiment

@@ -8,7 +8,13 @@ from kfchaos.kfp.image import component_image
 
 @dsl.component(base_image=component_image(), install_kfp_package=False)
 def stage_start(
-    experiment: str, experiment_dir: str, run_id: str, stage: int, shards: int, schedule: Output[Artifact]
+    experiment: str,
+    experiment_dir: str,
+    run_id: str,
+    stage: int,
+    shards: int,
+    decision: str,
+    schedule: Output[Artifact],
 ) -> str:
     """Returns JSON: start_at (epoch), the stage's plan hash, the faults created (kfchaos.steps.shards.start).
 
@@ -20,7 +26,12 @@ def stage_start(
     from kfchaos.steps import shards as steps
 
     out = steps.start(
-        experiment_text=experiment, experiment_dir=experiment_dir, run_id=run_id, stage=stage, shards=shards
+        experiment_text=experiment,
+        experiment_dir=experiment_dir,
+        run_id=run_id,
+        stage=stage,
+        shards=shards,
+        decision=decision,
     )
     Path(schedule.path).parent.mkdir(parents=True, exist_ok=True)
     Path(schedule.path).write_text(out)

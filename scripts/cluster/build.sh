@@ -47,6 +47,37 @@ binaries() {
   esac
 }
 
+# Go files a module's repository holds as symbolic links, which module zips leave out (a zip holds regular files
+# only: golang.org/x/mod/zip), as "module=path=target" (path and target relative to the module's root). The build
+# restores them in a copy of the module that a scratch go.mod (-modfile) replaces it with; Go refuses overlays of
+# files in the module cache, so `go build -overlay` cannot.
+# argo-workflows v3.3.10: workflow/executor/os-specific/signal_linux.go -> signal_darwin.go (git mode 120000).
+module_symlinks() {
+  case "$1" in
+    argo) echo "github.com/argoproj/argo-workflows/v3=workflow/executor/os-specific/signal_linux.go=signal_darwin.go" ;;
+  esac
+}
+
+# A go.mod for `go build -modfile` whose replace directives point each module of module_symlinks at a copy with
+# its links restored (nothing printed when the component has none).
+restored_modfile() {
+  local c="$1" go="$2" work="$3" entry module path target dir copy
+  [[ -n "$(module_symlinks "$c")" ]] || return 0
+  mkdir -p "$work/src"
+  cp "$root/cluster/$c/go.mod" "$work/go.mod"
+  cp "$root/cluster/$c/go.sum" "$work/go.sum"
+  for entry in $(module_symlinks "$c"); do
+    module="${entry%%=*}"; path="${entry#*=}"; target="${path#*=}"; path="${path%%=*}"
+    dir="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' "$module")"
+    copy="$work/src/${module//\//_}"
+    if [[ ! -d "$copy" ]]; then cp -r "$dir" "$copy"; chmod -R u+w "$copy"; fi
+    [[ -f "$copy/$(dirname "$path")/$target" ]] || die "$c: $module has no $(dirname "$path")/$target (the link $path)"
+    ln -sfn "$target" "$copy/$path"
+    printf '\nreplace %s => %s\n' "$module" "$copy" >>"$work/go.mod"
+  done
+  echo "$work/go.mod"
+}
+
 # The upstream module whose version names the component.
 main_module() {
   case "$1" in
@@ -72,7 +103,7 @@ component_dir() {
   [[ -f "$mod" ]] || die "cluster/$c/go.mod is missing"
   version="$(module_version "$mod" "$(main_module "$c")")"
   [[ -n "$version" ]] || die "cluster/$c/go.mod: no require line for $(main_module "$c")"
-  sum="$( (cat "$mod" "$root/cluster/$c/go.sum"; binaries "$c"; extras_version "$c") | sha256sum | cut -c1-10)"
+  sum="$( (cat "$mod" "$root/cluster/$c/go.sum"; binaries "$c"; extras_version "$c"; module_symlinks "$c") | sha256sum | cut -c1-10)"
   echo "$cache/$c-$version-$sum"
 }
 
@@ -172,7 +203,9 @@ build_one() {
     ldflags+=" -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
     ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
   fi
-  local cgo
+  local cgo modfile modfile_flag=()
+  modfile="$(restored_modfile "$c" "$go" "$tmp/restored")"
+  [[ -z "$modfile" ]] || modfile_flag=(-modfile "$modfile")
   for entry in $(binaries "$c"); do
     name="${entry%%=*}"; pkg="${entry#*=}"; cgo=0
     if [[ "$pkg" == *=cgo ]]; then
@@ -182,7 +215,7 @@ build_one() {
     echo "cluster build: $c: $name ($pkg) ..." >&2
     if ! (cd "$root/cluster/$c" && CGO_ENABLED="$cgo" GOFLAGS=-mod=readonly GOTOOLCHAIN=local \
           /usr/bin/time -v -o "$tmp/$name.time" nice -n 10 \
-          "$go" build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg") 2>"$tmp/$name.log"; then
+          "$go" build -trimpath "${modfile_flag[@]}" -ldflags "$ldflags" -o "$tmp/$name" "$pkg") 2>"$tmp/$name.log"; then
       tail -n 30 "$tmp/$name.log" >&2
       if grep -qiE 'proxy|dial tcp|no such host|connection refused|403 Forbidden|i/o timeout' "$tmp/$name.log"; then
         die "$c: the Go module proxy (GOPROXY=$("$go" env GOPROXY)) could not serve a module: see above"
@@ -190,6 +223,7 @@ build_one() {
       die "$c: go build $pkg failed: see above"
     fi
   done
+  rm -rf "$tmp/restored"
   extras "$c" "$go" "$tmp"
   mkdir -p "$(dirname "$dir")"
   rm -rf "$dir"

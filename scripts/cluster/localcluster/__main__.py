@@ -1,4 +1,5 @@
-"""`make cluster-up` / `make cluster-down`: PYTHONPATH=scripts/cluster python -m localcluster up|down|status."""
+"""`make cluster-up` / `make cluster-down`: PYTHONPATH=scripts/cluster python -m localcluster up|down|status|images
+(images: build the node's images from the working tree again and import them into the running cluster)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import argparse
 import sys
 import time
 
-from .controlplane import ClusterError, default_state, down, reuse, up
+from .controlplane import ClusterError, default_state, down, refresh_images, reuse, up
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status", "images"))
     args = parser.parse_args(argv)
     state = default_state()
     try:
@@ -22,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "down":
             stopped = down(state)
             print(f"cluster down: stopped {', '.join(stopped) or 'nothing (none was running)'}")
+        elif args.action == "images":
+            node_images = refresh_images(state)
+            print(f"imported {node_images.component} and the node's other images")
         else:
             env = reuse(state.resolve())
             print(f"running: source {env.env_file}" if env else "not running")

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import os
 import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from . import hostservices, images, kfp, kfpexec, node, procs
+from . import chaosdaemon, hostservices, images, kfp, kfpexec, node, procs
 from .pki import CertificateAuthority, KeyPair, service_account_keys
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,6 +39,7 @@ OUR_STAGES = ROOT / "scripts" / "cluster" / "stages"  # the project's own KWOK S
 COMPONENTS = ("etcd", "kubernetes", "kwok", "chaos-mesh", "kube-state-metrics", "kfp-apiserver", "argo", "coredns")
 # Stop order: the clients first, etcd last, so nothing logs a storm of connection errors on the way down.
 STOP_ORDER = (
+    "prometheus-pod-targets",
     *kfpexec.PROCESSES,
     *kfp.PROCESSES,
     *node.PROCESSES,
@@ -52,7 +55,6 @@ STOP_ORDER = (
 RUNNER_NAMESPACE = "kubeflow"  # manifests/base/serviceaccount.yaml
 RUNNER = "kfchaos-runner"
 CHAOS_NAMESPACE = "chaos-mesh"
-SERVICE_CIDR = "10.0.0.0/24"
 READY_TIMEOUT = float(os.environ.get("KFCHAOS_CLUSTER_READY_TIMEOUT", "90"))
 
 # The webhooks of Chaos Mesh's helm chart: one mutating and one validating per entry of values.yaml
@@ -294,7 +296,7 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         server_names=(
             "127.0.0.1",
             address,
-            "10.0.0.1",
+            net.api_service_ip,
             "localhost",
             "kubernetes",
             "kubernetes.default",
@@ -323,13 +325,15 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
             f"--service-account-issuer={server}",
             f"--service-account-key-file={sa.cert}",
             f"--service-account-signing-key-file={sa.key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={net.service_cidr}",
             "--allow-privileged=true",
             # The `kubernetes` Service's endpoint is the advertised address (the default `lease` reconciler):
             # pods on the real node reach the API server through it, as in any cluster.
             # kubectl logs/exec and metrics go to the kubelet with this client certificate.
             f"--kubelet-client-certificate={kubelet_client.cert}",
             f"--kubelet-client-key={kubelet_client.key}",
+            # The node's name resolves nowhere on the host: dial the kubelet at the address it reports.
+            "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
         ],
     )
@@ -428,6 +432,8 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         "TEMPLATE_LABELS": "app.kubernetes.io/component:template",
         "CONFIGMAP_LABELS": "app.kubernetes.io/component:webhook",
         "TZ": "UTC",
+        # mTLS towards chaos-daemon on the real node (chaosdaemon.py), as the chart's mtls.enabled sets it.
+        **chaosdaemon.client_certificates(ca),
     }
     controller = [str(bins["chaos-mesh"] / "chaos-controller-manager")]
     procs.start(state, "chaos-controller-manager", controller, controller_env)
@@ -471,7 +477,10 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
             "--resources=pods,nodes,deployments,replicasets,namespaces",
         ],
     )
-    prometheus_url = _start_prometheus(state, address, ports["prometheus"], f"127.0.0.1:{ports['ksm']}")
+    prometheus_kubeconfig = component_kubeconfig("prometheus", "prometheus", ("system:masters",))
+    prometheus_url = _start_prometheus(
+        state, address, ports["prometheus"], f"127.0.0.1:{ports['ksm']}", prometheus_kubeconfig, ca, net.node_ip
+    )
 
     _register_webhooks(api, ca.cert, ports["webhook"])
     _make_nodes(api)
@@ -529,6 +538,28 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     return env
 
 
+def refresh_images(state: Path | None = None) -> images.Images:
+    """Build the node's images again from the working tree (a changed kfchaos gives a new component tag) and
+    import them into the running node's containerd; `<state>/env` then names the new ones."""
+    state = (state or default_state()).resolve()
+    if reuse(state) is None:
+        raise ClusterError(f"no running cluster at {state}: make cluster-up")
+    try:
+        node_images = images.build(ROOT, ROOT / ".venv" / "bin" / "pip", build())
+        node.ctr(state, "images", "import", "--all-platforms", str(node_images.archive))
+    except (images.ImageError, node.NodeError, subprocess.TimeoutExpired) as error:
+        raise ClusterError(f"refreshing the node's images failed: {error}") from error
+    lines = [
+        line
+        for line in (state / "env").read_text().splitlines()
+        if not line.startswith(("export KFCHAOS_IMAGE=", "export KFCHAOS_NODE_IMAGE_"))
+    ]
+    lines.append(f"export KFCHAOS_IMAGE={node_images.component}")
+    lines += [f"export KFCHAOS_NODE_IMAGE_{k.upper().replace('-', '_')}={v}" for k, v in node_images.all().items()]
+    (state / "env").write_text("\n".join(lines) + "\n")
+    return node_images
+
+
 def _start_node(
     state: Path,
     bins: dict[str, Path],
@@ -552,7 +583,7 @@ def _start_node(
         "kube-dns",
         net.host_ip,
         [hostservices.Port("dns", 53, 53, "UDP"), hostservices.Port("dns-tcp", 53, 53, "TCP")],
-        cluster_ip=node.DNS_SERVICE_IP,
+        cluster_ip=net.dns_service_ip,
     )
     node.make_cgroup_root(net)
     node.start_containerd(state, net, node_images.pause)
@@ -570,6 +601,7 @@ def _start_node(
     proxy_kubeconfig = component_kubeconfig("kube-proxy", "system:kube-proxy")
     node.start_kube_proxy(state, net, k8s / "kube-proxy", proxy_kubeconfig)
     _wait("the real node to be Ready", lambda: node.node_ready(api.request), state, "kubelet")
+    chaosdaemon.deploy(api, ca, node_images.chaos_daemon, state)
     return node_images
 
 
@@ -577,7 +609,17 @@ def _start_node(
 # from helm/chaos-mesh/values.yaml of the commit cluster/chaos-mesh/go.mod pins (its images.tag is v2.8.4).
 CONTROLLER_IMAGE = "ghcr.io/chaos-mesh/chaos-mesh:v2.8.4"
 # Per-machine settings of the process: not what a Deployment in a cluster would carry.
-LOCAL_ONLY_ENV = ("KUBECONFIG", "WEBHOOK_HOST", "WEBHOOK_PORT", "CERTS_DIR", "METRICS_HOST", "METRICS_PORT")
+LOCAL_ONLY_ENV = (
+    "KUBECONFIG",
+    "WEBHOOK_HOST",
+    "WEBHOOK_PORT",
+    "CERTS_DIR",
+    "METRICS_HOST",
+    "METRICS_PORT",
+    "CHAOS_MESH_CA_CERT",
+    "CHAOS_DAEMON_CLIENT_CERT",
+    "CHAOS_DAEMON_CLIENT_KEY",
+)
 
 
 def controller_deployment(env: dict[str, str]) -> dict[str, object]:
@@ -641,7 +683,9 @@ def _tls_accepts(port: int, context: ssl.SSLContext) -> bool:
         return True
 
 
-def _start_prometheus(state: Path, address: str, port: int, target: str) -> str:
+def _start_prometheus(
+    state: Path, address: str, port: int, target: str, kubeconfig: Path, ca: CertificateAuthority, node_ip: str
+) -> str:
     binary = shutil.which("prometheus")
     if binary is None:
         raise ClusterError(
@@ -650,9 +694,22 @@ def _start_prometheus(state: Path, address: str, port: int, target: str) -> str:
     directory = state / "prometheus"
     directory.mkdir()
     config = directory / "prometheus.yml"
+    kubelet_client = ca.issue("prometheus-kubelet", "prometheus", ("system:masters",))
+    pod_targets = directory / "pods.json"
+    pod_targets.write_text("[]")
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"scrape_configs:\n  - job_name: kube-state-metrics\n    static_configs:\n      - targets: ['{target}']\n"
+        yaml.safe_dump(_prometheus_config(target, node_ip, pod_targets, ca.cert, kubelet_client), sort_keys=False)
+    )
+    procs.start(
+        state,
+        "prometheus-pod-targets",
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parent / "podtargets.py"),
+            f"--kubeconfig={kubeconfig}",
+            f"--node={node.NODE_NAME}",
+            f"--out={pod_targets}",
+        ],
     )
     url = f"http://{address}:{port}"
     procs.start(
@@ -668,6 +725,32 @@ def _start_prometheus(state: Path, address: str, port: int, target: str) -> str:
     )
     _wait("prometheus /-/ready", lambda: _http_ok(f"{url}/-/ready"), state, "prometheus")
     return url
+
+
+def _prometheus_config(ksm: str, node_ip: str, pod_targets: Path, ca: Path, client: KeyPair) -> dict[str, object]:
+    """kube-state-metrics; the real node's kubelet (cAdvisor's container series, /metrics/cadvisor, over TLS with a
+    client certificate); and the node's pods that ask to be scraped (prometheus.io/* annotations), from the file
+    podtargets.py keeps (Debian's Prometheus has no Kubernetes service discovery: podtargets.py says more). The
+    jobs are those of Prometheus's example configuration for Kubernetes (prometheus/prometheus,
+    documentation/examples/prometheus-kubernetes.yml: kubernetes-nodes-cadvisor, kubernetes-pods)."""
+    return {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "kube-state-metrics", "static_configs": [{"targets": [ksm]}]},
+            {
+                "job_name": "kubernetes-nodes-cadvisor",
+                "scrape_interval": "5s",
+                "scheme": "https",
+                "metrics_path": "/metrics/cadvisor",
+                "tls_config": {"ca_file": str(ca), "cert_file": str(client.cert), "key_file": str(client.key)},
+                "static_configs": [{"targets": [f"{node_ip}:10250"], "labels": {"node": node.NODE_NAME}}],
+            },
+            {
+                "job_name": "kubernetes-pods",
+                "file_sd_configs": [{"files": [str(pod_targets)], "refresh_interval": "2s"}],
+            },
+        ],
+    }
 
 
 def _register_webhooks(api: Api, ca: Path, port: int) -> None:

@@ -41,6 +41,7 @@ DEBIAN_PACKAGES = (
     "tzdata",
 )
 DEBIAN_LAYER_VERSION = "1"  # bump when the customize hooks below change
+COMPONENT_LAYER_VERSION = "2"  # bump when component_layer() changes what it puts in the layer
 # Versions that name images (the components' go.mod pins; pause is the program build.sh compiles).
 PAUSE_TAG = "3.10"
 ARGO_TAG = "v3.3.10"
@@ -49,6 +50,10 @@ CHAOS_DAEMON_TAG = "v2.8.4-47411975"
 SOURCE_PATHS = ("src", "pyproject.toml", "README.md", "experiments", "baselines", "traffic")
 VENV = "/opt/kfchaos/venv"
 USER_ID = 10001  # the Dockerfile's `USER 10001`
+# KFP's launcher keeps a task's output artifacts under a local path made from the artifact's URI, /minio/..., /s3/...
+# or /gcs/... (kubeflow/pipelines, backend/src/v2/component/launcher_v2.go, LocalPathForURI), creating the
+# directories itself: in an image whose user is not root they must exist and be that user's (the Dockerfile too).
+ARTIFACT_ROOTS = ("minio", "s3", "gcs")
 
 
 class ImageError(RuntimeError):
@@ -215,7 +220,7 @@ def component_layer(root: Path, pip: Path, debian: Path) -> tuple[Path, str]:
     from_tree = source_digest(root)
     version = _package_version(root)
     wheels = wheelhouse(root, pip)
-    key = _digest(debian.name, wheels.name, from_tree)
+    key = _digest(debian.name, wheels.name, from_tree, COMPONENT_LAYER_VERSION)
     out = cache_dir() / f"component-{key}.tar"
     tag = f"{version.replace('+', '-')}-{from_tree}"
     if out.is_file():
@@ -243,11 +248,15 @@ def component_layer(root: Path, pip: Path, debian: Path) -> tuple[Path, str]:
         for name in ("experiments", "baselines", "traffic"):
             if (root / name).is_dir():
                 shutil.copytree(root / name, opt / name, ignore=shutil.ignore_patterns(".*"))
+        for mount_root in ARTIFACT_ROOTS:
+            (rootfs / mount_root).mkdir()
         tmp = out.with_suffix(".tmp")
+        reproducible = ["--sort=name", "--mtime=@0", "--numeric-owner"]
+        _run(["tar", "-C", str(rootfs), *reproducible, "--owner=0", "--group=0", "-cf", str(tmp), "opt/kfchaos"])
         _run(
             [
-                "tar", "-C", str(rootfs), "--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner",
-                "-cf", str(tmp), "opt/kfchaos",
+                "tar", "-C", str(rootfs), *reproducible, f"--owner={USER_ID}", f"--group={USER_ID}",
+                "-rf", str(tmp), *ARTIFACT_ROOTS,
             ]
         )
         tmp.rename(out)
@@ -266,6 +275,7 @@ def _package_version(root: Path) -> str:
 # --- the images ------------------------------------------------------------------------------------------
 
 NSEXEC = Path(__file__).resolve().parent / "nsexec.py"
+MEMSTRESS = Path(__file__).resolve().parent / "memstress.py"
 
 
 @dataclass(frozen=True)
@@ -335,9 +345,10 @@ def _images(root: Path, pip: Path, bins: dict[str, Path]) -> list[_Image]:
             (path_env, "--config.entrypoint=launcher-v2"),
         ),
         # chaos-mesh/chaos-mesh, images/chaos-daemon/Dockerfile: chaos-daemon, pause and cdh in /usr/local/bin
-        # beside Debian's stress-ng, iptables (legacy), ipset and iproute2. nsexec is a port of upstream's
-        # (nsexec.py says why); memStress, toda, tproxy and byteman are release downloads from GitHub
-        # that no registry here serves, so the faults that need them fail with chaos-daemon's own error.
+        # beside Debian's stress-ng, iptables (legacy), ipset and iproute2. nsexec and memStress are ports of
+        # upstream's (nsexec.py and memstress.py say why); toda, tproxy and byteman are release downloads from
+        # GitHub that no registry here serves, so the faults that need them (IOChaos, HTTPChaos, JVMChaos) fail
+        # with chaos-daemon's own error.
         _Image(
             f"{REGISTRY}/chaos-daemon:{CHAOS_DAEMON_TAG}",
             True,
@@ -349,6 +360,7 @@ def _images(root: Path, pip: Path, bins: dict[str, Path]) -> list[_Image]:
                         (chaos / "cdh", f"{bin_dir}/cdh", 0o755),
                         (chaos / "pause", f"{bin_dir}/pause", 0o755),
                         (NSEXEC, f"{bin_dir}/nsexec", 0o755),
+                        (MEMSTRESS, f"{bin_dir}/memStress", 0o755),
                     ],
                 ),
             ),

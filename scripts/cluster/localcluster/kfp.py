@@ -212,7 +212,15 @@ def _run(argv: list[str]) -> str:
 def _start_objectstore(state: Path, address: str, port: int, wait: Wait) -> None:
     """moto's S3 server (PyPI `moto[server]`): the API server keeps each uploaded pipeline file there, and a run's
     launchers its artifacts (KFP's MinIO, minio-service.kubeflow:9000, points here: kfpexec.py)."""
-    procs.start(state, "kfp-objectstore", [sys.executable, "-m", "moto.server", "-H", address, "-p", str(port)])
+    # Path-style buckets whatever the Host: moto reads "minio-service.kubeflow:9000" as bucket "minio-service" in
+    # a virtual-hosted request otherwise (moto/s3/responses.py, subdomain_based_buckets); MinIO, which KFP's
+    # manifests deploy and its clients address path-style, has no such rule.
+    procs.start(
+        state,
+        "kfp-objectstore",
+        [sys.executable, "-m", "moto.server", "-H", address, "-p", str(port)],
+        env={"S3_IGNORE_SUBDOMAIN_BUCKETNAME": "true"},
+    )
     wait("the object store (moto)", lambda: _http_ok(f"http://{address}:{port}/moto-api/"), state, "kfp-objectstore")
 
 

@@ -12,8 +12,8 @@ execution path runs as host processes, each as KFP's manifests deploy it:
 - The Services the run's pods dial (minio-service, metadata-grpc-service, ml-pipeline), as Services of host
   processes (hostservices.py), and the ConfigMaps, Secret, ServiceAccount and Role KFP's manifests create.
 
-Pods of a run tolerate the real node's taint through Argo's workflowDefaults (docs/cluster.md says why the node is
-tainted), the controller's documented way to give every Workflow a setting (argo-workflows v3.3.10,
+Pods of a run go to the real node (its toleration and node selector) through Argo's workflowDefaults (docs/cluster.md
+says why the node is tainted), the controller's documented way to give every Workflow a setting (argo-workflows v3.3.10,
 docs/default-workflow-specs.md).
 """
 
@@ -125,7 +125,9 @@ def _objects(api: Api, bin_dir: Path, backend: kfp.Kfp) -> None:
     data["artifactRepository"] = (  # type: ignore[index]
         data["artifactRepository"].replace("$(kfp-namespace)", NAMESPACE).replace("$(kfp-artifact-bucket-name)", BUCKET)  # type: ignore[index]
     )
-    data["workflowDefaults"] = yaml.safe_dump({"spec": {"tolerations": [NODE_TOLERATION]}})  # type: ignore[index]
+    # Every pod of a run on the real node: the KWOK nodes would take them and only pretend to run them.
+    defaults = {"spec": {"tolerations": [NODE_TOLERATION], "nodeSelector": {node.NODE_LABEL: "true"}}}
+    data["workflowDefaults"] = yaml.safe_dump(defaults)  # type: ignore[index]
     api.apply(f"{core}/configmaps", controller_config)
 
 

@@ -10,6 +10,7 @@ veth pair. The host end of that pair carries the control plane's address as the 
     host netns                                   node netns (<state>/node/netns)
     kfc<i>h 10.252.<i>.1/30  <---- veth ---->    kfc<i>n 10.252.<i>.2/30   (the Node's InternalIP)
     route 10.253.<i>.0/24 via 10.252.<i>.2        kfcbr<i> 10.253.<i>.1/24  (CNI bridge, the pods' gateway)
+    route 10.254.<i>.0/24 via 10.252.<i>.2        kube-proxy's chains for the Services (10.254.<i>.0/24)
                                                   default via 10.252.<i>.1
 
 Each cluster picks its own <i> (from its state directory, skipping one in use), so two clusters on one machine
@@ -42,7 +43,6 @@ NODE_NAME = "kfchaos-node-0"
 NODE_TAINT_KEY = "kfchaos.io/real-node"
 NODE_LABEL = "kfchaos.io/real-node"
 CLUSTER_DOMAIN = "cluster.local"
-DNS_SERVICE_IP = "10.0.0.10"  # the 10th address of SERVICE_CIDR, as kubeadm picks it
 CGROUP_ROOT = "/sys/fs/cgroup"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CONTAINER_LOG_LINKS = Path("/var/log/containers")  # kubelet's fixed path (pkg/kubelet/kuberuntime/kuberuntime_manager.go)
@@ -75,6 +75,20 @@ class NodeNet:
     @property
     def pod_gateway(self) -> str:
         return f"10.253.{self.index}.1"
+
+    @property
+    def service_cidr(self) -> str:
+        return f"10.254.{self.index}.0/24"
+
+    @property
+    def api_service_ip(self) -> str:
+        """The `kubernetes` Service's address: the first of the range (the API server's own rule)."""
+        return f"10.254.{self.index}.1"
+
+    @property
+    def dns_service_ip(self) -> str:
+        """kube-dns's address: the tenth of the range, as kubeadm picks it."""
+        return f"10.254.{self.index}.10"
 
     @property
     def host_veth(self) -> str:
@@ -122,7 +136,7 @@ def _run(*argv: str, netns: Path | None = None, check: bool = True) -> subproces
 
 def _index_in_use(index: int) -> bool:
     addresses = _run("ip", "-o", "-4", "addr", "show").stdout + _run("ip", "-o", "-4", "route", "show").stdout
-    return f"10.252.{index}." in addresses or f"10.253.{index}." in addresses
+    return any(f"10.{block}.{index}." in addresses for block in (252, 253, 254))
 
 
 def pick_net(state: Path) -> NodeNet:
@@ -161,7 +175,9 @@ def make_network(state: Path) -> NodeNet:
         ("ip", "route", "add", "default", "via", net.host_ip),
     ):
         _run(*argv, netns=net.netns)
+    # The host reaches pods and, through kube-proxy in the node, Services (as `minikube tunnel` gives a host).
     _run("ip", "route", "add", net.pod_cidr, "via", net.node_ip)
+    _run("ip", "route", "add", net.service_cidr, "via", net.node_ip)
     # The node routes between its pods and the host; br_netfilter makes pod-to-Service traffic that a DNAT sends
     # back onto the same bridge pass through iptables (kube-proxy's hairpin and reply NAT need it).
     write_sysctl(net, "net.ipv4.ip_forward", "1")
@@ -184,13 +200,14 @@ def save_net(state: Path, net: NodeNet) -> None:
 # --- cgroups ---------------------------------------------------------------------------------------------
 
 
-def _v1_controllers() -> list[Path]:
-    """Every cgroup v1 hierarchy mounted under /sys/fs/cgroup (the unified v2 mount is not the kubelet's here)."""
+def _v1_controllers(types: tuple[str, ...] = ("cgroup",)) -> list[Path]:
+    """Every cgroup hierarchy of `types` mounted under /sys/fs/cgroup: the v1 controllers the kubelet manages, and
+    (with "cgroup2") the hybrid layout's unified mount, where runc also makes a group for each container."""
     found = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
         separator = fields.index("-")
-        if fields[separator + 1] == "cgroup" and fields[4].startswith(CGROUP_ROOT + "/"):
+        if fields[separator + 1] in types and fields[4].startswith(CGROUP_ROOT + "/"):
             found.append(Path(fields[4]))
     return sorted(set(found))
 
@@ -210,10 +227,10 @@ def make_cgroup_root(net: NodeNet) -> None:
 def _cgroup_dirs(net: NodeNet) -> list[Path]:
     """Every group under the node's cgroupRoot, deepest first."""
     dirs: list[Path] = []
-    for controller in _v1_controllers():
+    for controller in _v1_controllers(("cgroup", "cgroup2")):
         root = controller / net.cgroup_parent.lstrip("/")
         if root.is_dir():
-            dirs.extend(path for path, _, _ in os.walk(root))
+            dirs.extend(Path(path) for path, _, _ in os.walk(root))
     return sorted(dirs, key=lambda p: len(p.parts), reverse=True)
 
 
@@ -362,7 +379,7 @@ def kubelet_config(state: Path, net: NodeNet, ca_cert: Path, serving_cert: Path,
         },
         "authorization": {"mode": "Webhook"},
         "clusterDomain": CLUSTER_DOMAIN,
-        "clusterDNS": [DNS_SERVICE_IP],
+        "clusterDNS": [net.dns_service_ip],
         "resolvConf": str(resolv),
         "failSwapOn": False,
         # Images are imported, never pulled: the kubelet must never garbage-collect one (a pod could not start
@@ -482,6 +499,19 @@ def mounts_left(state: Path) -> list[Path]:
     return _mounts_under(state / "node")
 
 
+def _shim_sockets(state: Path) -> list[Path]:
+    """The sockets of the node's containerd shims: /run/containerd/s/<sha256 of address/namespace/id>, outside the
+    state directory (containerd release/1.6, runtime/v2/shim/util_unix.go: SocketAddress, socketRoot)."""
+    tasks = state / "node" / "containerd" / "state" / "io.containerd.runtime.v2.task"
+    sockets = []
+    if tasks.is_dir():
+        for namespace in tasks.iterdir():
+            for task in namespace.iterdir():
+                key = f"{containerd_socket(state)}/{namespace.name}/{task.name}"
+                sockets.append(Path("/run/containerd/s") / hashlib.sha256(key.encode()).hexdigest())
+    return [s for s in sockets if s.exists()]
+
+
 def teardown(state: Path) -> list[str]:
     """Remove what the node left outside its processes, once they are stopped: every process in its cgroups
     (the containers), the containerd shims (they carry the state marker), mounts under <state>/node, the network
@@ -516,10 +546,14 @@ def teardown(state: Path) -> list[str]:
             _run("ip", "link", "delete", net.host_veth, check=False)
             removed.append(f"link {net.host_veth}")
         _run("ip", "route", "delete", net.pod_cidr, check=False)
+        _run("ip", "route", "delete", net.service_cidr, check=False)
         for group in _cgroup_dirs(net):
             with contextlib.suppress(OSError):
                 group.rmdir()
         removed.extend(f"cgroup {g}" for g in _cgroup_dirs(net))
+    for socket in _shim_sockets(state):
+        socket.unlink(missing_ok=True)
+        removed.append(f"socket {socket}")
     logs = state / "node" / "pod-logs"
     if CONTAINER_LOG_LINKS.is_dir():
         for link in CONTAINER_LOG_LINKS.iterdir():
@@ -532,12 +566,13 @@ def teardown(state: Path) -> list[str]:
 def leftovers(state: Path) -> list[str]:
     """What of the node is still on the machine (the cluster-down test asserts this is empty)."""
     found: list[str] = [f"mount {m}" for m in mounts_left(state)]
+    found.extend(f"socket {s}" for s in _shim_sockets(state))
     net = saved_net(state)
     if net is not None:
         if _run("ip", "link", "show", net.host_veth, check=False).returncode == 0:
             found.append(f"link {net.host_veth}")
-        if net.pod_cidr.split("/")[0] in _run("ip", "-4", "route", "show").stdout:
-            found.append(f"route {net.pod_cidr}")
+        routes = _run("ip", "-4", "route", "show").stdout
+        found.extend(f"route {cidr}" for cidr in (net.pod_cidr, net.service_cidr) if cidr.split("/")[0] in routes)
         found.extend(f"cgroup {g}" for g in _cgroup_dirs(net))
         found.extend(f"process {p} in the node's cgroups" for p in cgroup_pids(net))
     return found

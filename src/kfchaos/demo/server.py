@@ -4,6 +4,10 @@
 /v1/completions and /v1/chat/completions (streaming SSE or not), /v1/models, /health and /metrics with
 vLLM's metric names. When the engine's host memory passes the memory limit the process ends itself with
 SIGKILL, as the kernel's OOM killer would; the supervisor (supervisor.py) restarts it and counts the kill.
+
+On a real node (`--real-host-memory-scale S`, docs/cluster.md) none of that is modelled: the server keeps S times
+its modelled host memory really resident (hostmemory.py), the kernel OOM-kills it at the pod's limit, the kubelet
+restarts it, and kube-state-metrics and cAdvisor report it; the server exports only vLLM's series.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from kfchaos.demo import lora
 from kfchaos.demo.disconnect import FINISH_REASONS, Disconnects
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
+from kfchaos.demo.hostmemory import HostMemory
 from kfchaos.demo.prefixcache import paragraph_prefixes
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
 from kfchaos.demo.tokenizer import Tokenizer
@@ -53,7 +58,8 @@ class _Request:
 class Metrics:
     """vLLM's series (names as vLLM exports them), plus the restart and OOM counts the supervisor passes in."""
 
-    def __init__(self, model: str, status: ContainerStatus) -> None:
+    def __init__(self, model: str, status: ContainerStatus | None) -> None:
+        """`status` None: a real node, whose kube-state-metrics and cAdvisor report the container themselves."""
         self.registry = CollectorRegistry()
         labels = ["model_name"]
         self.model = model
@@ -82,7 +88,9 @@ class Metrics:
             series.labels(model)
         for finish in FINISH_REASONS:
             self.success.labels(model, finish)
-        self._export_container_status(status)
+        self.cgroup_id: tuple[str, ...] | None = None
+        if status is not None:
+            self._export_container_status(status)
 
     def _export_container_status(self, status: ContainerStatus) -> None:
         """The series a cluster keeps about this container, exported as a cluster presents them.
@@ -157,11 +165,14 @@ class DemoServer:
         *,
         leak_aborted: bool = False,
         max_model_len: int = 32768,
+        host_memory: HostMemory | None = None,
     ) -> None:
         self.config = config
         self.model = model
         self.engine = Engine(config)
-        self.metrics = Metrics(model, status or ContainerStatus(memory_limit_bytes=config.memory_limit_bytes))
+        self.host_memory = host_memory
+        modelled_status = status or ContainerStatus(memory_limit_bytes=config.memory_limit_bytes)
+        self.metrics = Metrics(model, None if host_memory is not None else modelled_status)
         self.lora = lora.LoraState(lora_config or lora.LoraConfig())
         enabled = self.lora.config.enabled
         self.lora_metrics = lora.LoraMetrics(self.metrics.registry, self.lora.config) if enabled else None
@@ -185,7 +196,9 @@ class DemoServer:
                 await self._wake.wait()
             result = self.engine.step()
             self._update_gauges()
-            if result.oom:
+            if self.host_memory is not None:
+                self.host_memory.follow(self.engine.host_bytes)  # the kernel, not the model, decides on OOM
+            elif result.oom:
                 self._die_of_oom()
             await asyncio.sleep(result.duration_s)
             now = time.monotonic()
@@ -222,7 +235,8 @@ class DemoServer:
         self.metrics.prefix_queries.labels(labels).inc(queries - self._prefix_exported[0])
         self.metrics.prefix_hits.labels(labels).inc(hits - self._prefix_exported[1])
         self._prefix_exported = (queries, hits)
-        self.metrics.working_set.labels(*self.metrics.cgroup_id).set(self.engine.host_bytes)
+        if self.metrics.cgroup_id is not None:
+            self.metrics.working_set.labels(*self.metrics.cgroup_id).set(self.engine.host_bytes)
         if self.lora_metrics is not None:
             self.lora_metrics.update((s.lora for s in self.engine.running), (s.lora for s in self.engine.waiting))
 
@@ -460,6 +474,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--last-exit-code", type=int, default=None, help="set by the supervisor")
     parser.add_argument("--container-id", default="c0", help="set by the supervisor")
     parser.add_argument("--leak-aborted-blocks", action="store_true", help=argparse.SUPPRESS)  # tests only
+    parser.add_argument(
+        "--real-host-memory-scale",
+        type=float,
+        default=0.0,
+        help="on a real node: keep this fraction of the modelled host memory resident and let the kernel OOM-kill",
+    )
     add_engine_arguments(parser)
     lora.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -473,6 +493,7 @@ def main(argv: list[str] | None = None) -> None:
         lora.config_from(args),
         leak_aborted=args.leak_aborted_blocks,
         max_model_len=args.max_model_len,
+        host_memory=HostMemory(args.real_host_memory_scale) if args.real_host_memory_scale else None,
     )
     # handler_cancellation: a client that disconnects cancels its handler at once, as vLLM's with_cancellation
     # does (kfchaos.demo.disconnect), not only at the handler's next write.

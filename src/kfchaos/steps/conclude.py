@@ -16,6 +16,7 @@ from kfchaos import audit
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
 from kfchaos.steps import seams
+from kfchaos.steps.context import task_run_id
 from kfchaos.steps.results import StepResult, load_history
 
 GIT_COMMIT_ENV = "KFCHAOS_GIT_COMMIT"  # baked into the image by the Dockerfile (build arg)
@@ -155,6 +156,7 @@ def conclude(
     html_path: str,
     audit_path: str,
 ) -> Outcome:
+    run_id = task_run_id(run_id)
     from kfchaos.steps.context import experiment_from_text
 
     experiment = experiment_from_text(experiment_text)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kfchaos.steps import seams
-from kfchaos.steps.context import experiment_from_text
+from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import describe, load_history
 from kfchaos.steps.setup import load_optional_baseline
 
@@ -23,6 +23,7 @@ def remove_and_recover(
     experiment_text: str, experiment_dir: str, target: str, run_id: str, history: str, baseline_path: str = ""
 ) -> str:
     """Delete the run's faults, wait until recovered, then probe the target to measure time until SLOs hold."""
+    run_id = task_run_id(run_id)
     from kfchaos.verdict import load_requests
     from kfchaos.verdict.recovery import recovery_check
 
@@ -69,6 +70,7 @@ def remove_and_recover(
 
 def cleanup(experiment_text: str, run_id: str, record_path: str) -> str:
     """The exit handler: remove every object labelled with the run id, whatever happened before."""
+    run_id = task_run_id(run_id)
     experiment = experiment_from_text(experiment_text)
     record: dict[str, Any] = {"run_id": run_id, "started_at": time.time()}
     if seams.cluster_faults(experiment):

@@ -1,4 +1,9 @@
-"""Gate and skip: the pure steps of the ramp. A gate continues only on a result that says it may proceed."""
+"""Gate and skip: the pure steps of the ramp. A gate continues only on a result that says it may proceed.
+
+A stage after a gate that stopped the ramp still has its tasks in the pipeline (the pipeline has no branches: KFP
+backends before 2.2 cannot run dsl.If/dsl.Else/dsl.OneOf, docs/pipelines.md), and they do nothing: its replay
+sends no request and applies no fault (`gated`), and its collect step records it as skipped, which stops the ramp
+again."""
 
 from __future__ import annotations
 
@@ -8,8 +13,16 @@ CONTINUE = "continue"
 STOP = "stop"
 
 
+GATED = "an earlier gate stopped the ramp"
+
+
+def gated(decision: str) -> bool:
+    """True when the gate before this stage stopped the ramp: the stage must neither send nor inject."""
+    return decision != CONTINUE
+
+
 def skipped(stage: int, reason: str) -> str:
-    """The Else branch of a gated step: a result that records how far the ramp got, and stops it."""
+    """The result of a stage the ramp did not reach: it records how far the ramp got, and stops it."""
     step = "stage" if stage else "inject"
     return StepResult(step=step, stage=stage, status="SKIPPED", proceed=False, reasons=[reason]).to_json()
 

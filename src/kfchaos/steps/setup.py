@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
-from kfchaos.steps.context import experiment_from_text
+from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import describe
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 def preflight(experiment_text: str, run_id: str, ramp: str = "") -> str:
     """Spec valid, its stages in this pipeline's ramp, faults render and pass the safety guards, cluster checks
     pass; raises on any problem."""
+    run_id = task_run_id(run_id)
     experiment = experiment_from_text(experiment_text)
     if ramp:
         outside = [s for s in experiment.spec.traffic.stages if s not in json.loads(ramp)]

@@ -27,17 +27,24 @@ from typing import Any
 
 from kfchaos.faults import lorachurn
 from kfchaos.faults.safety import fault_stage_span
-from kfchaos.steps.context import experiment_from_text
+from kfchaos.steps import gates
+from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.stagefaults import StageFaults, faults_in_stage, mark_fault_active, open_stage_faults
 
 WATCH_MARGIN = 0.5  # seconds past the other shards' last possible response (engine sweep, clock skew of the pods)
 
 
-def start(experiment_text: str, experiment_dir: str, run_id: str, stage: int, shards: int) -> str:
-    """Faults in, then the shards' common start time (epoch) and the stage's plan hash, as JSON."""
+def start(
+    experiment_text: str, experiment_dir: str, run_id: str, stage: int, shards: int, decision: str = gates.CONTINUE
+) -> str:
+    """Faults in, then the shards' common start time (epoch) and the stage's plan hash, as JSON. After a gate that
+    stopped the ramp (`decision`), nothing: the shards and the merge pass the marker on (kfchaos.steps.gates)."""
     from kfchaos.traffic.api import plan_stage
     from kfchaos.traffic.merge import stage_plan_hash
 
+    if gates.gated(decision):
+        return json.dumps({"stage": stage, "gated": gates.GATED})
+    run_id = task_run_id(run_id)
     experiment = experiment_from_text(experiment_text)
     if stage not in experiment.spec.traffic.stages:
         return json.dumps({"stage": stage, "not_in_ramp": True})
@@ -76,15 +83,16 @@ def replay_shard(
     records_path: str,
 ) -> str:
     """Replay shard `shard` of `shards` from the common start time; write its records; return its summary."""
+    run_id = task_run_id(run_id)
     from kfchaos.records import REQUEST_SCHEMA
     from kfchaos.traffic.api import plan_stage, run_stage
     from kfchaos.traffic.merge import stage_plan_hash
     from kfchaos.traffic.recorder import write_parquet
 
     begun = json.loads(start_json)
-    if begun.get("not_in_ramp"):
+    if begun.get("not_in_ramp") or begun.get("gated"):
         write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
-        return json.dumps({"stage": stage, "shard": shard, "not_in_ramp": True})
+        return json.dumps({"stage": stage, "shard": shard, **_skip_marker(begun)})
     experiment = experiment_from_text(experiment_text)
     start_at = float(begun["start_at"])
     plan = plan_stage(experiment, stage, base_dir=experiment_dir, shard=shard, shards=shards)
@@ -161,9 +169,14 @@ def merge(
     records_path: str,
 ) -> str:
     """The stage's summary (the single replay task's JSON shape) from its shards; faults ending here removed."""
+    run_id = task_run_id(run_id)
     begun = json.loads(start_json)
-    if begun.get("not_in_ramp"):
-        return json.dumps({"stage": stage, "not_in_ramp": True})
+    if begun.get("not_in_ramp") or begun.get("gated"):
+        from kfchaos.records import REQUEST_SCHEMA
+        from kfchaos.traffic.recorder import write_parquet
+
+        write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
+        return json.dumps({"stage": stage, **_skip_marker(begun)})
     experiment = experiment_from_text(experiment_text)
     results = [json.loads(text) for text in shard_results]
     if len(results) != len(parts):
@@ -183,6 +196,10 @@ def merge(
     faults["marked_requests"] = mark_fault_active(records_path, faults["fault_windows"])
     out = {**summary, "stage": stage, "run_id": run_id, "faults": faults, "replay_reasons": problems}
     return json.dumps(out, sort_keys=True, default=str)
+
+
+def _skip_marker(begun: dict[str, Any]) -> dict[str, Any]:
+    return {"gated": begun["gated"]} if begun.get("gated") else {"not_in_ramp": True}
 
 
 def shard_problems(results: list[dict[str, Any]], shards: int, begun: dict[str, Any], tolerance: float) -> list[str]:

@@ -6,8 +6,8 @@ import json
 import math
 from typing import Any
 
-from kfchaos.steps import seams
-from kfchaos.steps.context import experiment_from_text
+from kfchaos.steps import gates, seams
+from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import StepResult
 from kfchaos.steps.setup import load_optional_baseline
 
@@ -51,6 +51,7 @@ def _judge(
 
 def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id: str, baseline_path: str) -> str:
     """A short replay at the first stage's rate, no faults; a clear failure (not at baseline) stops the run."""
+    run_id = task_run_id(run_id)
     import tempfile
     from pathlib import Path
 
@@ -77,14 +78,30 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
     return StepResult("steady_state", 0, stage_result.status.value, ok, reasons, detail).to_json()
 
 
-def replay(experiment_text: str, experiment_dir: str, target: str, run_id: str, stage: int, records_path: str) -> str:
+def replay(
+    experiment_text: str,
+    experiment_dir: str,
+    target: str,
+    run_id: str,
+    stage: int,
+    records_path: str,
+    decision: str = gates.CONTINUE,
+) -> str:
     """Replay one stage under the faults the file puts on it: applied at their first stage's start, watched
     while the replay runs, removed after their last stage (kfchaos.steps.stagefaults). A stage not in this
-    experiment's ramp (the generic pipeline has five) replays nothing."""
+    experiment's ramp (the generic pipeline has five), or after a gate that stopped the ramp (`decision`),
+    replays nothing and injects nothing; its records file is empty."""
+    from kfchaos.records import REQUEST_SCHEMA
     from kfchaos.steps.stagefaults import mark_fault_active, under_faults
+    from kfchaos.traffic.recorder import write_parquet
 
+    if gates.gated(decision):
+        write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
+        return json.dumps({"stage": stage, "gated": gates.GATED})
+    run_id = task_run_id(run_id)
     experiment = experiment_from_text(experiment_text)
     if stage not in experiment.spec.traffic.stages:
+        write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
         return json.dumps({"stage": stage, "not_in_ramp": True})
 
     def run() -> dict[str, Any]:
@@ -106,6 +123,8 @@ def collect(
 ) -> tuple[str, dict[str, float]]:
     """(stage result JSON, figures for KFP Metrics)."""
     summary = json.loads(replay_summary)
+    if summary.get("gated"):
+        return gates.skipped(stage, str(summary["gated"])), {}
     if summary.get("not_in_ramp"):
         result = StepResult("stage", stage, "SKIPPED", True, [f"stage {stage} is not in this experiment's ramp"])
         return result.to_json(), {}

@@ -1,1 +1,0 @@
-"""Skip-stage component."""

@@ -1,0 +1,167 @@
+"""The real node of the local cluster (docs/cluster.md, "The real node"): what its end-to-end tests share.
+
+`llm_target` runs the demo LLM server as manifests/demo-target deploys it, on the real node, from the component
+image built from this working tree, behind its Service; `kfchaos()` runs the installed command with the cluster's
+image and KFP host; `scratch_root()` is a copy of the sources an experiment is compiled and uploaded from (as
+scripts/e2e-kind.sh does), so the checkout's compiled pipelines and lock file stay as committed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from tests.cluster.conftest import ROOT, RealCluster
+from tests.cluster.test_rbac_real import apply_all
+from tests.manifests.test_manifests import MANIFESTS, kustomize_build
+
+TARGET_NAMESPACE = "llm-serving"  # manifests/overlays/llm-serving
+NODE_LABEL = "kfchaos.io/real-node"
+NODE_TOLERATION = {"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+KFCHAOS = Path(sys.executable).parent / "kfchaos"
+
+
+@dataclass(frozen=True)
+class NodeCluster:
+    cluster: RealCluster
+    values: dict[str, str]  # <state>/env
+
+    @property
+    def kfp_host(self) -> str:
+        return self.values["KFP_HOST"]
+
+    @property
+    def image(self) -> str:
+        return self.values["KFCHAOS_IMAGE"]
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.admin_kubeconfig),
+            "KFCHAOS_IMAGE": self.image,
+            "PROMETHEUS_URL": self.cluster.prometheus_url,
+        }
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        values[key] = value
+    return values
+
+
+@pytest.fixture(scope="session")
+def node_cluster(real_cluster: RealCluster) -> NodeCluster:
+    values = _read_env(real_cluster.env.env_file)
+    if "KFCHAOS_NODE" not in values:
+        pytest.fail(f"the cluster at {real_cluster.env.state} has no real node (started before the node existed?)")
+    admin = real_cluster.api_client()
+    objects = kustomize_build(MANIFESTS)
+    apply_all(admin, [o for o in objects if o["kind"] == "Namespace"])
+    apply_all(admin, [o for o in objects if o["kind"] != "Namespace"])
+    return NodeCluster(real_cluster, values)
+
+
+def eventually(what: str, check: Callable[[], Any], timeout: float = 180.0, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as error:  # the condition's own failure, shown if it never comes true
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+
+
+def demo_target_objects(image: str, *, replicas: int = 1, args: tuple[str, ...] = (), memory: str = "512Mi") -> list[dict[str, Any]]:
+    """manifests/demo-target on the real node: the image built here, the node's toleration and selector."""
+    objects = [o for o in yaml.safe_load_all((MANIFESTS / "demo-target" / "deployment.yaml").read_text()) if o]
+    for obj in objects:
+        obj["metadata"]["namespace"] = TARGET_NAMESPACE
+        if obj["kind"] != "Deployment":
+            continue
+        obj["spec"]["replicas"] = replicas
+        pod = obj["spec"]["template"]["spec"]
+        pod["tolerations"] = [NODE_TOLERATION]
+        pod["nodeSelector"] = {NODE_LABEL: "true"}
+        container = pod["containers"][0]
+        container["image"] = image
+        container["command"] = [*container["command"], *args]
+        container["resources"]["limits"]["memory"] = memory
+        container["resources"]["requests"]["cpu"] = "100m"
+        container["resources"]["requests"]["memory"] = "128Mi"
+    return objects
+
+
+@dataclass(frozen=True)
+class Target:
+    cluster_ip: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        """The Service's address, reachable from the host (the node routes the Service range)."""
+        return f"http://{self.cluster_ip}:{self.port}"
+
+
+def deploy_target(node: NodeCluster, **options: Any) -> Target:
+    admin = node.cluster.api_client()
+    apply_all(admin, demo_target_objects(node.image, **options))
+    apps = k8s.AppsV1Api(admin)
+
+    def rolled_out() -> bool:
+        d = apps.read_namespaced_deployment("demo-llm", TARGET_NAMESPACE)
+        status = d.status
+        return bool(
+            status.observed_generation == d.metadata.generation
+            and (status.updated_replicas or 0) == d.spec.replicas
+            and (status.ready_replicas or 0) == d.spec.replicas
+            and (status.replicas or 0) == d.spec.replicas
+        )
+
+    eventually("the demo target to be rolled out on the real node", rolled_out, timeout=240)
+    service = k8s.CoreV1Api(admin).read_namespaced_service("vllm", TARGET_NAMESPACE)
+    return Target(service.spec.cluster_ip, service.spec.ports[0].port)
+
+
+@pytest.fixture(scope="module")
+def llm_target(node_cluster: NodeCluster) -> Iterator[Target]:
+    yield deploy_target(node_cluster, replicas=2)
+
+
+def scratch_root(tmp: Path, experiments: dict[str, str]) -> Path:
+    """A copy of what `kfchaos compile/upload` read, with `experiments` (file name -> text) as its only ones."""
+    root = tmp / "root"
+    root.mkdir()
+    for name in ("components", "pipelines", "baselines", "traffic"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(root / "pipelines" / "compiled")
+    (root / "pipelines" / "versions.lock.yaml").unlink()
+    (root / "experiments").mkdir()
+    for name, text in experiments.items():
+        (root / "experiments" / name).write_text(text)
+    return root
+
+
+def kfchaos(node: NodeCluster, *args: str, cwd: Path | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(KFCHAOS), *args], capture_output=True, text=True, env=node.env(), cwd=cwd, timeout=timeout, check=False
+    )
+    print(f"$ kfchaos {' '.join(args)}\n-> exit {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-4000:]}")
+    return done
