@@ -24,7 +24,11 @@ GRPC_PORT = 31767
 HTTP_PORT = 31766
 SERVER_NAME = "chaos-daemon.chaos-mesh.org"  # pkg/grpc/utils.go: ChaosDaemonServerName
 CERT_SECRET = "chaos-mesh-daemon-certs"  # templates/secrets-configuration.yaml
-LABELS = {"app.kubernetes.io/name": "chaos-mesh", "app.kubernetes.io/instance": "chaos-mesh", "app.kubernetes.io/component": NAME}
+LABELS = {
+    "app.kubernetes.io/name": "chaos-mesh",
+    "app.kubernetes.io/instance": "chaos-mesh",
+    "app.kubernetes.io/component": NAME,
+}
 
 
 class Api(Protocol):
@@ -120,7 +124,11 @@ def deploy(api: Api, ca: CertificateAuthority, image: str, state: Path) -> None:
                                 "volumeMounts": [
                                     {"name": "socket-path", "mountPath": "/host-run"},
                                     {"name": "sys-path", "mountPath": "/host-sys"},
-                                    {"name": "chaos-daemon-cert", "mountPath": "/etc/chaos-daemon/cert", "readOnly": True},
+                                    {
+                                        "name": "chaos-daemon-cert",
+                                        "mountPath": "/etc/chaos-daemon/cert",
+                                        "readOnly": True,
+                                    },
                                 ],
                                 "ports": [
                                     {"name": "grpc", "containerPort": GRPC_PORT},

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import os
 import shutil
 import socket
@@ -53,6 +52,7 @@ STOP_ORDER = (
     "etcd",
 )
 RUNNER_NAMESPACE = "kubeflow"  # manifests/base/serviceaccount.yaml
+PROMETHEUS_SERVICE_PORT = 9090  # Prometheus's own default port, as kube-prometheus's Service exposes it
 RUNNER = "kfchaos-runner"
 CHAOS_NAMESPACE = "chaos-mesh"
 READY_TIMEOUT = float(os.environ.get("KFCHAOS_CLUSTER_READY_TIMEOUT", "90"))
@@ -511,6 +511,13 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     )
 
     node_images = _start_node(state, bins, ca, api, net, server, component_kubeconfig)
+    # Pods reach the cluster's Prometheus as kube-prometheus names it (an experiment's spec.baseline.capture.
+    # prometheus: http://prometheus.monitoring.svc:9090), a Service of the host process.
+    api.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
+    prometheus_port = int(prometheus_url.rsplit(":", 1)[1])
+    hostservices.external_service(
+        api, "monitoring", "prometheus", address, [hostservices.Port("web", PROMETHEUS_SERVICE_PORT, prometheus_port)]
+    )
 
     try:
         backend = kfp.start(state, api, bins["kfp-apiserver"], server, ca.cert, _wait, address, node_images)
@@ -519,7 +526,9 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         raise ClusterError(str(error)) from error
 
     env = ClusterEnv(state, admin_kubeconfig, runner_kubeconfig, prometheus_url, server, backend.host, node.NODE_NAME)
-    image_lines = "".join(f"export KFCHAOS_NODE_IMAGE_{k.upper().replace('-', '_')}={v}\n" for k, v in node_images.all().items())
+    image_lines = "".join(
+        f"export KFCHAOS_NODE_IMAGE_{k.upper().replace('-', '_')}={v}\n" for k, v in node_images.all().items()
+    )
     env.env_file.write_text(
         f"export KUBECONFIG={admin_kubeconfig}\n"
         f"export KFCHAOS_RUNNER_KUBECONFIG={runner_kubeconfig}\n"
@@ -528,11 +537,16 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         f"export KFCHAOS_CLUSTER_WEBHOOK=https://127.0.0.1:{ports['webhook']}\n"
         f"export KUBE_STATE_METRICS_URL=http://127.0.0.1:{ports['ksm']}\n"
         f"export KFP_HOST={backend.host}\n"
+        f"export KFCHAOS_CLUSTER_PROMETHEUS=http://prometheus.monitoring.svc:{PROMETHEUS_SERVICE_PORT}\n"
         f"export KFCHAOS_NODE={node.NODE_NAME}\n"
         f"export KFCHAOS_NODE_IP={net.node_ip}\n"
         f"export KFCHAOS_NODE_NETNS={net.netns}\n"
         # Components run on the image built from this working tree (images.py); compile names it.
         f"export KFCHAOS_IMAGE={node_images.component}\n"
+        # Where `kfchaos run --wait` reads a verdict the 2.1.0 API cannot serve (kfchaos.kfp.objectstore).
+        f"export KFCHAOS_ARTIFACT_STORE=http://{backend.address}:{backend.s3_port}\n"
+        f"export KFCHAOS_ARTIFACT_ACCESS_KEY={backend.s3_access_key}\n"
+        f"export KFCHAOS_ARTIFACT_SECRET_KEY={backend.s3_secret_key}\n"
         f"{image_lines}"
     )
     return env

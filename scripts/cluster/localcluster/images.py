@@ -60,9 +60,15 @@ class ImageError(RuntimeError):
     pass
 
 
+def cache_root() -> Path:
+    """${KFCHAOS_CACHE:-${XDG_CACHE_HOME:-~/.cache}/kfchaos}, the cache scripts/cluster/build.sh uses too."""
+    if os.environ.get("KFCHAOS_CACHE"):
+        return Path(os.environ["KFCHAOS_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kfchaos"
+
+
 def cache_dir() -> Path:
-    base = os.environ.get("KFCHAOS_CACHE") or str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kfchaos")
-    return Path(base) / "images"
+    return cache_root() / "images"
 
 
 @dataclass(frozen=True)
@@ -179,11 +185,11 @@ def debian_layer() -> Path:
             "--variant=minbase",
             "--quiet",
             f"--include={','.join(DEBIAN_PACKAGES)}",
-            "--customize-hook=chroot \"$1\" update-alternatives --set iptables /usr/sbin/iptables-legacy",
-            "--customize-hook=chroot \"$1\" update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy",
-            f"--customize-hook=chroot \"$1\" useradd --uid {USER_ID} --no-create-home --shell /usr/sbin/nologin kfchaos",
+            '--customize-hook=chroot "$1" update-alternatives --set iptables /usr/sbin/iptables-legacy',
+            '--customize-hook=chroot "$1" update-alternatives --set ip6tables /usr/sbin/ip6tables-legacy',
+            f'--customize-hook=chroot "$1" useradd --uid {USER_ID} --no-create-home --shell /usr/sbin/nologin kfchaos',
             # apt's lists and caches are not wanted in an image.
-            "--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*.bin",
+            '--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin',
             DEBIAN_SUITE,
             str(tmp),
         ],
@@ -239,8 +245,17 @@ def component_layer(root: Path, pip: Path, debian: Path) -> tuple[Path, str]:
         _run(["chroot", str(rootfs), "python3", "-m", "venv", VENV], env=chroot_env)
         _run(
             [
-                "chroot", str(rootfs), f"{VENV}/bin/pip", "install", "--quiet", "--no-index", "--no-cache-dir",
-                "--disable-pip-version-check", "--find-links", "/tmp/wheels", "kfchaos",
+                "chroot",
+                str(rootfs),
+                f"{VENV}/bin/pip",
+                "install",
+                "--quiet",
+                "--no-index",
+                "--no-cache-dir",
+                "--disable-pip-version-check",
+                "--find-links",
+                "/tmp/wheels",
+                "kfchaos",
             ],
             env=chroot_env,
         )
@@ -255,8 +270,15 @@ def component_layer(root: Path, pip: Path, debian: Path) -> tuple[Path, str]:
         _run(["tar", "-C", str(rootfs), *reproducible, "--owner=0", "--group=0", "-cf", str(tmp), "opt/kfchaos"])
         _run(
             [
-                "tar", "-C", str(rootfs), *reproducible, f"--owner={USER_ID}", f"--group={USER_ID}",
-                "-rf", str(tmp), *ARTIFACT_ROOTS,
+                "tar",
+                "-C",
+                str(rootfs),
+                *reproducible,
+                f"--owner={USER_ID}",
+                f"--group={USER_ID}",
+                "-rf",
+                str(tmp),
+                *ARTIFACT_ROOTS,
             ]
         )
         tmp.rename(out)
@@ -392,7 +414,19 @@ def build(root: Path, pip: Path, bins: dict[str, Path]) -> Images:
         layout = work / "layout"
         _run(["umoci", "init", "--layout", str(layout)])
         _run(["umoci", "new", "--image", f"{layout}:scratch"])
-        _run(["umoci", "raw", "add-layer", "--no-history", "--image", f"{layout}:scratch", "--tag", "debian", str(debian)])
+        _run(
+            [
+                "umoci",
+                "raw",
+                "add-layer",
+                "--no-history",
+                "--image",
+                f"{layout}:scratch",
+                "--tag",
+                "debian",
+                str(debian),
+            ]
+        )
         names: dict[str, str] = {}
         for index, spec in enumerate(specs):
             tag = f"image{index}"
@@ -401,8 +435,15 @@ def build(root: Path, pip: Path, bins: dict[str, Path]) -> Images:
             for number, layer in enumerate(spec.layers):
                 _run(
                     [
-                        "umoci", "raw", "add-layer", "--no-history", "--image",
-                        f"{layout}:{source if number == 0 else tag}", "--tag", tag, str(layer),
+                        "umoci",
+                        "raw",
+                        "add-layer",
+                        "--no-history",
+                        "--image",
+                        f"{layout}:{source if number == 0 else tag}",
+                        "--tag",
+                        tag,
+                        str(layer),
                     ]
                 )
             _run(["umoci", "config", "--no-history", "--image", f"{layout}:{tag}", *spec.config])

@@ -19,7 +19,6 @@ docs/default-workflow-specs.md).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Protocol
 
 import yaml
 
-from . import hostservices, kfp, node, procs
+from . import hostservices, images, kfp, node, procs
 
 NAMESPACE = kfp.NAMESPACE
 PROCESSES = ("kfp-persistence-agent", "argo-workflow-controller", "mlmd")
@@ -63,8 +62,7 @@ Wait = Callable[[str, Callable[[], bool], Path, "str | None"], None]
 
 def mlmd_python() -> Path:
     """The Python of a virtualenv with `ml-metadata` (PyPI), cached beside the cluster's binaries."""
-    cache = Path(os.environ.get("KFCHAOS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kfchaos")
-    venv = cache / "cluster" / f"ml-metadata-{MLMD_VERSION}"
+    venv = images.cache_root() / "cluster" / f"ml-metadata-{MLMD_VERSION}"
     python = venv / "bin" / "python"
     if (venv / ".complete").is_file():
         return python
@@ -88,10 +86,16 @@ def _manifest(bin_dir: Path, name: str) -> dict[str, object]:
 def _objects(api: Api, bin_dir: Path, backend: kfp.Kfp) -> None:
     core = f"/api/v1/namespaces/{NAMESPACE}"
     rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}"
-    for sa, role_file in ((RUNNER_SA, "pipeline-runner-role.yaml"), (PERSISTENCE_SA, "ml-pipeline-persistenceagent-role.yaml")):
+    for sa, role_file in (
+        (RUNNER_SA, "pipeline-runner-role.yaml"),
+        (PERSISTENCE_SA, "ml-pipeline-persistenceagent-role.yaml"),
+    ):
         role = _manifest(bin_dir, role_file)
         role_name = role["metadata"]["name"]  # type: ignore[index]
-        api.apply(f"{core}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": NAMESPACE}})
+        api.apply(
+            f"{core}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": NAMESPACE}},
+        )
         api.apply(f"{rbac}/roles", role)
         api.apply(
             f"{rbac}/rolebindings",
@@ -147,7 +151,9 @@ def start(
     _objects(api, kfp_bins, backend)
     host = net.host_ip
     mlmd_port = kfp.free_port()
-    hostservices.external_service(api, NAMESPACE, "minio-service", host, [hostservices.Port("http", MINIO_PORT, backend.s3_port)])
+    hostservices.external_service(
+        api, NAMESPACE, "minio-service", host, [hostservices.Port("http", MINIO_PORT, backend.s3_port)]
+    )
     hostservices.external_service(
         api,
         NAMESPACE,

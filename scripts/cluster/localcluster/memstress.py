@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 # go-humanize bytes.go, bytesSizeTable (lower-cased unit -> multiplier).
@@ -55,7 +56,7 @@ def parse_duration(text: str) -> float:
 
 
 def total_memory() -> int:
-    for line in open("/proc/meminfo"):
+    for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) * 1024
     raise OSError("/proc/meminfo has no MemTotal")
@@ -92,8 +93,18 @@ def run_server(args: argparse.Namespace) -> None:
     def one() -> None:
         try:
             subprocess.run(
-                [sys.executable, __file__, "--size", args.size, "--workers", str(args.workers), "--time", args.time,
-                 "--client", "1"],  # fmt: skip
+                [
+                    sys.executable,
+                    __file__,
+                    "--size",
+                    args.size,
+                    "--workers",
+                    str(args.workers),
+                    "--time",
+                    args.time,
+                    "--client",
+                    "1",
+                ],
                 preexec_fn=_die_with_parent,
                 check=False,
             )
@@ -116,10 +127,8 @@ def main(argv: list[str]) -> None:
     if args.client is None:
         run_server(args)
         return
-    if args.size.endswith("%"):
-        length = int(total_memory() / 100.0 * float(args.size[:-1]))
-    else:
-        length = parse_bytes(args.size)
+    percent = args.size.endswith("%")
+    length = int(total_memory() / 100.0 * float(args.size[:-1])) if percent else parse_bytes(args.size)
     run_client(length // max(args.workers, 1), parse_duration(args.time))
 
 

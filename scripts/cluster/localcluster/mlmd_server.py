@@ -44,7 +44,9 @@ def _handlers(store: object) -> dict[str, grpc.RpcMethodHandler]:
     for method in service.methods:
         function = getattr(store_cc, method.name, None)
 
-        def call(request: bytes, context: grpc.ServicerContext, function: object = function, name: str = method.name) -> bytes:
+        def call(
+            request: bytes, context: grpc.ServicerContext, function: object = function, name: str = method.name
+        ) -> bytes:
             if function is None:
                 context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not in this ml-metadata build")
             with lock:

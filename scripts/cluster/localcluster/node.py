@@ -45,7 +45,9 @@ NODE_LABEL = "kfchaos.io/real-node"
 CLUSTER_DOMAIN = "cluster.local"
 CGROUP_ROOT = "/sys/fs/cgroup"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
-CONTAINER_LOG_LINKS = Path("/var/log/containers")  # kubelet's fixed path (pkg/kubelet/kuberuntime/kuberuntime_manager.go)
+CONTAINER_LOG_LINKS = Path(
+    "/var/log/containers"
+)  # kubelet's fixed path (pkg/kubelet/kuberuntime/kuberuntime_manager.go)
 # Node processes, in the order they are stopped (the kubelet first, so it restarts nothing while the rest go).
 PROCESSES = ("kubelet", "kube-proxy", "containerd", "coredns")
 NEEDS = ("containerd", "runc", "ctr", "nsenter", "unshare", "ip", "iptables", "conntrack")
@@ -123,7 +125,7 @@ def unavailable() -> str | None:
 
 
 def _which(tool: str) -> bool:
-    return any(Path(d, tool).is_file() for d in os.environ.get("PATH", "/usr/bin:/usr/sbin").split(":") + ["/usr/sbin"])
+    return any(Path(d, tool).is_file() for d in [*os.environ.get("PATH", "/usr/bin").split(":"), "/usr/sbin"])
 
 
 def _run(*argv: str, netns: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -163,7 +165,17 @@ def make_network(state: Path) -> NodeNet:
     _run("unshare", f"--net={net.netns}", "true")
     # Made inside the namespace, with its peer put in ours (`netns PID`: the namespace of this process).
     _run(
-        "ip", "link", "add", net.node_veth, "type", "veth", "peer", "name", net.host_veth, "netns", str(os.getpid()),
+        "ip",
+        "link",
+        "add",
+        net.node_veth,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        net.host_veth,
+        "netns",
+        str(os.getpid()),
         netns=net.netns,
     )
     _run("ip", "addr", "add", f"{net.host_ip}/30", "dev", net.host_veth)
@@ -268,7 +280,8 @@ root = "{node / "containerd" / "root"}"
 state = "{node / "containerd" / "state"}"
 plugin_dir = ""
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp"]
 
 [grpc]
   address = "{containerd_socket(state)}"

@@ -41,7 +41,11 @@ def targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for pod in pods:
         meta, status = pod["metadata"], pod.get("status", {})
         annotations = meta.get("annotations") or {}
-        if annotations.get("prometheus.io/scrape") != "true" or status.get("phase") != "Running" or not status.get("podIP"):
+        if (
+            annotations.get("prometheus.io/scrape") != "true"
+            or status.get("phase") != "Running"
+            or not status.get("podIP")
+        ):
             continue
         port = annotations.get("prometheus.io/port")
         if not port:

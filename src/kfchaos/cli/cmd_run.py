@@ -4,12 +4,20 @@ to its verdict), or run it here."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
 from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.client import RUN_SERVICE_ACCOUNT
+from kfchaos.kfp.objectstore import DEFAULT_PIPELINE_ROOT
+
+ARTIFACT_STORE_ENV = "KFCHAOS_ARTIFACT_STORE"
+PIPELINE_ROOT_ENV = "KFCHAOS_PIPELINE_ROOT"
+# The object store's keys come from the environment only, never a flag: a flag shows in `ps` and shell history.
+ACCESS_KEY_ENV = "KFCHAOS_ARTIFACT_ACCESS_KEY"
+SECRET_KEY_ENV = "KFCHAOS_ARTIFACT_SECRET_KEY"
 
 
 def register(subparsers: Any) -> None:
@@ -38,6 +46,20 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--wait-timeout", default="12h", help="--wait: give up (INCONCLUSIVE) after this long")
     parser.add_argument("--poll", default="10s", help="--wait: how often to ask KFP")
+    parser.add_argument(
+        "--artifact-store",
+        metavar="URL",
+        default=os.environ.get(ARTIFACT_STORE_ENV, ""),
+        help="--wait: the S3 API of KFP's object store (e.g. a port-forward of minio-service.kubeflow:9000), read "
+        "when the KFP API cannot serve the verdict artifact (KFP 2.1.0); keys from env "
+        f"{ACCESS_KEY_ENV}/{SECRET_KEY_ENV} (default: env {ARTIFACT_STORE_ENV})",
+    )
+    parser.add_argument(
+        "--pipeline-root",
+        default=os.environ.get(PIPELINE_ROOT_ENV, DEFAULT_PIPELINE_ROOT),
+        help=f"--artifact-store: the runs' pipeline root (default: env {PIPELINE_ROOT_ENV}, "
+        f"else {DEFAULT_PIPELINE_ROOT})",
+    )
     parser.add_argument("--root", default=".", type=Path, help="repository root, for baselines (default: .)")
     parser.add_argument("--output", default="runs/local", type=Path, help="pipeline root for --local")
     parser.add_argument("--runs", type=Path, help="--local: where the run folder <run-id>/ goes (default: ROOT/runs)")
@@ -58,6 +80,22 @@ def _run_folder(outcome: Any, runs_root: Path) -> None:
     folder = rundir.from_local_pipeline(outcome.run_dir, runs_root.resolve(), source="run --local")
     print(f"run folder: {folder.path}")
     print(f"report: {folder.file(rundir.REPORT_HTML)}")
+
+
+def _artifact_store(args: argparse.Namespace) -> Any:
+    """The object store to read the verdict from when the KFP API cannot, or None when none was given."""
+    if not args.artifact_store:
+        return None
+    from kfchaos.kfp.follow import ArtifactStore
+    from kfchaos.kfp.objectstore import ObjectStore
+    from kfchaos.validate import load_experiment
+
+    keys = os.environ.get(ACCESS_KEY_ENV, ""), os.environ.get(SECRET_KEY_ENV, "")
+    if not all(keys):
+        raise KfchaosError(f"--artifact-store needs the store's keys in env {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}")
+    # The compiled pipeline is named after the experiment (pipelines/chaos_experiment.py, PipelineDefaults.name).
+    name = load_experiment(args.experiment).metadata.name
+    return ArtifactStore(ObjectStore(args.artifact_store, *keys), args.pipeline_root, name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,6 +152,13 @@ def run(args: argparse.Namespace) -> int:
         timeout, poll = parse_duration(args.wait_timeout), parse_duration(args.poll)
     except ValueError as exc:
         raise KfchaosError(f"--wait-timeout/--poll: {exc}") from None
-    followed = follow(client, run_id, poll=poll, timeout=timeout, out=lambda line: print(line, flush=True))
+    followed = follow(
+        client,
+        run_id,
+        poll=poll,
+        timeout=timeout,
+        out=lambda line: print(line, flush=True),
+        artifacts=_artifact_store(args),
+    )
     print(followed.summary())
     return followed.exit_code

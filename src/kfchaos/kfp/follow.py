@@ -7,8 +7,9 @@ PENDING, RUNNING, SUCCEEDED, SKIPPED, FAILED, CANCELING, CANCELED, PAUSED); a ru
 record is read through the API server's artifact endpoint
 `GET /apis/v2beta1/runs/{run_id}/nodes/{node_id}/artifacts/{artifact_name}:read`, which answers
 `{"data": "<base64 of the stored object>"}` (backend/src/apiserver/server/run_artifact_server.go); the node
-id is the verdict task's `task_id` (not verified against a live backend: when it cannot be read the outcome
-is INCONCLUSIVE, never PASS).
+id is the verdict task's `task_id`. A backend whose endpoint cannot serve a v2 launcher's artifacts (KFP 2.1.0
+answers 404: kfchaos.kfp.objectstore says why) is read from its object store instead, when one is given
+(`--artifact-store`); when neither answers the outcome is INCONCLUSIVE, never PASS.
 
 Only a run that SUCCEEDED with a PASS verdict exits 0: a run that failed, was cancelled or timed out is
 inconclusive whatever it reported, since its faults may not have been removed or its evidence completed.
@@ -27,12 +28,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from kfchaos.errors import KfchaosError
+from kfchaos.kfp.objectstore import ObjectStore, artifact_location
 
 TERMINAL = {"SUCCEEDED", "SKIPPED", "FAILED", "CANCELED"}
 VERDICT_TASK = "verdict-report"
 AUDIT_ARTIFACT = "audit"
 MAX_ARTIFACT = 16 << 20  # an audit record is kilobytes; refuse to hold an unbounded answer
 EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
+
+
+@dataclass(frozen=True)
+class ArtifactStore:
+    """Where the run's launchers stored their artifacts, and the run's pipeline name (the IR's pipelineInfo)."""
+
+    store: ObjectStore
+    pipeline_root: str
+    pipeline_name: str
+
+    def audit(self, run_id: str) -> dict[str, Any]:
+        bucket, key = artifact_location(self.pipeline_root, self.pipeline_name, run_id, VERDICT_TASK, AUDIT_ARTIFACT)
+        return _record(self.store.read(bucket, key, MAX_ARTIFACT))
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,7 @@ def follow(
     out: Callable[[str], None] = print,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    artifacts: ArtifactStore | None = None,
 ) -> Followed:
     """Poll the run until it ends (or `timeout`), printing each task once, when it reaches a final state."""
     deadline = clock() + timeout
@@ -81,19 +97,19 @@ def follow(
                 out(f"task {task.display_name}: {state}")
         state = _state(run.state)
         if state in TERMINAL:
-            return conclude(client, run, state)
+            return conclude(client, run, state, artifacts)
         if clock() >= deadline:
             return Followed(run_id, state, "INCONCLUSIVE", f"still {state} after {timeout:g}s; stopped waiting")
         sleep(poll)
 
 
-def conclude(client: Any, run: Any, state: str) -> Followed:
+def conclude(client: Any, run: Any, state: str, artifacts: ArtifactStore | None = None) -> Followed:
     run_id = str(run.run_id)
     task = next((t for t in _tasks(run) if t.display_name == VERDICT_TASK and _state(t.state) == "SUCCEEDED"), None)
     if task is None:
         return Followed(run_id, state, "INCONCLUSIVE", f"the run ended {state} before its verdict")
     try:
-        record = read_audit(client, run_id, str(task.task_id))
+        record = _audit(client, run_id, str(task.task_id), artifacts)
         verdict = record["verdict"]
         status, reasons = str(verdict["status"]), [str(r) for r in verdict.get("reasons") or []]
     except (KfchaosError, KeyError, TypeError) as exc:
@@ -105,6 +121,22 @@ def conclude(client: Any, run: Any, state: str) -> Followed:
         # The verdict ran but the run did not succeed (e.g. removing faults failed): not trustworthy as PASS.
         return Followed(run_id, state, "INCONCLUSIVE", f"verdict {status} but the run ended {state}: {message}")
     return Followed(run_id, state, status, message)
+
+
+def _audit(client: Any, run_id: str, node_id: str, artifacts: ArtifactStore | None) -> dict[str, Any]:
+    """The audit record through the API server, else (KFP 2.1.0) from the object store when one is given."""
+    try:
+        return read_audit(client, run_id, node_id)
+    except KfchaosError as api_error:
+        if artifacts is None:
+            raise KfchaosError(
+                f"{api_error}; a backend whose API cannot serve v2 artifacts (KFP 2.1.0) is read from its object "
+                "store: give --artifact-store"
+            ) from None
+        try:
+            return artifacts.audit(run_id)
+        except KfchaosError as store_error:
+            raise KfchaosError(f"{api_error}; from the object store: {store_error}") from None
 
 
 def read_audit(client: Any, run_id: str, node_id: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
-
 from tests.cluster.conftest import ROOT, RealCluster
 from tests.cluster.test_rbac_real import apply_all
 from tests.manifests.test_manifests import MANIFESTS, kustomize_build
@@ -89,7 +88,9 @@ def eventually(what: str, check: Callable[[], Any], timeout: float = 180.0, ever
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
 
 
-def demo_target_objects(image: str, *, replicas: int = 1, args: tuple[str, ...] = (), memory: str = "512Mi") -> list[dict[str, Any]]:
+def demo_target_objects(
+    image: str, *, replicas: int = 1, args: tuple[str, ...] = (), memory: str = "512Mi"
+) -> list[dict[str, Any]]:
     """manifests/demo-target on the real node: the image built here, the node's toleration and selector."""
     objects = [o for o in yaml.safe_load_all((MANIFESTS / "demo-target" / "deployment.yaml").read_text()) if o]
     for obj in objects:
@@ -159,7 +160,9 @@ def scratch_root(tmp: Path, experiments: dict[str, str]) -> Path:
     return root
 
 
-def kfchaos(node: NodeCluster, *args: str, cwd: Path | None = None, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+def kfchaos(
+    node: NodeCluster, *args: str, cwd: Path | None = None, timeout: float = 1800
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [str(KFCHAOS), *args], capture_output=True, text=True, env=node.env(), cwd=cwd, timeout=timeout, check=False
     )
