@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo scenarios lint bench compile prometheus mariadb e2e clean fuzz cluster-build cluster-up cluster-down
+.PHONY: setup test demo scenarios lint bench compile prometheus mariadb node-packages e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -24,8 +24,18 @@ prometheus:
 mariadb:
 	@bash scripts/ensure-mariadb.sh
 
-test: setup prometheus mariadb cluster-build
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The real node's Debian packages (containerd, runc, the CNI plugins, iptables, ...; docs/cluster.md).
+node-packages:
+	@bash scripts/cluster/ensure-node-packages.sh || test "$$CI" != true
+
+# Everything but the longest real-node tests (marker node_long): `make e2e-local` runs those.
+test: setup prometheus mariadb node-packages cluster-build
+	$(BIN)/python -m pytest -m "not node_long" $(PYTEST_ARGS)
+
+# The local cluster's real node end to end (docs/cluster.md, "The real node"): every test that runs on it --
+# compiled pipelines on KFP 2.1.0 with Argo, faults through chaos-daemon, the kernel's OOM kill, the nightly.
+e2e-local: setup prometheus mariadb node-packages cluster-build
+	$(BIN)/python -m pytest -m node tests/cluster $(PYTEST_ARGS)
 
 # The local control plane (docs/cluster.md): binaries built from Go modules and cached outside the repository
 # (a second run builds nothing). Where Go or the module proxy is missing the cluster suite skips, except under
@@ -33,7 +43,7 @@ test: setup prometheus mariadb cluster-build
 cluster-build:
 	@bash scripts/cluster/build.sh >/dev/null || test "$$CI" != true
 
-cluster-up: setup prometheus mariadb
+cluster-up: setup prometheus mariadb node-packages
 	@bash scripts/cluster/build.sh >/dev/null
 	PYTHONPATH=scripts/cluster $(BIN)/python -m localcluster up
 

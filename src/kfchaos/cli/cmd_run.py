@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="--host: follow the run, print each task as it finishes, exit 0/1/2 on its verdict like `kfchaos verdict`",
     )
+    parser.add_argument(
+        "--attach",
+        metavar="RUN_ID",
+        help="--host: follow this existing run of the experiment's pipeline (e.g. one a schedule started) to its "
+        "verdict instead of submitting one; implies --wait",
+    )
     parser.add_argument("--wait-timeout", default="12h", help="--wait: give up (INCONCLUSIVE) after this long")
     parser.add_argument("--poll", default="10s", help="--wait: how often to ask KFP")
     parser.add_argument(
@@ -129,20 +135,26 @@ def run(args: argparse.Namespace) -> int:
 
     if args.token and not args.host:
         raise KfchaosError("--token needs --host")
-    if args.wait and not args.host:
-        raise KfchaosError("--wait needs --host")
+    if (args.wait or args.attach) and not args.host:
+        raise KfchaosError("--wait and --attach need --host")
+    args.wait = args.wait or bool(args.attach)
+    artifacts = _artifact_store(args) if args.wait else None  # its problems before anything is submitted
     client = kfp_client.connect(connection_from(args))
-    run_id = runs.submit_experiment(
-        client,
-        args.experiment,
-        root=args.root.resolve(),
-        target=args.target,
-        experiment_dir=args.experiment_dir,
-        run_name=args.run_name,
-        kfp_experiment=args.kfp_experiment,
-        service_account=args.service_account,
-    )
-    print(f"submitted run {run_id}", flush=True)
+    if args.attach:
+        run_id = args.attach
+        print(f"following run {run_id}", flush=True)
+    else:
+        run_id = runs.submit_experiment(
+            client,
+            args.experiment,
+            root=args.root.resolve(),
+            target=args.target,
+            experiment_dir=args.experiment_dir,
+            run_name=args.run_name,
+            kfp_experiment=args.kfp_experiment,
+            service_account=args.service_account,
+        )
+        print(f"submitted run {run_id}", flush=True)
     if not args.wait:
         return EXIT_PASS
     from kfchaos.kfp.follow import follow
@@ -158,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         poll=poll,
         timeout=timeout,
         out=lambda line: print(line, flush=True),
-        artifacts=_artifact_store(args),
+        artifacts=artifacts,
     )
     print(followed.summary())
     return followed.exit_code

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
+
 from tests.cluster.conftest import ROOT, RealCluster
 from tests.cluster.test_rbac_real import apply_all
 from tests.manifests.test_manifests import MANIFESTS, kustomize_build
@@ -50,6 +51,7 @@ class NodeCluster:
             "KUBECONFIG": str(self.cluster.admin_kubeconfig),
             "KFCHAOS_IMAGE": self.image,
             "PROMETHEUS_URL": self.cluster.prometheus_url,
+            **{k: v for k, v in self.values.items() if k.startswith("KFCHAOS_ARTIFACT_")},
         }
 
 
@@ -89,12 +91,18 @@ def eventually(what: str, check: Callable[[], Any], timeout: float = 180.0, ever
 
 
 def demo_target_objects(
-    image: str, *, replicas: int = 1, args: tuple[str, ...] = (), memory: str = "512Mi"
+    image: str,
+    *,
+    namespace: str = TARGET_NAMESPACE,
+    replicas: int = 1,
+    command: tuple[str, ...] = (),
+    memory: str = "512Mi",
 ) -> list[dict[str, Any]]:
-    """manifests/demo-target on the real node: the image built here, the node's toleration and selector."""
+    """manifests/demo-target on the real node: the image built here, the node's toleration and selector (and, when
+    given, another server command line)."""
     objects = [o for o in yaml.safe_load_all((MANIFESTS / "demo-target" / "deployment.yaml").read_text()) if o]
     for obj in objects:
-        obj["metadata"]["namespace"] = TARGET_NAMESPACE
+        obj["metadata"]["namespace"] = namespace
         if obj["kind"] != "Deployment":
             continue
         obj["spec"]["replicas"] = replicas
@@ -103,7 +111,7 @@ def demo_target_objects(
         pod["nodeSelector"] = {NODE_LABEL: "true"}
         container = pod["containers"][0]
         container["image"] = image
-        container["command"] = [*container["command"], *args]
+        container["command"] = list(command or container["command"])
         container["resources"]["limits"]["memory"] = memory
         container["resources"]["requests"]["cpu"] = "100m"
         container["resources"]["requests"]["memory"] = "128Mi"
@@ -121,13 +129,13 @@ class Target:
         return f"http://{self.cluster_ip}:{self.port}"
 
 
-def deploy_target(node: NodeCluster, **options: Any) -> Target:
+def deploy_target(node: NodeCluster, namespace: str = TARGET_NAMESPACE, **options: Any) -> Target:
     admin = node.cluster.api_client()
-    apply_all(admin, demo_target_objects(node.image, **options))
+    apply_all(admin, demo_target_objects(node.image, namespace=namespace, **options))
     apps = k8s.AppsV1Api(admin)
 
     def rolled_out() -> bool:
-        d = apps.read_namespaced_deployment("demo-llm", TARGET_NAMESPACE)
+        d = apps.read_namespaced_deployment("demo-llm", namespace)
         status = d.status
         return bool(
             status.observed_generation == d.metadata.generation
@@ -137,7 +145,7 @@ def deploy_target(node: NodeCluster, **options: Any) -> Target:
         )
 
     eventually("the demo target to be rolled out on the real node", rolled_out, timeout=240)
-    service = k8s.CoreV1Api(admin).read_namespaced_service("vllm", TARGET_NAMESPACE)
+    service = k8s.CoreV1Api(admin).read_namespaced_service("vllm", namespace)
     return Target(service.spec.cluster_ip, service.spec.ports[0].port)
 
 
@@ -161,10 +169,15 @@ def scratch_root(tmp: Path, experiments: dict[str, str]) -> Path:
 
 
 def kfchaos(
-    node: NodeCluster, *args: str, cwd: Path | None = None, timeout: float = 1800
+    node: NodeCluster,
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 1800,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    env = {**node.env(), **(extra_env or {})}
     done = subprocess.run(
-        [str(KFCHAOS), *args], capture_output=True, text=True, env=node.env(), cwd=cwd, timeout=timeout, check=False
+        [str(KFCHAOS), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout, check=False
     )
     print(f"$ kfchaos {' '.join(args)}\n-> exit {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-4000:]}")
     return done

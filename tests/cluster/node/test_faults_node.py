@@ -1,0 +1,218 @@
+"""Faults inject into real containers on the real node and the verdict sees them (issue 30).
+
+Each case runs a one-stage experiment with `kfchaos run --local` (the compiled pipeline's steps on this machine,
+faults through the real Chaos Mesh controller and chaos-daemon, metrics from the cluster's Prometheus) against the
+demo LLM server on the real node, and checks two things: what the fault did to the target, seen from the cluster
+itself (a pod replaced, a container restarted, a stressor in the container's cgroup, answers that stop coming),
+and what the verdict made of it. A fault this kernel cannot inject (netem: no sch_netem here) ends INCONCLUSIVE
+with Chaos Mesh's own error in the reasons, never PASS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from localcluster import node
+
+from tests.cluster.node.conftest import NodeCluster, Target, deploy_target, kfchaos, scratch_root
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.node_long]
+
+NAMESPACE = "llm-faults"
+SELECTOR = "app.kubernetes.io/name=vllm"
+
+
+def experiment(fault: dict[str, Any], rate: int = 10) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kfchaos.io/v1alpha1",
+            "kind": "Experiment",
+            "metadata": {"name": f"node-{fault['name']}", "version": "1.0.0", "owner": "t", "description": "fault"},
+            "spec": {
+                "target": {
+                    "namespace": NAMESPACE,
+                    "selector": {"labels": {"app.kubernetes.io/name": "vllm"}},
+                    "endpoint": f"http://vllm.{NAMESPACE}.svc:8000",
+                    "api": "openai-completions",
+                    "model": "demo/llama-3-8b-sim",
+                    "timeout": "5s",
+                },
+                "traffic": {
+                    "synthetic": {
+                        "rate": rate,
+                        "prompt_tokens": {"distribution": "fixed", "mean": 200},
+                        "output_tokens": {"distribution": "fixed", "mean": 8},
+                    },
+                    "stages": [100],
+                    "stage_duration": "30s",
+                    "warmup": "2s",
+                },
+                "faults": [fault],
+                "slo": {"p99_max": "5s", "error_rate_max": "2%"},
+                "safety": {"max_pod_percent": "100%", "max_fault_duration": "10m"},
+            },
+        },
+        sort_keys=False,
+    )
+
+
+@dataclass
+class Watch:
+    """Samples a condition on the cluster every half second while the run goes on."""
+
+    check: Callable[[], bool]
+    seen: bool = False
+    stop: bool = False
+
+    def run(self) -> None:
+        while not self.stop and not self.seen:
+            with contextlib.suppress(Exception):  # a pod being replaced answers 404 for a moment
+                self.seen = bool(self.check())
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def fault_target(node_cluster: NodeCluster) -> Iterator[Target]:
+    core = k8s.CoreV1Api(node_cluster.cluster.api_client())
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
+    try:
+        yield deploy_target(node_cluster, namespace=NAMESPACE, replicas=2)
+    finally:
+        core.delete_namespace(NAMESPACE)
+
+
+def _pods(core: k8s.CoreV1Api) -> list[Any]:
+    return [
+        p for p in core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items if p.status.phase == "Running"
+    ]
+
+
+def _cgroup_commands(pod: Any) -> set[str]:
+    """The commands of every process in the pod's cpu cgroups on the node (its containers' and what joined them):
+    the kubelet's cgroupfs layout, <cgroupRoot>/kubepods/<qos>/pod<uid>/<container>."""
+    found = set()
+    root = Path("/sys/fs/cgroup/cpu")
+    for procs_file in root.glob(f"kfchaos-*/kubepods/**/pod{pod.metadata.uid}/**/cgroup.procs"):
+        for pid in procs_file.read_text().split():
+            with contextlib.suppress(OSError):
+                found.add(Path(f"/proc/{pid}/comm").read_text().strip())
+    return found
+
+
+def _run(node_cluster: NodeCluster, target: Target, tmp: Path, fault: dict[str, Any], watch: Watch) -> dict[str, Any]:
+    root = scratch_root(tmp, {"exp.yaml": experiment(fault)})
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    try:
+        done = kfchaos(
+            node_cluster,
+            "run",
+            str(root / "experiments" / "exp.yaml"),
+            "--local",
+            "--root",
+            str(root),
+            "--target",
+            target.url,
+            "--output",
+            str(tmp / "pipeline-root"),
+            "--runs",
+            str(tmp / "runs"),
+            extra_env={"KFCHAOS_PROMETHEUS_URL": node_cluster.cluster.prometheus_url},
+            timeout=900,
+        )
+    finally:
+        watch.stop = True
+        thread.join(5)
+    verdicts = list((tmp / "runs").glob("*/verdict.json"))
+    assert verdicts, done.stdout[-3000:] + done.stderr[-2000:]
+    verdict: dict[str, Any] = json.loads(verdicts[0].read_text())
+    verdict["exit_code"] = done.returncode
+    return verdict
+
+
+def _reasons(verdict: dict[str, Any]) -> str:
+    return " ".join(verdict.get("reasons") or [])
+
+
+def test_pod_kill_replaces_a_real_pod(node_cluster: NodeCluster, fault_target: Target, tmp_path: Path) -> None:
+    core = k8s.CoreV1Api(node_cluster.cluster.api_client())
+    before = {p.metadata.uid for p in _pods(core)}
+    watch = Watch(lambda: bool({p.metadata.uid for p in _pods(core)} - before))
+    verdict = _run(node_cluster, fault_target, tmp_path, {"name": "kill", "type": "pod-kill", "mode": "one"}, watch)
+    assert watch.seen, "no new pod replaced the killed one"
+    assert verdict["status"] in ("PASS", "FAIL"), _reasons(verdict)  # judged, not blind
+
+
+def test_container_kill_restarts_a_real_container(
+    node_cluster: NodeCluster, fault_target: Target, tmp_path: Path
+) -> None:
+    core = k8s.CoreV1Api(node_cluster.cluster.api_client())
+
+    def restarted() -> bool:
+        return any((s.restart_count or 0) > 0 for p in _pods(core) for s in p.status.container_statuses or [])
+
+    fault = {"name": "ckill", "type": "container-kill", "mode": "one", "params": {"containers": ["vllm"]}}
+    verdict = _run(node_cluster, fault_target, tmp_path, fault, Watch(restarted))
+    assert restarted(), "the kubelet reports no restarted container"
+    assert verdict["status"] in ("PASS", "FAIL"), _reasons(verdict)
+
+
+@pytest.mark.parametrize(
+    ("fault", "stressor"),
+    [
+        ({"name": "cpu", "type": "stress-cpu", "mode": "all", "params": {"workers": 1, "load": 20}}, "stress-ng"),
+        ({"name": "mem", "type": "stress-memory", "mode": "all", "params": {"size": "64MB"}}, "memStress"),
+    ],
+)
+def test_stress_runs_in_the_real_containers_cgroup(
+    node_cluster: NodeCluster, fault_target: Target, tmp_path: Path, fault: dict[str, Any], stressor: str
+) -> None:
+    core = k8s.CoreV1Api(node_cluster.cluster.api_client())
+    # chaos-daemon starts the stressor under `pause`, moves it into the container's cgroup, then resumes it
+    # (pkg/chaosdaemon/stress_server_linux.go); memStress is a Python port here (scripts/cluster/localcluster).
+    names = {"stress-ng": ("stress-ng", "stress-ng-cpu"), "memStress": ("python3", "memStress")}[stressor]
+    watch = Watch(lambda: any(set(names) & _cgroup_commands(p) for p in _pods(core)))
+    verdict = _run(node_cluster, fault_target, tmp_path, fault, watch)
+    assert watch.seen, f"no {stressor} in the target's cgroups during the stage"
+    assert verdict["status"] in ("PASS", "FAIL"), _reasons(verdict)
+    time.sleep(2)
+    assert not any(set(names) & _cgroup_commands(p) for p in _pods(core)), "the stressor outlived its fault"
+
+
+def test_a_network_partition_from_the_client_fails_the_run(
+    node_cluster: NodeCluster, fault_target: Target, tmp_path: Path
+) -> None:
+    net = node.saved_net(node_cluster.cluster.env.state)
+    assert net is not None
+    # The replay runs on the host: the partition cuts the target pods off from the host's address.
+    fault = {
+        "name": "cut",
+        "type": "network-partition",
+        "mode": "all",
+        "params": {"direction": "both", "external_targets": [net.host_ip]},
+    }
+    verdict = _run(node_cluster, fault_target, tmp_path, fault, Watch(lambda: True))
+    assert verdict["status"] == "FAIL", _reasons(verdict)
+    assert verdict["exit_code"] == 1
+    assert "error_rate" in _reasons(verdict) or "timeout_rate" in _reasons(verdict), _reasons(verdict)
+
+
+def test_a_netem_fault_this_kernel_cannot_inject_ends_inconclusive_with_chaos_meshs_reason(
+    node_cluster: NodeCluster, fault_target: Target, tmp_path: Path
+) -> None:
+    fault = {"name": "delay", "type": "network-delay", "mode": "all", "params": {"latency": "100ms"}}
+    verdict = _run(node_cluster, fault_target, tmp_path, fault, Watch(lambda: True))
+    assert verdict["status"] == "INCONCLUSIVE", _reasons(verdict)
+    assert verdict["exit_code"] == 2
+    # chaos-daemon's tc answers "Error: Specified qdisc kind is unknown." for netem on this kernel.
+    assert "netem" in _reasons(verdict).lower() or "qdisc" in _reasons(verdict).lower(), _reasons(verdict)

@@ -1,0 +1,228 @@
+"""A compiled pipeline run end to end on the local cluster's real node (issue 30): `kfchaos compile`, `upload` and
+`run --wait` against KFP 2.1.0's API server, executed by Argo's controller, KFP's driver and launcher in real pods
+on a kubelet with containerd, faults injected by Chaos Mesh's controller and chaos-daemon into the demo LLM
+server's containers, the verdict read back from the run's object store. Each test asserts the verdict and the
+exit code, not only that the run ended.
+
+One experiment, two versions of its pipeline: a light CPU stress the target holds (PASS, exit 0), and a bandwidth
+limit on the target's answers that it cannot serve through (FAIL, exit 1). They share one baseline: the history
+Prometheus holds of the target (`baseline capture`) and a fault-free control replay (`baseline control`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kfp
+import pytest
+import yaml
+
+from tests.cluster.node.conftest import TARGET_NAMESPACE, NodeCluster, Target, eventually, kfchaos, scratch_root
+
+pytestmark = [pytest.mark.cluster, pytest.mark.node]
+
+NAME = "node-e2e"
+MODEL = "demo/llama-3-8b-sim"
+
+
+def experiment(version: str, fault: dict[str, Any], prometheus: str) -> str:
+    """At 20 req/s, 40 s stages at 50 and 100 %: 400 and 800 requests, enough for every check to PASS with an
+    error rate limit of 1 % (kfchaos validate says so)."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kfchaos.io/v1alpha1",
+            "kind": "Experiment",
+            "metadata": {"name": NAME, "version": version, "owner": "kfchaos-tests", "description": "real node"},
+            "spec": {
+                "target": {
+                    "namespace": TARGET_NAMESPACE,
+                    "selector": {"labels": {"app.kubernetes.io/name": "vllm"}},
+                    "endpoint": f"http://vllm.{TARGET_NAMESPACE}.svc:8000",
+                    "api": "openai-completions",
+                    "model": MODEL,
+                    "timeout": "10s",
+                },
+                "traffic": {
+                    "synthetic": {
+                        "rate": 20,
+                        "prompt_tokens": {"distribution": "lognormal", "mean": 300, "stddev": 100},
+                        "output_tokens": {"distribution": "fixed", "mean": 16},
+                    },
+                    "stages": [50, 100],
+                    "stage_duration": "40s",
+                    "warmup": "5s",
+                },
+                "faults": [fault],
+                "slo": {"p99_drift_max": "100%", "p99_max": "5s", "error_rate_max": "1%"},
+                "baseline": {
+                    "file": f"../baselines/{NAME}.yaml",
+                    "capture": {
+                        # What the run's pods dial: the cluster's Prometheus by its Service name.
+                        "prometheus": prometheus,
+                        "days": 1,
+                        "step": "10s",
+                        "short_history": "local cluster: the target was deployed minutes before the run",
+                        "detect_releases": False,
+                    },
+                },
+                "safety": {"max_pod_percent": "100%", "max_fault_duration": "30m"},
+            },
+        },
+        sort_keys=False,
+    )
+
+
+CPU_STRESS = {"name": "cpu-burn", "type": "stress-cpu", "mode": "all", "params": {"workers": 1, "load": 10}}
+# The target's answers squeezed through a real tbf qdisc on its pods' interface (chaos-daemon's tc in their network
+# namespace): 20 answers a second of a few hundred bytes each do not fit in 1 kB/s, so they time out.
+THROTTLE = {
+    "name": "throttle",
+    "type": "network-bandwidth",
+    "mode": "all",
+    "params": {"rate": "8kbps", "limit": 2000, "buffer": 2000},
+}
+
+
+async def _warm(url: str, seconds: float, rate: float) -> int:
+    """Fault-free traffic, so Prometheus holds the target's history before `baseline capture` reads it."""
+    sent = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+
+        async def one() -> None:
+            body = {"model": MODEL, "prompt": "hello " * 200, "max_tokens": 16}
+            async with session.post(f"{url}/v1/completions", json=body) as answer:
+                await answer.read()
+
+        tasks = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            tasks.append(asyncio.create_task(one()))
+            sent += 1
+            await asyncio.sleep(1 / rate)
+        await asyncio.gather(*tasks)
+    return sent
+
+
+@pytest.fixture(scope="module")
+def e2e_root(node_cluster: NodeCluster, llm_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scratch repository with the experiment (PASS version) and its baseline."""
+    prometheus = node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]
+    root = scratch_root(tmp_path_factory.mktemp("e2e"), {f"{NAME}.yaml": experiment("1.0.0", CPU_STRESS, prometheus)})
+    asyncio.run(_warm(llm_target.url, 40, 10))
+    time.sleep(3)  # a scrape after the last request
+    exp = str(root / "experiments" / f"{NAME}.yaml")
+    done = kfchaos(
+        node_cluster, "baseline", "capture", "--experiment", exp, "--prometheus", node_cluster.cluster.prometheus_url
+    )
+    assert done.returncode == 0, done.stderr
+    done = kfchaos(node_cluster, "baseline", "control", "--experiment", exp, "--target", llm_target.url)
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def _run(node: NodeCluster, root: Path, version: str, fault: dict[str, Any]) -> Any:
+    exp = root / "experiments" / f"{NAME}.yaml"
+    exp.write_text(experiment(version, fault, node.values["KFCHAOS_CLUSTER_PROMETHEUS"]))
+    assert kfchaos(node, "compile", "--root", str(root)).returncode == 0
+    assert kfchaos(node, "upload", NAME, "--host", node.kfp_host, "--root", str(root)).returncode == 0
+    return kfchaos(
+        node,
+        "run",
+        str(exp),
+        "--root",
+        str(root),
+        "--host",
+        node.kfp_host,
+        "--service-account",
+        "kfchaos-runner",
+        "--wait",
+        "--wait-timeout",
+        "25m",
+        "--poll",
+        "5s",
+        "--artifact-store",
+        node.values["KFCHAOS_ARTIFACT_STORE"],
+        timeout=1800,
+    )
+
+
+def test_a_target_that_holds_under_a_real_cpu_stress_passes_with_exit_0(
+    node_cluster: NodeCluster, e2e_root: Path
+) -> None:
+    done = _run(node_cluster, e2e_root, "1.0.0", CPU_STRESS)
+    last = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert last.startswith("PASS:") and "SUCCEEDED" in last, last
+    # Every step ran as a real task of the run, the verdict's among them.
+    for task in ("preflight", "replay-stage", "collect-metrics", "remove-faults", "verdict-report", "cleanup"):
+        assert f"task {task}: SUCCEEDED" in done.stdout
+
+
+@pytest.mark.node_long
+def test_a_target_throttled_by_a_real_bandwidth_limit_fails_with_exit_1(
+    node_cluster: NodeCluster, e2e_root: Path
+) -> None:
+    done = _run(node_cluster, e2e_root, "1.1.0", THROTTLE)
+    last = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert last.startswith("FAIL:"), last
+    assert "error_rate" in last or "timeout_rate" in last, last
+
+
+@pytest.mark.node_long
+def test_a_nightly_recurring_run_fires_through_the_scheduledworkflow_controller_and_its_verdict_reads_back(
+    node_cluster: NodeCluster, e2e_root: Path
+) -> None:
+    """`kfchaos schedule sync` with a cron firing every minute: KFP's ScheduledWorkflow controller starts a run of
+    the locked version, which runs to its verdict like any other; `kfchaos run --attach` reads it (PASS, exit 0).
+    The schedule is removed as soon as it has fired once."""
+
+    exp = e2e_root / "experiments" / f"{NAME}.yaml"
+    exp.write_text(experiment("1.2.0", CPU_STRESS, node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]))
+    assert kfchaos(node_cluster, "compile", "--root", str(e2e_root)).returncode == 0
+    assert (
+        kfchaos(node_cluster, "upload", NAME, "--host", node_cluster.kfp_host, "--root", str(e2e_root)).returncode == 0
+    )
+    schedules = e2e_root / "schedules.yaml"
+    nightly = {"experiment": "kfchaos-nightly-e2e", "service_account": "kfchaos-runner"}
+    fires = {"name": f"{NAME}-nightly", "pipeline": NAME, "cron": "0 * * * * *"}  # second 0 of every minute
+    schedules.write_text(yaml.safe_dump({**nightly, "schedules": [fires]}))
+    sync = ("schedule", "sync", str(schedules), "--root", str(e2e_root), "--host", node_cluster.kfp_host)
+    assert kfchaos(node_cluster, *sync).returncode == 0
+    client = kfp.Client(host=node_cluster.kfp_host)
+    experiment_id = client.get_experiment(experiment_name=nightly["experiment"]).experiment_id
+
+    def fired() -> str:
+        runs = client.list_runs(experiment_id=experiment_id, page_size=10).runs or []
+        return str(runs[0].run_id) if runs else ""
+
+    try:
+        run_id = eventually("the recurring run to fire", fired, timeout=150, every=5)
+    finally:
+        schedules.write_text(yaml.safe_dump({**nightly, "schedules": []}))
+        assert kfchaos(node_cluster, *sync).returncode == 0
+    done = kfchaos(
+        node_cluster,
+        "run",
+        str(exp),
+        "--root",
+        str(e2e_root),
+        "--host",
+        node_cluster.kfp_host,
+        "--attach",
+        run_id,
+        "--wait-timeout",
+        "25m",
+        "--poll",
+        "5s",
+        "--artifact-store",
+        node_cluster.values["KFCHAOS_ARTIFACT_STORE"],
+        timeout=1800,
+    )
+    last = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert last.startswith("PASS:") and run_id in last, last
