@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kfchaos import runseal
+from kfchaos import runseal, safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
 from kfchaos.irhash import ir_hash
@@ -103,8 +103,7 @@ def build_record(
 
 
 def write_record(record: dict[str, Any], path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+    safefile.write_text(path, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def load_record(path: str | Path) -> dict[str, Any]:

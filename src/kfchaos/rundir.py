@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -154,15 +153,16 @@ def _iso(epoch: float | None) -> str | None:
 
 
 def write(path: str | Path, **parts: Any) -> RunDir:
-    """Write a whole run folder (see `_write`), holding the folder's lock: two writers never interleave."""
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    with safefile.locked(folder):
+    """Write a whole run folder (see `_write`), holding the folder's lock: two writers never interleave. The folder
+    is kfchaos's own (kfchaos.safefile): refused when a symlink stands at its name or another user owns it; it is
+    private (0700, files 0600): it is the run's evidence."""
+    with safefile.Folder.open(path, private=True, own=True) as folder:
+        folder.lock()
         return _write(folder, **parts)
 
 
 def _write(
-    path: str | Path,
+    folder: safefile.Folder,
     *,
     experiment_text: str,
     records: Any,
@@ -178,18 +178,18 @@ def _write(
 ) -> RunDir:
     """Write a whole run folder. `records`: a Parquet path (file or folder), a pyarrow Table, or a list of
     Parquet paths (merged); `metrics`: a MetricsSnapshot, its dict, or None. The reports are drawn from the
-    folder's own files, so what they show is what a re-judgment reads."""
+    folder's own files, so what they show is what a re-judgment reads. Every file goes through `folder`
+    (kfchaos.safefile: a new temporary renamed onto its name)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    run = RunDir(Path(path))
-    run.path.mkdir(parents=True, exist_ok=True)
-    safefile.write_text(run.file(EXPERIMENT), experiment_text)
+    run = RunDir(folder.path)
+    folder.write_text(EXPERIMENT, experiment_text)
     if baseline_text and baseline_text.strip():
-        safefile.write_text(run.file(BASELINE), baseline_text)
+        folder.write_text(BASELINE, baseline_text)
         control = _control_records(baseline_text, baseline_path)
         if control is not None:
-            safefile.replace_with(run.file(CONTROL_RECORDS), lambda temporary: shutil.copyfile(control, temporary))
+            folder.copy(CONTROL_RECORDS, control)
     if isinstance(records, pa.Table):
         table = records
     elif isinstance(records, list):
@@ -205,7 +205,7 @@ def _write(
     # The run id rides in the Parquet metadata, so that a folder of two runs' records is refused when judged.
     metadata = {**(table.schema.metadata or {}), RUN_ID_KEY: run.run_id.encode()}
     stamped = table.replace_schema_metadata(metadata)
-    safefile.replace_with(run.file(RECORDS), lambda temporary: pq.write_table(stamped, temporary))
+    folder.write(RECORDS, lambda handle: pq.write_table(stamped, handle))
     info = dict(info or {})
     if info.get("started_at") is None and "intended" in table.column_names and table.num_rows:
         # No pipeline to say when the run began and ended: the first request's send and the last response.
@@ -216,29 +216,30 @@ def _write(
         info["finished_at"] = pc.max(ends).as_py() or pc.max(table["intended"]).as_py()
     if metrics is not None:
         data = metrics if isinstance(metrics, dict) else metrics.to_dict()
-        safefile.write_text(run.file(METRICS), json.dumps(data, indent=1) + "\n")
+        folder.write_text(METRICS, json.dumps(data, indent=1) + "\n")
     if run_state:
-        safefile.write_text(run.file(RUN_STATE), json.dumps(run_state, indent=2) + "\n")
+        folder.write_text(RUN_STATE, json.dumps(run_state, indent=2) + "\n")
     if stages is not None:
-        safefile.write_text(run.file(STAGES), json.dumps(stages, indent=2) + "\n")
+        folder.write_text(STAGES, json.dumps(stages, indent=2) + "\n")
         actions = [a for step in stages for a in (step.get("detail") or {}).get("fault_actions") or []]
         if actions:
-            safefile.write_text(run.file(FAULT_ACTIONS), "".join(json.dumps(a, sort_keys=True) + "\n" for a in actions))
+            folder.write_text(FAULT_ACTIONS, "".join(json.dumps(a, sort_keys=True) + "\n" for a in actions))
     if audit is not None:
-        safefile.write_text(run.file(AUDIT), json.dumps(audit, indent=2) + "\n")
-    _write_evidence(run, evidence)
+        folder.write_text(AUDIT, json.dumps(audit, indent=2) + "\n")
+    _write_evidence(folder, evidence)
     verdict = {**verdict, "run_id": run.run_id}
-    safefile.write_text(run.file(VERDICT), json.dumps(verdict, indent=2) + "\n")
+    folder.write_text(VERDICT, json.dumps(verdict, indent=2) + "\n")
     manifest = _manifest(run, experiment_text, verdict, info)
-    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
+    folder.write_text(MANIFEST, json.dumps(manifest, indent=2) + "\n")
     rejudged = _rejudge(run)
     rejudged.pop("stages", None)
     manifest["rejudged"] = rejudged
-    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
-    render_reports(run)
+    folder.write_text(MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    render_reports(run, folder)
     manifest["files"] = sorted(name for name in FILES if run.has(name))
-    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
-    runseal.seal(run.path, run.run_id, SEALED)  # last: it covers every file above
+    folder.write_text(MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    document = runseal.seal(run.path, run.run_id, SEALED)  # last: it covers every file above
+    folder.write_text(runseal.SEAL, runseal.dumps(document))
     return run
 
 
@@ -292,13 +293,13 @@ def _stage_statuses(verdict: dict[str, Any]) -> dict[Any, Any]:
     return {s.get("stage"): s.get("status") for s in stages if isinstance(s, dict)}
 
 
-def _write_evidence(run: RunDir, evidence: dict[str, Any] | None) -> None:
+def _write_evidence(folder: safefile.Folder, evidence: dict[str, Any] | None) -> None:
     from kfchaos.evidence import files
     from kfchaos.evidence.model import Bundle
 
     bundle = Bundle.from_dict(evidence) if evidence else None
     if bundle is not None:
-        files.write(bundle, run.path / files.FOLDER)
+        files.write(bundle, folder)
 
 
 def _control_records(baseline_text: str, baseline_path: Path | None) -> Path | None:
@@ -359,14 +360,14 @@ def _rejudge(run: RunDir) -> dict[str, Any]:
     return {"status": status, "matches": status == run.verdict().get("status"), "stages": stages}
 
 
-def render_reports(run: RunDir) -> None:
+def render_reports(run: RunDir, folder: safefile.Folder) -> None:
     """report.html and report.md from the folder's own files."""
     from kfchaos.report import html, markdown
 
     context = report_context(run)
     document = run.verdict()
-    safefile.write_text(run.file(REPORT_MD), markdown(document, context))
-    safefile.write_text(run.file(REPORT_HTML), html(document, context))
+    folder.write_text(REPORT_MD, markdown(document, context))
+    folder.write_text(REPORT_HTML, html(document, context))
 
 
 def report_context(run: RunDir) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def sealed_names(folder: Path, candidates: tuple[str, ...]) -> list[str]:
 
 
 def seal(folder: Path, run_id: str, candidates: tuple[str, ...]) -> dict[str, Any]:
-    """Write seal.json over the folder's files; returns it."""
+    """The seal over the folder's files (the caller writes it as SEAL, through kfchaos.safefile, with `dumps`)."""
     body: dict[str, Any] = {
         "kind": SEAL_KIND,
         "version": SEAL_VERSION,
@@ -87,8 +87,12 @@ def seal(folder: Path, run_id: str, candidates: tuple[str, ...]) -> dict[str, An
     secret = key()
     document = {**body, "seal_hash": "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()}
     document["hmac"] = sign(secret, body) if secret else None
-    (folder / SEAL).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     return document
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """seal.json's text."""
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
 @dataclass(frozen=True)

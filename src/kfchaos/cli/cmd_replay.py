@@ -12,14 +12,15 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kfchaos import safefile
 from kfchaos.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_SHARDS, MAX_TIMEOUT
 from kfchaos.cli import EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
@@ -103,9 +104,10 @@ def check_out(path: str) -> None:
     if out.is_dir():
         raise KfchaosError(f"--out {path}: is a directory")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".kfchaos-write-test-"):
-            pass
+        with safefile.Folder.open(out.parent) as folder:
+            probe = f".kfchaos-write-test-{secrets.token_hex(6)}"
+            folder.create(probe).close()
+            folder.remove(probe)
     except OSError as exc:
         raise KfchaosError(f"--out {path}: cannot write there ({exc.strerror or type(exc).__name__})") from None
     if out.exists() and not os.access(out, os.W_OK):

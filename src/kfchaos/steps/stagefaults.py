@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kfchaos import safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import FaultActivity, Poller, active_at
 from kfchaos.faults.safety import fault_stage_span
@@ -237,5 +238,5 @@ def mark_fault_active(records_path: str | Path, windows: Sequence[dict[str, Any]
     active |= injected_mask(table)  # requests a traffic-side fault sent are the fault itself
     index = table.column_names.index("fault_active")
     table = table.set_column(index, table.schema.field(index), pa.array(active, pa.bool_()))
-    pq.write_table(table, path)
+    safefile.replace_with(path, lambda handle: pq.write_table(table, handle))
     return int(active.sum())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-import shutil
 import uuid
 from array import array
 from pathlib import Path
@@ -202,7 +201,8 @@ class Spool:
     def __init__(self, out: str | Path) -> None:
         self.interval = SPOOL_S  # read now, not at import: a test may shorten it
         self.folder = Path(f"{out}.partial")
-        self.folder.mkdir(parents=True, exist_ok=True)
+        # kfchaos's own folder, private (records are the run's evidence); the parts are made through it.
+        self._folder = safefile.Folder.open(self.folder, private=True, own=True)
         # Every part names this spool: the parts together are one (stage, shard) of one replay, which the verdict's
         # one-run check (kfchaos.verdict.requests) must not take for two runs' records of the same stage.
         self.metadata = {**INCOMPLETE, SPOOL_KEY: uuid.uuid4().hex.encode()}
@@ -219,30 +219,30 @@ class Spool:
         part = recorder.sliced(self.written, end)
         self.written = end
         self.parts += 1
-        self._worker.submit(self._write, part, self.folder / f"part-{self.parts:05d}.parquet")
+        self._worker.submit(self._write, part, f"part-{self.parts:05d}.parquet")
 
-    def _write(self, part: Recorder, path: Path) -> None:
+    def _write(self, part: Recorder, name: str) -> None:
         table = part.table()
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **self.metadata})
         try:
-            safefile.replace_with(path, lambda temporary: pq.write_table(table, temporary))
+            self._folder.write(name, lambda handle: pq.write_table(table, handle))
         except OSError as exc:  # a full disk: the parts before stay; the error is reported at the end
-            self.errors.append(f"{path.name}: {exc.strerror or exc}")
+            self.errors.append(f"{name}: {exc.strerror or exc}")
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
+        self._folder.close()
 
     def discard(self) -> None:
         """The whole file is written: the parts are not needed."""
         self.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        with safefile.Folder.open(self.folder.parent) as parent:
+            parent.remove_tree(self.folder.name)
 
 
 def write_parquet(table: pa.Table, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    safefile.replace_with(path, lambda temporary: pq.write_table(table, temporary))
-    return path
+    """The records file (private: the run's evidence), renamed into place when whole (kfchaos.safefile)."""
+    return safefile.replace_with(path, lambda handle: pq.write_table(table, handle), private=True)
 
 
 def read_records(paths: list[str | Path]) -> pa.Table:
