@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from kfchaos import parquetguard, runseal, safefile
+from kfchaos import parquetguard, runseal, safefile, signing
 from kfchaos.errors import KfchaosError
 from kfchaos.jsonsource import load_json
 from kfchaos.records import RUN_ID_KEY
@@ -155,15 +155,29 @@ def _iso(epoch: float | None) -> str | None:
 def write(path: str | Path, **parts: Any) -> RunDir:
     """Write a whole run folder (see `_write`), holding the folder's lock: two writers never interleave. The folder
     is kfchaos's own (kfchaos.safefile): refused when a symlink stands at its name or another user owns it; it is
-    private (0700, files 0600): it is the run's evidence."""
+    private (0700, files 0600): it is the run's evidence. The seal is signed (kfchaos.signing): with the configured
+    key (the pipeline's Secret) or the user's own, made on first use; a configured key that cannot be used stops the
+    write before anything is written."""
+    signer, unsigned_because = _signer()
     with safefile.Folder.open(path, private=True, own=True) as folder:
         folder.lock()
-        return _write(folder, **parts)
+        return _write(folder, signer=signer, unsigned_because=unsigned_because, **parts)
+
+
+def _signer() -> tuple[signing.Signer | None, str]:
+    """(the key to seal with, why there is none). A config folder that cannot be written leaves the seal unsigned
+    (it then verifies as integrity only, and `audit verify --require-signed` refuses it); a broken key raises."""
+    try:
+        return signing.signer(local=True), ""
+    except OSError as exc:
+        return None, f"no signing key: {signing.config_folder()} cannot hold one ({exc.strerror or exc})"
 
 
 def _write(
     folder: safefile.Folder,
     *,
+    signer: signing.Signer | None,
+    unsigned_because: str,
     experiment_text: str,
     records: Any,
     verdict: dict[str, Any],
@@ -238,18 +252,20 @@ def _write(
     render_reports(run, folder)
     manifest["files"] = sorted(name for name in FILES if run.has(name))
     folder.write_text(MANIFEST, json.dumps(manifest, indent=2) + "\n")
-    document = runseal.seal(run.path, run.run_id, SEALED)  # last: it covers every file above
+    document = runseal.seal(run.path, run.run_id, SEALED, signer, unsigned_because)  # last: it covers all above
     folder.write_text(runseal.SEAL, runseal.dumps(document))
     return run
 
 
-def verify(run: RunDir) -> list[runseal.Finding]:
+def verify(run: RunDir, trusted: signing.Trust | None = None) -> list[runseal.Finding]:
     """Everything `kfchaos audit verify DIR` checks: the seal (every file's hash, none added or missing, its
-    HMAC where a key is given), the audit record against the folder's experiment and baseline, and the verdict
-    re-judged from the folder's own inputs against verdict.json, stage by stage."""
-    findings = runseal.check(run.path, SEALED)
+    signature against the keys trusted here, its HMAC where a key is given), the audit record against the folder's
+    experiment and baseline, and the verdict re-judged from the folder's own inputs against verdict.json, stage by
+    stage."""
+    trusted = signing.trust() if trusted is None else trusted
+    findings = runseal.check(run.path, SEALED, trusted)
     if run.has(AUDIT):
-        findings += _audit_findings(run)
+        findings += _audit_findings(run, trusted)
     again = _rejudge(run)
     if again.get("error"):
         findings.append(runseal.Finding("rejudge", False, f"cannot re-judge: {again['error']}"))
@@ -268,7 +284,7 @@ def verify(run: RunDir) -> list[runseal.Finding]:
     return findings
 
 
-def _audit_findings(run: RunDir) -> list[runseal.Finding]:
+def _audit_findings(run: RunDir, trusted: signing.Trust) -> list[runseal.Finding]:
     """The pipeline's audit record: its own hashes, and its experiment and baseline against the folder's files."""
     from kfchaos import audit
 
@@ -276,7 +292,10 @@ def _audit_findings(run: RunDir) -> list[runseal.Finding]:
         record = audit.load_record(run.file(AUDIT))
     except KfchaosError as exc:
         return [runseal.Finding(AUDIT, False, str(exc))]
-    out = [runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail) for f in audit.verify(record)]
+    out = [
+        runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail, f.authenticated)
+        for f in audit.verify(record, None, trusted)
+    ]
     experiment = audit.sha256_text(run.file(EXPERIMENT).read_text())
     recorded = record["experiment"].get("sha256")
     out.append(runseal.Finding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}"))
