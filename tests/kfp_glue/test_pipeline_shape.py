@@ -8,7 +8,7 @@ import yaml
 
 from tests.conftest import ROOT
 
-PIPELINE = ROOT / "pipelines/compiled/vllm-network-delay/1.2.0.yaml"
+PIPELINE = ROOT / "pipelines/compiled/vllm-network-delay/1.2.1.yaml"
 
 
 def _load() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -69,6 +69,24 @@ def test_credentials_come_from_a_secret_and_the_pipeline_has_a_ttl() -> None:
     assert env == {"envVar": "KFCHAOS_TARGET_TOKEN", "secretKey": "token"}
     assert platform["platforms"]["kubernetes"]["pipelineConfig"]["resourceTtlOnCompletion"] == 86400
     assert "KFCHAOS_TARGET_TOKEN" not in spec["root"]["inputDefinitions"]["parameters"]
+
+
+def test_only_the_verdict_task_gets_the_signing_key() -> None:
+    # The audit record's signing key (kfchaos.signing): no task that replays traffic or talks to the target holds it.
+    _, platform = _load()
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    holders = {
+        name: entry
+        for name, e in executors.items()
+        for entry in e.get("secretAsEnv", [])
+        if entry.get("secretName", entry.get("secretNameParameter", {}).get("runtimeValue", {}).get("constant"))
+        == "kfchaos-signing-key"
+    }
+    assert list(holders) == ["exec-verdict-report"]
+    assert holders["exec-verdict-report"]["keyToEnv"] == [
+        {"envVar": "KFCHAOS_SIGNING_KEY", "secretKey": "signing-key.pem"}
+    ]
+    assert holders["exec-verdict-report"]["optional"] is True
 
 
 def test_components_run_on_the_package_image() -> None:
