@@ -40,7 +40,9 @@ import yaml
 from kfchaos import parquetguard, runseal, safefile, signing
 from kfchaos.errors import KfchaosError
 from kfchaos.jsonsource import load_json
-from kfchaos.records import RUN_ID_KEY
+from kfchaos.records import COMPLETE_KEY, END_KEY, RUN_ID_KEY, SPOOL_KEY
+
+SPOOL_MARKS = (COMPLETE_KEY, END_KEY, SPOOL_KEY)
 
 LAYOUT_VERSION = 1
 MANIFEST = "run.json"
@@ -216,8 +218,11 @@ def _write(
         table = pq.read_table(records)
     if table is None:
         raise RunDirError(f"{run.path}: the run has no request records")
-    # The run id rides in the Parquet metadata, so that a folder of two runs' records is refused when judged.
-    metadata = {**(table.schema.metadata or {}), RUN_ID_KEY: run.run_id.encode()}
+    # The run id rides in the Parquet metadata, so that a folder of two runs' records is refused when judged. The
+    # marks of a replay's parts do not: records.parquet is one whole file, and a stage its disk cut says so in
+    # run-state.json (stage_valid), which the caller gives.
+    metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k not in SPOOL_MARKS}
+    metadata[RUN_ID_KEY] = run.run_id.encode()
     stamped = table.replace_schema_metadata(metadata)
     folder.write(RECORDS, lambda handle: pq.write_table(stamped, handle))
     info = dict(info or {})
@@ -596,7 +601,7 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
     return write(
         runs_root / safe_id(kfp_run_dir.name),
         experiment_text=parameters.get("experiment", ""),
-        records=[p for p in parts if p.is_file()],
+        records=[p for p in parts if p.exists()],  # a folder: the parts of a stage its disk cut
         verdict=verdict_from_pipeline(audit, baseline),
         baseline_text=baseline_text,
         baseline_path=baseline_path,
