@@ -21,6 +21,7 @@ import pytest
 from kfchaos import rundir
 from kfchaos.cli import main
 from kfchaos.records import unfinished_stages
+from kfchaos.steps import shards
 from kfchaos.traffic import recorder
 from tests.support.hostile import hostile_server, json_answer
 from tests.verdict.builders import experiment_text
@@ -92,6 +93,8 @@ def test_a_replay_that_fills_its_disk_stops_keeps_every_row_and_the_verdict_says
     assert pc.count_distinct(table["request_id"]).as_py() == table.num_rows
     cut = unfinished_stages(out)
     assert list(cut) == [100] and cut[100].startswith("the replay was cut: ENOSPC (No space left on device)")
+    # A shard cut so: its merged stage names it (the one merged file cannot carry the cut).
+    assert shards.unfinished_parts([str(out)]) == [f"shard records records.parquet: {cut[100]}"]
     # Nothing else on the disk is lost, nothing of the replay's own is left behind.
     assert neighbour.read_text() == "kept\n" and filler.stat().st_size == size
     assert not [p.name for p in small_disk.rglob(".*")], "a reserve or a temporary file was left"
