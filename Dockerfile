@@ -1,7 +1,7 @@
 # The one image every kfchaos pipeline component runs on. Its tag is the package version
 # (ghcr.io/kfchaos/kfchaos:<version>, see src/kfchaos/image.py), so a compiled pipeline version names
 # the image its code was released in. Build from the repository root:
-#   docker build --build-arg GIT_COMMIT=$(git rev-parse HEAD) -t ghcr.io/kfchaos/kfchaos:0.2.1 .
+#   docker build --build-arg GIT_COMMIT=$(git rev-parse HEAD) -t ghcr.io/kfchaos/kfchaos:0.2.2 .
 FROM python:3.11-slim
 
 ARG GIT_COMMIT=unknown

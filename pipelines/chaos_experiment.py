@@ -45,11 +45,12 @@ from kfp import dsl, kubernetes
 from kfp.dsl import PipelineTask, graph_component
 
 from kfchaos.kfp.image import component_image
-from kfchaos.kfp.targetsecret import TARGET_SECRET, TARGET_SECRET_KEY
+from kfchaos.kfp.targetsecret import SIGNING_SECRET, SIGNING_SECRET_KEY, TARGET_SECRET, TARGET_SECRET_KEY
 
 # Stand-in for the pipeline's own IR hash, replaced (same length) by the hash of the file compiled with it,
 # so the IR carries its own verifiable hash (kfchaos.kfp.versioning.seal).
 from kfchaos.kfp.versioning import IR_HASH_PLACEHOLDER
+from kfchaos.signing import SIGNING_KEY_ENV
 
 GENERIC_STAGES = (10, 30, 60, 90, 100)
 # Finished runs' pods are removed after a day; their artifacts and the audit record stay in the pipeline root.
@@ -227,7 +228,7 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
                 retries=2,
             )
             _with_target_secret(remove, auth_env)
-            _no_cache(
+            verdict = _no_cache(
                 verdict_op(
                     experiment=experiment,
                     baseline=baseline,
@@ -243,5 +244,8 @@ def build_pipeline(defaults: PipelineDefaults) -> graph_component.GraphComponent
                     recovery=remove.output,
                 )
             )
+            # The audit record's signing key (kfchaos.signing): a Secret only this task sees, so no task that replays
+            # traffic or talks to the target holds it. Optional: without it the record says it is unsigned.
+            kubernetes.use_secret_as_env(verdict, SIGNING_SECRET, {SIGNING_SECRET_KEY: SIGNING_KEY_ENV}, optional=True)
 
     return chaos_experiment

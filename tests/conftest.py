@@ -36,6 +36,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _config_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Run folders are signed with the user's own key, made on first use in $XDG_CONFIG_HOME/kfchaos
+    (kfchaos.signing): the tests' key lives in a folder of their own, never in the real one. Set in os.environ, so
+    that the commands the tests start (kfp.local tasks, demo stacks) use it too; a pipeline's key is unset."""
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
+    for name in ("KFCHAOS_SIGNING_KEY", "KFCHAOS_SIGNING_KEY_FILE", "KFCHAOS_SEAL_KEY"):
+        os.environ.pop(name, None)
+
+
 @pytest.fixture
 def root() -> Path:
     return ROOT

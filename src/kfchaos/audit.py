@@ -6,8 +6,10 @@ of every stage, every chaos object applied with its events, timestamps, every st
 `record_hash` covers all of it (canonical JSON), so an edited record is detected; `verify` recomputes every
 hash it can from the record itself, plus the IR hash from the compiled pipeline file when the repository has it.
 A recomputable hash does not stop whoever rewrites the record from rewriting the hash: when the step that writes
-it has the runner's key (KFCHAOS_SEAL_KEY, kfchaos.runseal), `record_hmac` signs `record_hash`, and `verify`
-checks it where the key is given (and says "not checked" where it is not).
+it has the pipeline's signing key (the Kubernetes Secret, kfchaos.signing), `record_signature` is an Ed25519
+signature of `record_hash`, and `verify` checks it against the keys the verifier trusts ("integrity only: not
+authenticated" without one). With the shared KFCHAOS_SEAL_KEY (kfchaos.runseal, an alternative: symmetric),
+`record_hmac` is an HMAC of `record_hash`, checked where the key is given.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kfchaos import runseal
+from kfchaos import runseal, safefile, signing
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
 from kfchaos.irhash import ir_hash
@@ -99,12 +101,21 @@ def build_record(
     secret = runseal.key()
     if secret is not None:
         record["record_hmac"] = runseal.sign(secret, record["record_hash"])
+    try:  # the pipeline's key (a Kubernetes Secret); a step without it leaves the record unsigned, and says why
+        signer = signing.configured_signer()
+    except signing.SigningError as exc:
+        signer, why = None, f"the signing key cannot be used: {exc}"
+    else:
+        why = f"no signing key in this step ({signing.SIGNING_KEY_ENV} and {signing.SIGNING_KEY_FILE_ENV} unset)"
+    if signer is not None:
+        record["record_signature"] = signer.sign(RECORD_KIND, record["record_hash"].encode())
+    else:
+        record["record_unsigned"] = why
     return record
 
 
 def write_record(record: dict[str, Any], path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+    safefile.write_text(path, json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def load_record(path: str | Path) -> dict[str, Any]:
@@ -229,11 +240,25 @@ def _verify_plans(record: dict[str, Any]) -> list[Finding]:
     return findings
 
 
-def verify(record: dict[str, Any], root: Path | None = None) -> list[Finding]:
-    """Recompute every hash; with `root`, also the IR hash of pipelines/compiled/<name>/<version>.yaml."""
+# Added after record_hash is computed: not part of what it covers.
+SIGNATURE_FIELDS = ("record_hash", "record_hmac", "record_signature", "record_unsigned")
+
+
+def verify(record: dict[str, Any], root: Path | None = None, trusted: signing.Trust | None = None) -> list[Finding]:
+    """Recompute every hash and check the record's signature against `trusted` (default: what the user's config
+    folder trusts); with `root`, also the IR hash of pipelines/compiled/<name>/<version>.yaml."""
     findings: list[Finding] = []
-    body = {k: v for k, v in record.items() if k not in ("record_hash", "record_hmac")}
+    body = {k: v for k, v in record.items() if k not in SIGNATURE_FIELDS}
     findings.append(_compare("record_hash", record.get("record_hash"), sha256_json(body)))
+    verification = signing.verify(
+        record.get("record_signature"),
+        RECORD_KIND,
+        str(record.get("record_hash")).encode(),
+        signing.trust() if trusted is None else trusted,
+    )
+    if verification.status == "unsigned" and isinstance(record.get("record_unsigned"), str):
+        verification = signing.Verification("unsigned", f"{verification.detail}: {record['record_unsigned'][:300]}")
+    findings.append(runseal.signature_finding("record_signature", verification))
     signed, detail = runseal.check_signature(record.get("record_hmac"), record.get("record_hash"))
     findings.append(Finding("record_hmac", signed, detail))
     parameters = record.get("parameters", {})

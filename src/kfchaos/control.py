@@ -109,8 +109,7 @@ def record_control(
         tables.append(result.table)
         rates[percent] = result.table.num_rows / duration
     table = pa.concat_tables(tables, promote_options="default")
-    records_out.parent.mkdir(parents=True, exist_ok=True)
-    safefile.replace_with(records_out, lambda temporary: pq.write_table(table, temporary))
+    safefile.replace_with(records_out, lambda handle: pq.write_table(table, handle))
     requests = load_requests(records_out)
     measured = []
     for percent in percents:

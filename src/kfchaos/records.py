@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from kfchaos.errors import KfchaosError
@@ -79,6 +81,13 @@ COLUMNS = tuple(REQUEST_SCHEMA.names)
 # a folder mixing two runs is refused (kfchaos.verdict.requests).
 RUN_ID_KEY = b"kfchaos.run_id"
 SPOOL_KEY = b"kfchaos.records.spool"  # the parts one replay wrote as it went (kfchaos.traffic.recorder.Spool)
+# Every part a replay writes as it goes is marked incomplete; its last part says how the replay ended (END_KEY):
+# END_COMPLETE (every request it took is in the parts), or CUT + why (it stopped sending: a full disk...). Parts with
+# no end were left by a replay that did not finish (killed, or a disk that failed even the last part).
+COMPLETE_KEY = b"kfchaos.records.complete"
+END_KEY = b"kfchaos.records.end"
+END_COMPLETE = "complete"
+CUT = "cut: "
 
 
 class RecordsError(KfchaosError):
@@ -92,6 +101,43 @@ MAX_SPAN_S = 7 * 86400.0
 SEND_BEFORE_INTENDED_TOLERANCE_S = 1e-3
 STAGE_RANGE = (0, 100)
 DURATIONS = ("latency", "latency_intended", "ttft", "itl_mean", "itl_p99", "itl_max", "tpot", "connect")
+
+
+def unfinished_stages(path: str | Path) -> dict[int, str]:
+    """Stage -> why its records are not a whole stage: the parts of a replay (one SPOOL_KEY) that say it was cut, or
+    that say nothing of how it ended. Reads the footers and the stage column of spool parts only; whole files (no
+    SPOOL_KEY) and anything unreadable are left to the reader."""
+    path = Path(path)
+    files = sorted(p for p in path.glob("*.parquet") if p.is_file()) if path.is_dir() else [path]
+    spools: dict[bytes, list[tuple[Path, dict[bytes, bytes]]]] = {}
+    for file in files:
+        try:
+            metadata = pq.read_schema(file).metadata or {}
+        except (OSError, pa.ArrowInvalid):
+            continue
+        if SPOOL_KEY in metadata:
+            spools.setdefault(metadata[SPOOL_KEY], []).append((file, metadata))
+    out: dict[int, str] = {}
+    for parts in spools.values():
+        ends = [m[END_KEY].decode(errors="replace") for _, m in parts if END_KEY in m]
+        if END_COMPLETE in ends:
+            continue
+        cut = next((end[len(CUT) :] for end in ends if end.startswith(CUT)), None)
+        why = (
+            f"the replay was cut: {cut}; the stage is judged on no more than it sent"
+            if cut is not None
+            else f"the replay that wrote these records did not finish ({len(parts)} part(s), none says how it "
+            "ended: killed, or its disk failed): the stage is not whole"
+        )
+        for file, _ in parts:
+            try:
+                stages = pq.read_table(file, columns=["stage"]).column("stage")
+            except (OSError, pa.ArrowInvalid, KeyError):
+                continue
+            for stage in pc.unique(stages).to_pylist():
+                if isinstance(stage, int):
+                    out[stage] = why
+    return out
 
 
 def _count(mask: pa.ChunkedArray | pa.Array) -> int:

@@ -19,6 +19,15 @@ _SECRET_NAME = rf"[A-Za-z0-9_.-]*(?:{_SECRET_WORDS})[A-Za-z0-9_.-]*"
 _KEY_VALUE = re.compile(rf"(?i)(?P<key>[\"']?{_SECRET_NAME}[\"']?\s*[:=]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',;&}}]+)")
 
 
+_SECRET_FIELD = re.compile(rf"(?i)(?:{_SECRET_WORDS})")
+
+
+def secret_name(name: str) -> bool:
+    """Whether a field's name says it holds a secret (an API key, a token, a session, a cookie): the same words whose
+    values `redact` scrubs."""
+    return bool(_SECRET_FIELD.search(name))
+
+
 def redact(text: str) -> str:
     """`text` with URL query strings, URL credentials and credential-like values replaced by <redacted>."""
     text = _URL_USERINFO.sub(lambda m: m["scheme"], text)

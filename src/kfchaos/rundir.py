@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,10 +37,12 @@ from typing import Any
 
 import yaml
 
-from kfchaos import parquetguard, runseal, safefile
+from kfchaos import parquetguard, runseal, safefile, signing
 from kfchaos.errors import KfchaosError
 from kfchaos.jsonsource import load_json
-from kfchaos.records import RUN_ID_KEY
+from kfchaos.records import COMPLETE_KEY, END_KEY, RUN_ID_KEY, SPOOL_KEY
+
+SPOOL_MARKS = (COMPLETE_KEY, END_KEY, SPOOL_KEY)
 
 LAYOUT_VERSION = 1
 MANIFEST = "run.json"
@@ -154,16 +155,31 @@ def _iso(epoch: float | None) -> str | None:
 
 
 def write(path: str | Path, **parts: Any) -> RunDir:
-    """Write a whole run folder (see `_write`), holding the folder's lock: two writers never interleave."""
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    with safefile.locked(folder):
-        return _write(folder, **parts)
+    """Write a whole run folder (see `_write`), holding the folder's lock: two writers never interleave. The folder
+    is kfchaos's own (kfchaos.safefile): refused when a symlink stands at its name or another user owns it; it is
+    private (0700, files 0600): it is the run's evidence. The seal is signed (kfchaos.signing): with the configured
+    key (the pipeline's Secret) or the user's own, made on first use; a configured key that cannot be used stops the
+    write before anything is written."""
+    signer, unsigned_because = _signer()
+    with safefile.Folder.open(path, private=True, own=True) as folder:
+        folder.lock()
+        return _write(folder, signer=signer, unsigned_because=unsigned_because, **parts)
+
+
+def _signer() -> tuple[signing.Signer | None, str]:
+    """(the key to seal with, why there is none). A config folder that cannot be written leaves the seal unsigned
+    (it then verifies as integrity only, and `audit verify --require-signed` refuses it); a broken key raises."""
+    try:
+        return signing.signer(local=True), ""
+    except OSError as exc:
+        return None, f"no signing key: {signing.config_folder()} cannot hold one ({exc.strerror or exc})"
 
 
 def _write(
-    path: str | Path,
+    folder: safefile.Folder,
     *,
+    signer: signing.Signer | None,
+    unsigned_because: str,
     experiment_text: str,
     records: Any,
     verdict: dict[str, Any],
@@ -178,18 +194,18 @@ def _write(
 ) -> RunDir:
     """Write a whole run folder. `records`: a Parquet path (file or folder), a pyarrow Table, or a list of
     Parquet paths (merged); `metrics`: a MetricsSnapshot, its dict, or None. The reports are drawn from the
-    folder's own files, so what they show is what a re-judgment reads."""
+    folder's own files, so what they show is what a re-judgment reads. Every file goes through `folder`
+    (kfchaos.safefile: a new temporary renamed onto its name)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    run = RunDir(Path(path))
-    run.path.mkdir(parents=True, exist_ok=True)
-    safefile.write_text(run.file(EXPERIMENT), experiment_text)
+    run = RunDir(folder.path)
+    folder.write_text(EXPERIMENT, experiment_text)
     if baseline_text and baseline_text.strip():
-        safefile.write_text(run.file(BASELINE), baseline_text)
+        folder.write_text(BASELINE, baseline_text)
         control = _control_records(baseline_text, baseline_path)
         if control is not None:
-            safefile.replace_with(run.file(CONTROL_RECORDS), lambda temporary: shutil.copyfile(control, temporary))
+            folder.copy(CONTROL_RECORDS, control)
     if isinstance(records, pa.Table):
         table = records
     elif isinstance(records, list):
@@ -202,10 +218,13 @@ def _write(
         table = pq.read_table(records)
     if table is None:
         raise RunDirError(f"{run.path}: the run has no request records")
-    # The run id rides in the Parquet metadata, so that a folder of two runs' records is refused when judged.
-    metadata = {**(table.schema.metadata or {}), RUN_ID_KEY: run.run_id.encode()}
+    # The run id rides in the Parquet metadata, so that a folder of two runs' records is refused when judged. The
+    # marks of a replay's parts do not: records.parquet is one whole file, and a stage its disk cut says so in
+    # run-state.json (stage_valid), which the caller gives.
+    metadata = {k: v for k, v in (table.schema.metadata or {}).items() if k not in SPOOL_MARKS}
+    metadata[RUN_ID_KEY] = run.run_id.encode()
     stamped = table.replace_schema_metadata(metadata)
-    safefile.replace_with(run.file(RECORDS), lambda temporary: pq.write_table(stamped, temporary))
+    folder.write(RECORDS, lambda handle: pq.write_table(stamped, handle))
     info = dict(info or {})
     if info.get("started_at") is None and "intended" in table.column_names and table.num_rows:
         # No pipeline to say when the run began and ended: the first request's send and the last response.
@@ -216,39 +235,42 @@ def _write(
         info["finished_at"] = pc.max(ends).as_py() or pc.max(table["intended"]).as_py()
     if metrics is not None:
         data = metrics if isinstance(metrics, dict) else metrics.to_dict()
-        safefile.write_text(run.file(METRICS), json.dumps(data, indent=1) + "\n")
+        folder.write_text(METRICS, json.dumps(data, indent=1) + "\n")
     if run_state:
-        safefile.write_text(run.file(RUN_STATE), json.dumps(run_state, indent=2) + "\n")
+        folder.write_text(RUN_STATE, json.dumps(run_state, indent=2) + "\n")
     if stages is not None:
-        safefile.write_text(run.file(STAGES), json.dumps(stages, indent=2) + "\n")
+        folder.write_text(STAGES, json.dumps(stages, indent=2) + "\n")
         actions = [a for step in stages for a in (step.get("detail") or {}).get("fault_actions") or []]
         if actions:
-            safefile.write_text(run.file(FAULT_ACTIONS), "".join(json.dumps(a, sort_keys=True) + "\n" for a in actions))
+            folder.write_text(FAULT_ACTIONS, "".join(json.dumps(a, sort_keys=True) + "\n" for a in actions))
     if audit is not None:
-        safefile.write_text(run.file(AUDIT), json.dumps(audit, indent=2) + "\n")
-    _write_evidence(run, evidence)
+        folder.write_text(AUDIT, json.dumps(audit, indent=2) + "\n")
+    _write_evidence(folder, evidence)
     verdict = {**verdict, "run_id": run.run_id}
-    safefile.write_text(run.file(VERDICT), json.dumps(verdict, indent=2) + "\n")
+    folder.write_text(VERDICT, json.dumps(verdict, indent=2) + "\n")
     manifest = _manifest(run, experiment_text, verdict, info)
-    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
+    folder.write_text(MANIFEST, json.dumps(manifest, indent=2) + "\n")
     rejudged = _rejudge(run)
     rejudged.pop("stages", None)
     manifest["rejudged"] = rejudged
-    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
-    render_reports(run)
+    folder.write_text(MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    render_reports(run, folder)
     manifest["files"] = sorted(name for name in FILES if run.has(name))
-    safefile.write_text(run.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
-    runseal.seal(run.path, run.run_id, SEALED)  # last: it covers every file above
+    folder.write_text(MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    document = runseal.seal(run.path, run.run_id, SEALED, signer, unsigned_because)  # last: it covers all above
+    folder.write_text(runseal.SEAL, runseal.dumps(document))
     return run
 
 
-def verify(run: RunDir) -> list[runseal.Finding]:
+def verify(run: RunDir, trusted: signing.Trust | None = None) -> list[runseal.Finding]:
     """Everything `kfchaos audit verify DIR` checks: the seal (every file's hash, none added or missing, its
-    HMAC where a key is given), the audit record against the folder's experiment and baseline, and the verdict
-    re-judged from the folder's own inputs against verdict.json, stage by stage."""
-    findings = runseal.check(run.path, SEALED)
+    signature against the keys trusted here, its HMAC where a key is given), the audit record against the folder's
+    experiment and baseline, and the verdict re-judged from the folder's own inputs against verdict.json, stage by
+    stage."""
+    trusted = signing.trust() if trusted is None else trusted
+    findings = runseal.check(run.path, SEALED, trusted)
     if run.has(AUDIT):
-        findings += _audit_findings(run)
+        findings += _audit_findings(run, trusted)
     again = _rejudge(run)
     if again.get("error"):
         findings.append(runseal.Finding("rejudge", False, f"cannot re-judge: {again['error']}"))
@@ -267,7 +289,7 @@ def verify(run: RunDir) -> list[runseal.Finding]:
     return findings
 
 
-def _audit_findings(run: RunDir) -> list[runseal.Finding]:
+def _audit_findings(run: RunDir, trusted: signing.Trust) -> list[runseal.Finding]:
     """The pipeline's audit record: its own hashes, and its experiment and baseline against the folder's files."""
     from kfchaos import audit
 
@@ -275,7 +297,10 @@ def _audit_findings(run: RunDir) -> list[runseal.Finding]:
         record = audit.load_record(run.file(AUDIT))
     except KfchaosError as exc:
         return [runseal.Finding(AUDIT, False, str(exc))]
-    out = [runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail) for f in audit.verify(record)]
+    out = [
+        runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail, f.authenticated)
+        for f in audit.verify(record, None, trusted)
+    ]
     experiment = audit.sha256_text(run.file(EXPERIMENT).read_text())
     recorded = record["experiment"].get("sha256")
     out.append(runseal.Finding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}"))
@@ -292,13 +317,13 @@ def _stage_statuses(verdict: dict[str, Any]) -> dict[Any, Any]:
     return {s.get("stage"): s.get("status") for s in stages if isinstance(s, dict)}
 
 
-def _write_evidence(run: RunDir, evidence: dict[str, Any] | None) -> None:
+def _write_evidence(folder: safefile.Folder, evidence: dict[str, Any] | None) -> None:
     from kfchaos.evidence import files
     from kfchaos.evidence.model import Bundle
 
     bundle = Bundle.from_dict(evidence) if evidence else None
     if bundle is not None:
-        files.write(bundle, run.path / files.FOLDER)
+        files.write(bundle, folder)
 
 
 def _control_records(baseline_text: str, baseline_path: Path | None) -> Path | None:
@@ -359,14 +384,14 @@ def _rejudge(run: RunDir) -> dict[str, Any]:
     return {"status": status, "matches": status == run.verdict().get("status"), "stages": stages}
 
 
-def render_reports(run: RunDir) -> None:
+def render_reports(run: RunDir, folder: safefile.Folder) -> None:
     """report.html and report.md from the folder's own files."""
     from kfchaos.report import html, markdown
 
     context = report_context(run)
     document = run.verdict()
-    safefile.write_text(run.file(REPORT_MD), markdown(document, context))
-    safefile.write_text(run.file(REPORT_HTML), html(document, context))
+    folder.write_text(REPORT_MD, markdown(document, context))
+    folder.write_text(REPORT_HTML, html(document, context))
 
 
 def report_context(run: RunDir) -> dict[str, Any]:
@@ -576,7 +601,7 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
     return write(
         runs_root / safe_id(kfp_run_dir.name),
         experiment_text=parameters.get("experiment", ""),
-        records=[p for p in parts if p.is_file()],
+        records=[p for p in parts if p.exists()],  # a folder: the parts of a stage its disk cut
         verdict=verdict_from_pipeline(audit, baseline),
         baseline_text=baseline_text,
         baseline_path=baseline_path,

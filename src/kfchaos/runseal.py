@@ -1,14 +1,17 @@
 """The seal of a run folder (kfchaos.rundir): the SHA-256 of every file a verdict or report of the folder reads,
-written last as `seal.json`, and its verification.
+signed, written last as `seal.json`, and its verification.
 
-What the seal proves, and what it cannot (`kfchaos audit verify DIR` prints both):
-- Without a key, the seal is a recomputable hash. It shows that no sealed file was changed, added to or removed
-  from the folder by accident or by a tool that does not rewrite the seal; it cannot show that someone who
-  rewrote a file did not also rewrite seal.json (anyone can recompute SHA-256).
-- With a key (`KFCHAOS_SEAL_KEY`, held by the runner: in a cluster, a Kubernetes Secret mounted into the pipeline
-  pod as that environment variable), the seal also carries an HMAC-SHA256 over its file list. Whoever verifies with
-  the same key knows the files are the ones the key holder sealed; without the key the HMAC is reported as not
-  checked, never as ok. docs/verdict.md ("Sealed run folder") says why a key and not a write-once store.
+What the seal proves, and what it cannot (`kfchaos audit verify DIR` prints both; docs/reliability.md, "An audit
+nobody can forge", says what an attacker with the folder, the key, or both can do):
+- The hashes show that no sealed file was changed, added or removed since the seal was written. Alone they are
+  integrity only, not authenticity: anyone who can write the folder can rewrite a file and recompute every hash.
+- The Ed25519 signature (kfchaos.signing) shows who sealed it: it is made with a key the folder's writer does not
+  hold (a Kubernetes Secret in the pipeline, a key file in the user's config folder for a local run), and checked
+  with a key the verifier trusts from outside the folder (`--public-key`, a pinned fingerprint, the config folder).
+  A seal without a signature, or signed by a key not trusted here, verifies as "integrity only: not authenticated"
+  (`kfchaos audit verify --require-signed` fails on it); a signature that does not verify is a mismatch.
+- The HMAC (`KFCHAOS_SEAL_KEY`, kept as an alternative for setups that already share that key) is symmetric: anyone
+  who can check it can also make it, the verifier included, so it never counts as signed.
 The verdict is re-judged from the folder's own inputs as well, so an edited verdict.json or report is caught even
 when its hash was rewritten.
 """
@@ -22,6 +25,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kfchaos import signing
 
 SEAL = "seal.json"
 SEAL_KIND = "kfchaos.RunSeal"
@@ -45,7 +50,7 @@ def file_sha256(path: Path) -> str:
 
 
 def key() -> bytes | None:
-    """The runner's sealing key from KFCHAOS_SEAL_KEY, None when unset."""
+    """The shared HMAC key from KFCHAOS_SEAL_KEY, None when unset."""
     value = os.environ.get(KEY_ENV, "")
     return value.encode() if value else None
 
@@ -76,8 +81,15 @@ def sealed_names(folder: Path, candidates: tuple[str, ...]) -> list[str]:
     return sorted(set(names))
 
 
-def seal(folder: Path, run_id: str, candidates: tuple[str, ...]) -> dict[str, Any]:
-    """Write seal.json over the folder's files; returns it."""
+def seal(
+    folder: Path,
+    run_id: str,
+    candidates: tuple[str, ...],
+    signer: signing.Signer | None = None,
+    unsigned_because: str = "no signing key",
+) -> dict[str, Any]:
+    """The seal over the folder's files, signed by `signer` (the caller writes it as SEAL, through kfchaos.safefile,
+    with `dumps`)."""
     body: dict[str, Any] = {
         "kind": SEAL_KIND,
         "version": SEAL_VERSION,
@@ -87,8 +99,15 @@ def seal(folder: Path, run_id: str, candidates: tuple[str, ...]) -> dict[str, An
     secret = key()
     document = {**body, "seal_hash": "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()}
     document["hmac"] = sign(secret, body) if secret else None
-    (folder / SEAL).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    document["signature"] = signer.sign(SEAL_KIND, _canonical(body)) if signer is not None else None
+    if signer is None:
+        document["unsigned"] = unsigned_because
     return document
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """seal.json's text."""
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
 @dataclass(frozen=True)
@@ -96,13 +115,20 @@ class Finding:
     what: str
     ok: bool
     detail: str
+    authenticated: bool = False  # a signature that verified with a key trusted here
 
     def __str__(self) -> str:
         return f"{'ok      ' if self.ok else 'MISMATCH'} {self.what}: {self.detail}"
 
 
-def check(folder: Path, candidates: tuple[str, ...]) -> list[Finding]:
-    """Each sealed file's hash recomputed, files added or removed since, the seal's own hash and its HMAC."""
+def signature_finding(what: str, verification: signing.Verification) -> Finding:
+    """A signature's finding: a mismatch only when it does not verify; authenticated only with a trusted key."""
+    return Finding(what, not verification.tampered, verification.detail, verification.authenticated)
+
+
+def check(folder: Path, candidates: tuple[str, ...], trusted: signing.Trust | None = None) -> list[Finding]:
+    """Each sealed file's hash recomputed, files added or removed since, the seal's own hash, its signature (against
+    `trusted`, default: what the user's config folder trusts) and its HMAC."""
     path = folder / SEAL
     if not path.is_file():
         return [Finding(SEAL, False, "missing: the folder is not sealed, its files cannot be checked")]
@@ -130,6 +156,11 @@ def check(folder: Path, candidates: tuple[str, ...]) -> list[Finding]:
     for name in sealed_names(folder, candidates):
         if name not in files:
             out.append(Finding(name, False, "present but not sealed (added after the run)"))
+    trusted = signing.trust() if trusted is None else trusted
+    verification = signing.verify(document.get("signature"), SEAL_KIND, _canonical(body), trusted)
+    if verification.status == "unsigned" and isinstance(document.get("unsigned"), str):
+        verification = signing.Verification("unsigned", f"{verification.detail}: {document['unsigned'][:300]}")
+    out.append(signature_finding("signature", verification))
     good, detail = check_signature(document.get("hmac"), body)
     out.append(Finding("hmac", good, detail))
     return out
@@ -141,9 +172,13 @@ def _same(what: str, recorded: Any, computed: str) -> Finding:
     return Finding(what, False, f"recorded {recorded}, computed {computed}")
 
 
+def authenticated(findings: list[Finding], what: str = "signature") -> bool:
+    """Whether the finding `what` (the seal's signature, or a record's) verified with a key trusted here."""
+    return any(f.what == what and f.authenticated for f in findings)
+
+
 def proves(findings: list[Finding]) -> list[str]:
     """What this verification can and cannot prove, in words (printed by `kfchaos audit verify DIR`)."""
-    keyed = any(f.what.endswith("hmac") and f.ok and f.detail == "matches the key" for f in findings)
     sealed = [f for f in findings if f.what != "rejudge"]
     rejudged = [f for f in findings if f.what == "rejudge"]
     lines = [
@@ -157,12 +192,21 @@ def proves(findings: list[Finding]) -> list[str]:
             if all(f.ok for f in rejudged)
             else "proves: the verdict the folder holds is not the one its own inputs give (see rejudge)"
         )
-    if keyed:
-        lines.append("proves: the seal was written by a holder of the key")
+    signature = next((f for f in findings if f.what == "signature"), None)
+    if signature is not None and signature.authenticated:
+        lines.append(
+            f"proves: the seal was {signature.detail}: whoever wrote the folder without that key could not have made it"
+        )
     else:
         lines.append(
-            "cannot prove: that seal.json itself was not rewritten along with the files (no key to check an HMAC; "
-            f"set {KEY_ENV} to the runner's key)"
+            "integrity only: not authenticated: anyone who can write the folder could have rewritten its files and "
+            "recomputed every hash (sign runs with a key of the runner's, and verify with --public-key FILE or a "
+            "pinned fingerprint)"
+        )
+    if any(f.what.endswith("hmac") and f.ok and f.detail == "matches the key" for f in findings):
+        lines.append(
+            f"proves: the HMAC was made by a holder of {KEY_ENV}; it is symmetric, so any holder, this verifier "
+            "included, could have made it: it is not a signature"
         )
     lines.append("cannot prove: that the records are what the target really answered (they are the replay's own)")
     return lines

@@ -17,6 +17,7 @@ from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
+    BeforeValidator,
     Field,
     TypeAdapter,
     ValidationError,
@@ -269,11 +270,33 @@ class Synthetic(StrictModel):
         )
 
 
+def _credential_names(value: Any) -> Any:
+    """allow_credentials names the recorded credential headers to keep; `false` (the old form) keeps none, and `true`
+    (the old form, every credential the recording holds) is refused: the names say what is sent."""
+    if value is False or value is None:
+        return []
+    if value is True:
+        raise ValueError(
+            "name the recorded credential headers to keep, e.g. [Authorization]: `true` would send every "
+            "credential the recording holds"
+        )
+    if isinstance(value, list):
+        for name in value:
+            if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+    return value
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
+
+
 class Headers(StrictModel):
     add: dict[str, str] = Field(default_factory=dict)
     strip: list[str] = Field(default_factory=list)
-    allow_credentials: bool = Field(
-        False, description="keep Authorization and Cookie headers from the recording (stripped by default)"
+    allow_credentials: Annotated[list[str], BeforeValidator(_credential_names)] = Field(
+        default_factory=list,
+        description="recorded credential headers to keep, by name (Authorization, Cookie, an API key's header...); "
+        "every other one is dropped",
     )
 
 

@@ -191,7 +191,7 @@ def test_the_knowledge_base_ranks_by_the_evidence_found(bundle: Bundle) -> None:
 
 
 def test_the_run_folder_and_report_show_it(bundle: Bundle, tmp_path: Path) -> None:
-    files.write(bundle, tmp_path / "evidence")
+    files.write(bundle, tmp_path)
     written = sorted(p.name for p in (tmp_path / "evidence").iterdir())
     assert "index.json" in written and "previous-log-serving_vllm-0_vllm.log" in written
     again = files.read(tmp_path / "evidence")

@@ -33,7 +33,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
     target.write_text("old")
 
     def fail(path: Path) -> None:
-        path.write_text("half")
+        path.write(b"half")
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError):

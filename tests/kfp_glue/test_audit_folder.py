@@ -30,6 +30,11 @@ def _verify(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
+def _reseal(folder: Path, run_id: str) -> None:
+    """What a forger with write access to the folder does: recompute the seal over the edited files."""
+    (folder / runseal.SEAL).write_text(runseal.dumps(runseal.seal(folder, run_id, rundir.SEALED)))
+
+
 def test_a_fresh_folder_verifies_and_says_what_it_cannot_prove(
     folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -40,7 +45,10 @@ def test_a_fresh_folder_verifies_and_says_what_it_cannot_prove(
     code, report = _verify(folder, capsys)
     assert code == 0 and report["ok"], report
     assert any(f["what"] == "rejudge" and f["ok"] for f in report["findings"])
-    assert any(line.startswith("cannot prove: that seal.json itself") for line in report["proves"])
+    # Signed with this user's own key (made on first use), which this verifier trusts.
+    assert report["authenticated"] and seal["signature"]["key_id"].startswith("sha256:")
+    assert any(line.startswith("proves: the seal was signed by key sha256:") for line in report["proves"])
+    assert any(line.startswith("cannot prove: that the records are what the target") for line in report["proves"])
 
 
 @pytest.mark.parametrize("name", [rundir.EXPERIMENT, rundir.BASELINE, rundir.METRICS, rundir.VERDICT, rundir.REPORT_MD])
@@ -65,7 +73,7 @@ def test_records_edited_and_the_seal_rewritten_still_fail_the_rejudge(
     fast = pc.multiply(table["latency"], 0.01)
     table = table.set_column(table.schema.get_field_index("latency"), "latency", fast)
     pq.write_table(table, folder / rundir.RECORDS)
-    runseal.seal(folder, "run-1", rundir.SEALED)
+    _reseal(folder, "run-1")
     code, report = _verify(folder, capsys)
     assert code == 1
     rejudge = next(f for f in report["findings"] if f["what"] == "rejudge")
@@ -99,12 +107,13 @@ def test_with_a_key_the_seal_is_signed_and_a_resealed_forgery_is_caught(
     main([*sample.verdict_argv(), "--out", str(folder)])
     code, report = _verify(folder, capsys)
     assert code == 0 and any(f["what"] == "hmac" and f["detail"] == "matches the key" for f in report["findings"])
-    assert "proves: the seal was written by a holder of the key" in report["proves"]
+    assert any(line.startswith("proves: the HMAC was made by a holder of KFCHAOS_SEAL_KEY; it is symmetric")
+               for line in report["proves"])  # fmt: skip
     # The forger has no key: a reseal without it (or with another) no longer matches.
     verdict = folder / rundir.VERDICT
     verdict.write_text(verdict.read_text().replace('"FAIL"', '"PASS"'))
     monkeypatch.setenv(runseal.KEY_ENV, "forger-guess")
-    runseal.seal(folder, "run-2", rundir.SEALED)
+    _reseal(folder, "run-2")
     monkeypatch.setenv(runseal.KEY_ENV, "runner-secret")
     code, report = _verify(folder, capsys)
     assert code == 1 and any(f["what"] == "hmac" and not f["ok"] for f in report["findings"])

@@ -28,7 +28,7 @@ def test_a_forged_record_with_a_recomputed_hash_fails_the_signature(monkeypatch:
     verdict = record["verdict"]
     assert isinstance(verdict, dict)
     verdict["reasons"] = ["forged: the run was a FAIL"]
-    body = {k: v for k, v in record.items() if k not in ("record_hash", "record_hmac")}
+    body = {k: v for k, v in record.items() if k not in audit.SIGNATURE_FIELDS}
     record["record_hash"] = audit.sha256_json(body)  # the forger recomputes the plain hash
     found = _findings(record)
     assert found["record_hash"].ok  # a recomputable hash cannot tell

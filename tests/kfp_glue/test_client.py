@@ -33,14 +33,14 @@ def test_upload_names_the_first_version_after_our_version_and_is_idempotent(
     out = capsys.readouterr().out
     assert out.count("created ") == len(LOCK)
     # KFP names a new pipeline's first version after the pipeline; upload leaves only the version it asked for.
-    assert _versions(kfp_api, "vllm-network-delay") == ["1.2.0"]
+    assert _versions(kfp_api, "vllm-network-delay") == ["1.2.1"]
     assert _versions(kfp_api, "kfchaos-experiment") == [LOCK["kfchaos-experiment"].version]
-    uploaded = next(v for v in kfp_api.state.versions.values() if v["display_name"] == "1.2.0")
+    uploaded = next(v for v in kfp_api.state.versions.values() if v["display_name"] == "1.2.1")
     assert uploaded["pipeline_spec"]["pipelineInfo"]["name"] in LOCK
 
     assert _upload(kfp_api) == 0
     assert capsys.readouterr().out.count("exists ") == len(LOCK)
-    assert _versions(kfp_api, "vllm-network-delay") == ["1.2.0"]
+    assert _versions(kfp_api, "vllm-network-delay") == ["1.2.1"]
 
 
 def test_upload_adds_a_new_version_to_an_existing_pipeline(kfp_api: KfpApiServer, tmp_path: Path) -> None:
@@ -49,14 +49,14 @@ def test_upload_adds_a_new_version_to_an_existing_pipeline(kfp_api: KfpApiServer
     root = tmp_path / "repo"
     (root / "pipelines/compiled/vllm-network-delay").mkdir(parents=True)
     source = ROOT / LOCK["vllm-network-delay"].file
-    (root / "pipelines/compiled/vllm-network-delay/1.2.1.yaml").write_bytes(source.read_bytes())
+    (root / "pipelines/compiled/vllm-network-delay/1.2.2.yaml").write_bytes(source.read_bytes())
     entry = LOCK["vllm-network-delay"]
     (root / "pipelines/versions.lock.yaml").write_text(
-        "pipelines:\n  vllm-network-delay:\n    version: 1.2.1\n    ir_hash: x\n"
-        f"    file: pipelines/compiled/vllm-network-delay/1.2.1.yaml\n    version_source: {entry.version_source}\n"
+        "pipelines:\n  vllm-network-delay:\n    version: 1.2.2\n    ir_hash: x\n"
+        f"    file: pipelines/compiled/vllm-network-delay/1.2.2.yaml\n    version_source: {entry.version_source}\n"
     )
     assert main(["upload", "--host", kfp_api.url, "--root", str(root)]) == 0
-    assert _versions(kfp_api, "vllm-network-delay") == ["1.2.0", "1.2.1"]
+    assert _versions(kfp_api, "vllm-network-delay") == ["1.2.1", "1.2.2"]
     assert len(kfp_api.state.pipelines) == 1
 
 
@@ -67,12 +67,12 @@ def test_run_submits_the_experiments_version_with_its_parameters_and_token(kfp_a
     )
     assert code == 0
     (run,) = kfp_api.state.runs.values()
-    version_id = next(v for v, d in kfp_api.state.versions.items() if d["display_name"] == "1.2.0")
+    version_id = next(v for v, d in kfp_api.state.versions.items() if d["display_name"] == "1.2.1")
     assert run["pipeline_version_reference"]["pipeline_version_id"] == version_id
     parameters = run["runtime_config"]["parameters"]
     assert parameters["experiment"] == EXPERIMENT.read_text()
     assert parameters["target"] == "http://10.0.0.7:8000"
-    assert run["display_name"] == "vllm-network-delay-1.2.0"
+    assert run["display_name"] == "vllm-network-delay-1.2.1"
     # The token authenticates the request and never becomes a run parameter.
     posted = next(r for r in kfp_api.requests if r.method == "POST" and r.path.endswith("/runs"))
     assert posted.headers.get("authorization") == "Bearer s3cret"
@@ -92,7 +92,7 @@ def test_run_of_a_version_not_uploaded_is_an_input_error(
     kfp_api: KfpApiServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["run", str(EXPERIMENT), "--host", kfp_api.url]) == 3
-    assert "vllm-network-delay version 1.2.0 is not uploaded" in capsys.readouterr().err
+    assert "vllm-network-delay version 1.2.1 is not uploaded" in capsys.readouterr().err
     assert not kfp_api.state.runs
 
 
@@ -110,7 +110,7 @@ schedules:
     parameters: {target: "http://vllm:8000"}
   - name: replica-kill-weekly
     pipeline: vllm-replica-kill
-    version: 1.2.0
+    version: 1.2.1
     cron: "0 30 3 * * 1"
 """
 
@@ -163,7 +163,7 @@ def test_schedule_with_a_five_field_cron_is_refused_before_any_request(
 def _record(parameters: dict[str, str]) -> dict[str, object]:
     return audit.build_record(
         run_id="run-original",
-        pipeline={"name": "vllm-network-delay", "version": "1.2.0", "ir_hash": LOCK["vllm-network-delay"].ir_hash},
+        pipeline={"name": "vllm-network-delay", "version": "1.2.1", "ir_hash": LOCK["vllm-network-delay"].ir_hash},
         image="ghcr.io/kfchaos/kfchaos:test",
         git_commit="abc123",
         parameters=parameters,

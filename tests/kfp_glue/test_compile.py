@@ -38,13 +38,13 @@ def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Pat
     component.write_text(
         component.read_text().replace("from kfchaos.steps import stages", "import kfchaos.steps.stages as stages")
     )
-    compiled = root / "pipelines/compiled/vllm-network-delay/1.2.0.yaml"
+    compiled = root / "pipelines/compiled/vllm-network-delay/1.2.1.yaml"
     before = compiled.read_bytes()
 
     check = kfchaos("compile", "--check", "--root", str(root))
     assert check.returncode == 1
-    assert "pipeline vllm-network-delay changed but its version 1.2.0 did not" in check.stderr
-    assert "experiments/vllm-network-delay.yaml (metadata.version), e.g. to 1.2.1" in check.stderr
+    assert "pipeline vllm-network-delay changed but its version 1.2.1 did not" in check.stderr
+    assert "experiments/vllm-network-delay.yaml (metadata.version), e.g. to 1.2.2" in check.stderr
     assert "pipeline kfchaos-experiment changed" in check.stderr and "pyproject.toml" in check.stderr
 
     # Compiling without --force refuses to rewrite a released version.
@@ -58,18 +58,18 @@ def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Pat
 
     # Bumping the experiment's version compiles a new file and leaves the old version untouched.
     experiment = root / "experiments/vllm-network-delay.yaml"
-    experiment.write_text(experiment.read_text().replace("version: 1.2.0", "version: 1.2.1", 1))
+    experiment.write_text(experiment.read_text().replace("version: 1.2.1", "version: 1.2.2", 1))
     kfchaos("compile", "--root", str(root))
-    assert (root / "pipelines/compiled/vllm-network-delay/1.2.1.yaml").is_file()
+    assert (root / "pipelines/compiled/vllm-network-delay/1.2.2.yaml").is_file()
     assert compiled.read_bytes() == before
-    assert read_lock(root / "pipelines/versions.lock.yaml")["vllm-network-delay"].version == "1.2.1"
+    assert read_lock(root / "pipelines/versions.lock.yaml")["vllm-network-delay"].version == "1.2.2"
 
 
 def test_check_fails_when_compiled_output_is_missing(tmp_path: Path) -> None:
     root = copy_sources(tmp_path / "repo")
     check = kfchaos("compile", "--check", "--root", str(root))
     assert check.returncode == 1
-    assert "pipelines/compiled/vllm-network-delay/1.2.0.yaml: missing" in check.stderr
+    assert "pipelines/compiled/vllm-network-delay/1.2.1.yaml: missing" in check.stderr
     assert not (root / "pipelines/compiled").exists()  # --check writes nothing
 
 
@@ -85,8 +85,9 @@ def test_committed_pipelines_are_valid_yaml_and_carry_their_own_ir_hash() -> Non
 
 def test_every_component_yaml_loads_for_reuse_in_other_pipelines() -> None:
     folders = sorted(p for p in (ROOT / "components").iterdir() if (p / "component.py").is_file())
-    # Faults are injected inside the stage tasks: no inject_faults component; 3 for sharded stages (steps.shards).
-    assert len(folders) == 13
+    # Faults are injected inside the stage tasks: no inject_faults component; 3 for sharded stages (steps.shards);
+    # no skip_stage: a stage after a stopped gate is skipped by its own replay (kfchaos.steps.gates).
+    assert len(folders) == 12
     for folder in folders:
         component = load_component_from_file(str(folder / "component.yaml"))
         assert component.name == folder.name.replace("_", "-")
@@ -104,7 +105,7 @@ def test_the_image_override_reaches_every_component(tmp_path: Path) -> None:
         [sys.executable, "-m", "kfchaos", "compile", "--root", str(root)], env=env, capture_output=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    spec = next(yaml.safe_load_all((root / "pipelines/compiled/vllm-network-delay/1.2.0.yaml").read_text()))
+    spec = next(yaml.safe_load_all((root / "pipelines/compiled/vllm-network-delay/1.2.1.yaml").read_text()))
     assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {
         "registry.internal/kfchaos:dev"
     }

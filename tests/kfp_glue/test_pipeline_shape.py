@@ -8,7 +8,7 @@ import yaml
 
 from tests.conftest import ROOT
 
-PIPELINE = ROOT / "pipelines/compiled/vllm-network-delay/1.2.0.yaml"
+PIPELINE = ROOT / "pipelines/compiled/vllm-network-delay/1.2.1.yaml"
 
 
 def _load() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -33,17 +33,21 @@ def test_cleanup_is_the_exit_task_and_depends_on_nothing() -> None:
     assert run_id == "{{$.pipeline_job_uuid}}"
 
 
-def test_each_stage_is_gated_and_has_a_skipped_branch() -> None:
+def test_each_stage_reads_the_previous_gates_decision_and_the_graph_has_no_branches() -> None:
+    """KFP 2.1.0 runs neither dsl.If/Else/OneOf nor a renamed producer task (pipelines/chaos_experiment.py): every
+    stage's replay takes the previous gate's decision as an input, no task has a trigger condition, and no task
+    but the exit handler's has a display name of its own."""
     spec, _ = _load()
     tasks = _all_tasks(spec)
-    for stage in (10, 30, 60, 90, 100):
-        condition = next(t for n, t in tasks.items() if t.get("taskInfo", {}).get("name") == f"stage-{stage}")
-        assert (
-            "decision" in condition["triggerPolicy"]["condition"]
-            and "'continue'" in condition["triggerPolicy"]["condition"]
-        )
-        skipped = next(t for t in tasks.values() if t.get("taskInfo", {}).get("name") == f"stage-{stage}-skipped")
-        assert "!=" in skipped["triggerPolicy"]["condition"] or "!" in skipped["triggerPolicy"]["condition"]
+    replays = {n: t for n, t in tasks.items() if t["componentRef"]["name"].startswith("comp-replay-stage")}
+    assert len(replays) == 5
+    for name, task in replays.items():
+        decision = task["inputs"]["parameters"]["decision"]["taskOutputParameter"]
+        assert decision["outputParameterKey"] == "decision", name
+        assert decision["producerTask"].startswith("stage-gate"), name
+    assert not [n for n, t in tasks.items() if "condition" in t.get("triggerPolicy", {})]
+    renamed = {n for n, t in tasks.items() if t.get("taskInfo", {}).get("name") not in (n, None)}
+    assert renamed <= {"cleanup", "exit-handler-1"}  # the exit task and the ExitHandler's DAG: nothing reads them
 
 
 def test_caching_is_off_for_every_task_that_touches_the_cluster_or_time() -> None:
@@ -69,6 +73,24 @@ def test_credentials_come_from_a_secret_and_the_pipeline_has_a_ttl() -> None:
     assert env == {"envVar": "KFCHAOS_TARGET_TOKEN", "secretKey": "token"}
     assert platform["platforms"]["kubernetes"]["pipelineConfig"]["resourceTtlOnCompletion"] == 86400
     assert "KFCHAOS_TARGET_TOKEN" not in spec["root"]["inputDefinitions"]["parameters"]
+
+
+def test_only_the_verdict_task_gets_the_signing_key() -> None:
+    # The audit record's signing key (kfchaos.signing): no task that replays traffic or talks to the target holds it.
+    _, platform = _load()
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    holders = {
+        name: entry
+        for name, e in executors.items()
+        for entry in e.get("secretAsEnv", [])
+        if entry.get("secretName", entry.get("secretNameParameter", {}).get("runtimeValue", {}).get("constant"))
+        == "kfchaos-signing-key"
+    }
+    assert list(holders) == ["exec-verdict-report"]
+    assert holders["exec-verdict-report"]["keyToEnv"] == [
+        {"envVar": "KFCHAOS_SIGNING_KEY", "secretKey": "signing-key.pem"}
+    ]
+    assert holders["exec-verdict-report"]["optional"] is True
 
 
 def test_components_run_on_the_package_image() -> None:

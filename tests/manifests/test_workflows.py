@@ -34,6 +34,18 @@ def _lint(*paths: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
+def test_ci_templates_lint_clean_and_the_gate_trusts_only_a_signed_folder() -> None:
+    templates = sorted((ROOT / "ci-templates" / "github").glob("*.yml"))
+    done = _lint(*templates)
+    assert done.returncode == 0, done.stdout + done.stderr
+    gate = yaml.safe_load((ROOT / "ci-templates" / "github" / "kfchaos-gate.yml").read_text())
+    runs = [step.get("run", "") for step in gate["jobs"]["gate"]["steps"]]
+    verify = next(i for i, run in enumerate(runs) if "kfchaos audit verify" in run)
+    assert "--require-signed" in runs[verify] and "--public-key" in runs[verify]
+    assert any("kfchaos verdict --run" in run for run in runs[verify + 1 :])  # the verdict only from a verified folder
+    assert "secrets." not in yaml.safe_dump(gate["jobs"]["gate"])  # the job that decides holds no secret
+
+
 def test_workflows_lint_clean() -> None:
     files = sorted(WORKFLOWS.glob("*.yml"))
     assert {f.name for f in files} >= {"ci.yml", "release.yml"}

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kfchaos.report import with_policy
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -46,6 +49,7 @@ def chromium() -> str | None:
 @dataclass
 class PageReport:
     requests: list[str] = field(default_factory=list)  # every URL the page asked for, its own included
+    checked: Any = None  # what check_js gave
     errors: list[str] = field(default_factory=list)  # console errors, uncaught exceptions, error log entries
     plots: int = 0  # Plotly plots that drew (a .main-svg inside each .js-plotly-plot)
     height: int = 0
@@ -113,7 +117,10 @@ VIEWER_DRAWN = "document.title.startsWith('plots:') ? Number(document.title.slic
 
 def kfp_viewer_page(report: Path, folder: Path) -> Path:
     """A page that shows `report` the way the KFP UI's HTML viewer does; returns its path in `folder`."""
-    content = report.read_text().replace("</body>", _PROBE + "</body>", 1)
+    # The probe is one more inline script: the page's policy (kfchaos.report.with_policy) is made again with it, as
+    # the report would make it, so the viewer draws the report under its own Content-Security-Policy.
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", report.read_text(), count=1)
+    content = with_policy(page.replace("</body>", _PROBE + "</body>", 1))
     host = folder / "kfp-viewer.html"
     host.write_text(_HOST.replace("CONTENT", json.dumps(content).replace("</", "<\\/")))
     return host
@@ -126,6 +133,7 @@ def open_page(
     width: int = 1280,
     drawn_js: str = PLOTS_DRAWN,
     wanted_js: str = PLOTS_WANTED,
+    check_js: str | None = None,
 ) -> PageReport:
     """Load `report` (file://) and collect what it did; raises FileNotFoundError when there is no chromium."""
     binary = chromium()
@@ -174,6 +182,9 @@ def open_page(
             if result.plots >= int(wanted["result"].get("value", 0)):
                 break
             time.sleep(0.2)
+        if check_js is not None:  # evaluated once the plots are drawn (or the wait is over)
+            checked = pipe.send("Runtime.evaluate", {"expression": check_js, "returnByValue": True}, session)
+            result.checked = checked["result"].get("value")
         metrics = pipe.send("Page.getLayoutMetrics", session=session)
         size = metrics.get("cssContentSize") or metrics["contentSize"]
         result.height = int(size["height"])

@@ -92,7 +92,7 @@ def test_four_mistakes_give_four_lines_with_the_right_line_numbers(tmp_path: Pat
         ("max_pod_percent: 100%", "max_pod_percent: 50%", "spec.faults[0]", "max_pod_percent"),
         ("max_fault_duration: 2h", "max_fault_duration: 10m\n    x: 1", "spec.safety.x", "unknown field"),
         ("p99_drift_max: 15%", "p99_drift_max: 0.15", "spec.slo.p99_drift_max", "% sign"),
-        ("version: 1.2.0", "version: one", "metadata.version", "semantic version"),
+        ("version: 1.2.1", "version: one", "metadata.version", "semantic version"),
         ("api: openai-chat", "api: grpc", "spec.target.api", "Input should be"),
         ("above: 2%", "above: 2s", "spec.abort[0]", "percentage"),
     ],

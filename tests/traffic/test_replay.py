@@ -122,9 +122,8 @@ def test_tags_and_credential_rules(server: LoopbackServer, tmp_path: Path, monke
 
 def test_recorded_credentials_kept_only_when_allowed(server: LoopbackServer, tmp_path: Path) -> None:
     source = write_traffic(tmp_path, evenly(3, 0.005, headers={"Cookie": "s=1"}))
-    run_stage(
-        plan_stage(ReplaySettings(stage=100, source=source, headers=HeaderPolicy(allow_credentials=True))), server.url
-    )
+    kept = HeaderPolicy(allow_credentials=frozenset({"Cookie"}))
+    run_stage(plan_stage(ReplaySettings(stage=100, source=source, headers=kept)), server.url)
     assert all(r.headers.get("cookie") == "s=1" for r in server.seen)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from kfchaos import __version__
+from kfchaos import __version__, safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.netsafe import for_terminal
 from kfchaos.redact import redact
@@ -137,13 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _write_crash_report(text: str) -> Path:
     folder = Path(os.environ.get(CRASH_DIR_ENV) or tempfile.gettempdir())
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"kfchaos-crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
-    # 0600: the traceback names local paths; it is for the person who ran the command. A new file only (O_EXCL,
-    # O_NOFOLLOW): the name is guessable, and a link planted at it in a shared /tmp must not be written through.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    # Private: the traceback names local paths; it is for the person who ran the command. A new file only: the
+    # name is guessable, and a link planted at it in a shared /tmp must not be written through.
+    with safefile.create(path, private=True) as handle:
+        handle.write(text.encode("utf-8"))
     return path
 
 

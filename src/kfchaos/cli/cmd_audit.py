@@ -1,5 +1,11 @@
 """`kfchaos audit verify RECORD|DIR`: recompute the hashes in a run's audit record, or check a whole run folder
-(kfchaos.rundir.verify: its seal, its audit record against its files, and its verdict re-judged)."""
+(kfchaos.rundir.verify: its seal and signature, its audit record against its files, and its verdict re-judged).
+`kfchaos audit key`: the key this machine signs with, to hand to whoever verifies (kfchaos.signing).
+
+A signature counts only when a key trusted here verified it (`--public-key`, a pinned fingerprint, the user's config
+folder); a folder or record with only hashes, or signed by another key, verifies as "integrity only: not
+authenticated", and `--require-signed` makes that exit 1.
+"""
 
 from __future__ import annotations
 
@@ -11,63 +17,107 @@ from kfchaos.cli import EXIT_FAIL, EXIT_PASS
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("audit", help="audit records of runs")
+    parser = subparsers.add_parser("audit", help="audit records of runs, and the key that signs them")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
     verify = actions.add_parser(
         "verify",
-        help="recompute every hash in RECORD, or check a run folder DIR: every file's hash, the audit record, "
-        "the verdict re-judged (exit 0 ok, 1 mismatch, 3 unreadable)",
+        help="recompute every hash in RECORD, or check a run folder DIR: every file's hash, its signature, the audit "
+        "record, the verdict re-judged (exit 0 ok, 1 mismatch or, with --require-signed, not authenticated, "
+        "3 unreadable)",
     )
     verify.add_argument("record", type=Path, metavar="RECORD|DIR")
     verify.add_argument(
         "--root", default=".", type=Path, help="repository with pipelines/compiled/, to check the IR hash"
     )
+    verify.add_argument(
+        "--public-key",
+        action="append",
+        default=[],
+        metavar="FILE|sha256:FP",
+        help="trust this signer: a PEM public key file, or a pinned fingerprint (`kfchaos audit key` prints both); "
+        "repeatable. Besides these: the keys in $XDG_CONFIG_HOME/kfchaos/trusted-keys/ and your own",
+    )
+    verify.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="exit 1 unless a key trusted here signed the seal (a folder) or the record: a hash alone is "
+        "integrity only, not authenticated (CI gates should use this)",
+    )
     verify.add_argument("--json", action="store_true", help="one JSON document on stdout: ok and each finding")
     verify.set_defaults(func=run_verify)
+    key = actions.add_parser(
+        "key",
+        help="print the public key and fingerprint this machine signs run folders with (made on first use), to give "
+        "to whoever verifies (--public-key)",
+    )
+    key.set_defaults(func=run_key)
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from kfchaos import runseal, signing
     from kfchaos.audit import load_record, verify
 
+    trusted = signing.trust(args.public_key)
     if args.record.is_dir():
-        return _verify_folder(args)
-    findings = verify(load_record(args.record), root=args.root.resolve())
-    if args.json:
-        from kfchaos.cli.jsonout import emit
-
-        emit(
-            {
-                "record": str(args.record),
-                "ok": all(f.ok for f in findings),
-                "findings": [{"what": f.what, "ok": f.ok, "detail": f.detail} for f in findings],
-            }
-        )
-        return EXIT_PASS if all(f.ok for f in findings) else EXIT_FAIL
-    for finding in findings:
-        print(finding)
-    return EXIT_PASS if all(f.ok for f in findings) else EXIT_FAIL
+        return _verify_folder(args, trusted)
+    findings = verify(load_record(args.record), root=args.root.resolve(), trusted=trusted)
+    signed = runseal.authenticated(findings, "record_signature")
+    return _report(args, {"record": str(args.record)}, findings, trusted, signed, None)
 
 
-def _verify_folder(args: argparse.Namespace) -> int:
+def _verify_folder(args: argparse.Namespace, trusted: Any) -> int:
     from kfchaos import rundir, runseal
 
-    findings = rundir.verify(rundir.open_run(args.record))
+    findings = rundir.verify(rundir.open_run(args.record), trusted)
+    return _report(args, {"folder": str(args.record)}, findings, trusted, runseal.authenticated(findings),
+                   runseal.proves(findings))  # fmt: skip
+
+
+def _report(
+    args: argparse.Namespace,
+    head: dict[str, Any],
+    findings: list[Any],
+    trusted: Any,
+    signed: bool,
+    proves: list[str] | None,
+) -> int:
     ok = all(f.ok for f in findings)
-    proves = runseal.proves(findings)
+    refused = args.require_signed and not signed
+    notes = list(trusted.problems)
+    if not signed:
+        notes.append("integrity only: not authenticated" + ("" if not refused else " (--require-signed: refused)"))
     if args.json:
         from kfchaos.cli.jsonout import emit
 
         emit(
             {
-                "folder": str(args.record),
-                "ok": ok,
-                "findings": [{"what": f.what, "ok": f.ok, "detail": f.detail} for f in findings],
-                "proves": proves,
+                **head,
+                "ok": ok and not refused,
+                "authenticated": signed,
+                "trusted_keys": trusted.describe(),
+                "findings": [
+                    {"what": f.what, "ok": f.ok, "detail": f.detail, "authenticated": f.authenticated} for f in findings
+                ],
+                **({"proves": proves} if proves is not None else {}),
+                "notes": notes,
             }
         )
     else:
         for finding in findings:
             print(finding)
-        for line in proves:
+        for line in proves or []:
             print(line)
-    return EXIT_PASS if ok else EXIT_FAIL
+        for line in notes:
+            print(line)
+    return EXIT_PASS if ok and not refused else EXIT_FAIL
+
+
+def run_key(args: argparse.Namespace) -> int:
+    from kfchaos import signing
+
+    signer = signing.signer(local=True)
+    assert signer is not None  # local=True makes one when none is configured
+    print(f"signing key: {signer.source}")
+    print(f"fingerprint: {signing.fingerprint(signer.public)}")
+    print(signing.public_pem(signer.public), end="")
+    return EXIT_PASS

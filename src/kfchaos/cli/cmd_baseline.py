@@ -124,11 +124,15 @@ def run_capture(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise KfchaosError(f"--end {end_text!r}: {exc}") from None
     windows = [(parse_time(w.start), parse_time(w.end)) for w in (settings.release_windows if settings else [])]
+    try:  # the names reach PromQL matchers: Kubernetes names only (kfchaos.metrics.catalog.Scope)
+        scope = Scope(experiment.spec.target.namespace, tuple(args.pod))
+    except ValueError as exc:
+        raise KfchaosError(f"--pod: {exc}") from None
     try:
         baseline = capture(
             experiment.metadata.name,
             PrometheusClient(url),
-            Scope(experiment.spec.target.namespace, tuple(args.pod)),
+            scope,
             end=end,
             days=args.days or (settings.days if settings else 7),
             # --step, else the experiment's own spec.baseline.capture.step, else 300 s.

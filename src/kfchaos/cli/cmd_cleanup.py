@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kfchaos import safefile
 from kfchaos.cli import EXIT_PASS, EXIT_USAGE
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from kfchaos.units import parse_duration
@@ -74,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
         deleted = backend.sweep(args.run_id, args.namespace, older_than=older_than, timeout=timeout)
     finally:
         if args.audit:
-            with open(args.audit, "w") as out:
+            with safefile.stream(args.audit, private=True) as out:
                 for event in backend.events:
-                    out.write(json.dumps(event.to_dict()) + "\n")
+                    out.write((json.dumps(event.to_dict()) + "\n").encode())
     scope = ", ".join(args.namespace) if args.namespace else "all namespaces"
     print(f"deleted {deleted} object(s) of {'run ' + args.run_id if args.run_id else 'kfchaos'} in {scope}")
     return EXIT_PASS

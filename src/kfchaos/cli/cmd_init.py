@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kfchaos import safefile
 from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
 
@@ -66,7 +66,6 @@ def _write(path: Path, force: bool, write: Any) -> None:
         raise KfchaosError(f"{path} exists; give --force to overwrite it, or another file name")
     if not path.resolve().is_relative_to(Path.cwd().resolve()):
         print(f"note: writing outside the current directory: {path.resolve()}", file=sys.stderr)
-    path.parent.mkdir(parents=True, exist_ok=True)
     write(path)
     print(f"wrote {path}")
 
@@ -78,16 +77,16 @@ def run(args: argparse.Namespace) -> int:
     demo_baseline = os.environ.get(DEMO_BASELINE_ENV, "")
     if demo_baseline and not Path(demo_baseline).is_file():
         raise KfchaosError(f"{DEMO_BASELINE_ENV}={demo_baseline}: no such file; is the demo stack still up?")
-    _write(path, args.force, lambda p: p.write_text(text, encoding="utf-8"))
+    _write(path, args.force, lambda p: safefile.write_text(p, text))
     target = path.parent / f"{name}.baseline.yaml"
     if demo_baseline:
         source = Path(demo_baseline)
         records = _control_records(source)
         # The demo's control was replayed with the same traffic as the starter's: the right drift reference.
-        _write(target, args.force, lambda p: shutil.copyfile(source, p))
+        _write(target, args.force, lambda p: safefile.copy_file(p, source))
         if records is not None:
             # Under the name the baseline records (its content hash covers that name).
-            _write(target.parent / records.name, True, lambda p: shutil.copyfile(records, p))
+            _write(target.parent / records.name, True, lambda p: safefile.copy_file(p, records))
         print(f"the demo stack's control baseline is {target}: edit the traffic and it no longer fits")
     else:
         print(

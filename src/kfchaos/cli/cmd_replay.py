@@ -12,14 +12,15 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import signal
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kfchaos import safefile
 from kfchaos.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_SHARDS, MAX_TIMEOUT
 from kfchaos.cli import EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
@@ -103,9 +104,10 @@ def check_out(path: str) -> None:
     if out.is_dir():
         raise KfchaosError(f"--out {path}: is a directory")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=".kfchaos-write-test-"):
-            pass
+        with safefile.Folder.open(out.parent) as folder:
+            probe = f".kfchaos-write-test-{secrets.token_hex(6)}"
+            folder.create(probe).close()
+            folder.remove(probe)
     except OSError as exc:
         raise KfchaosError(f"--out {path}: cannot write there ({exc.strerror or type(exc).__name__})") from None
     if out.exists() and not os.access(out, os.W_OK):
@@ -143,7 +145,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--no-loop", action="store_true", help="do not restart the recording within --duration")
     parser.add_argument("--header", type=_header, action="append", default=[], metavar="'K: V'", help="add header")
     parser.add_argument("--strip-header", action="append", default=[], metavar="NAME", help="remove header")
-    parser.add_argument("--allow-credentials", action="store_true", help="keep recorded Authorization/Cookie")
+    parser.add_argument(
+        "--allow-credential",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="keep this recorded credential header (Authorization, Cookie, an API key's...); every other is dropped",
+    )
     parser.add_argument("--out", metavar="FILE", help="write the per-request records here (Parquet)")
     parser.add_argument("--experiment", metavar="FILE", help="take traffic, target API, faults and SLOs from it")
     parser.add_argument(
@@ -185,12 +193,12 @@ def build_settings(args: argparse.Namespace) -> ReplaySettings:
         overrides["shard"], overrides["shards"] = args.shard
     if args.no_loop:
         overrides["loop"] = False
-    if args.header or args.strip_header or args.allow_credentials:
+    if args.header or args.strip_header or args.allow_credential:
         policy = settings.headers
         overrides["headers"] = HeaderPolicy(
             add=policy.add + tuple(args.header),
             strip=policy.strip | {h.lower() for h in args.strip_header},
-            allow_credentials=policy.allow_credentials or args.allow_credentials,
+            allow_credentials=policy.allow_credentials | {name.strip().lower() for name in args.allow_credential},
             credential=policy.credential,
         )
     return replace(settings, **overrides)

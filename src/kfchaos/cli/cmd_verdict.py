@@ -18,6 +18,7 @@ from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.jsonsource import load_json
 from kfchaos.metrics.snapshot import MetricsSnapshot
+from kfchaos.records import unfinished_stages
 from kfchaos.rundir import RunDir
 from kfchaos.spec import Experiment
 from kfchaos.validate import load_experiment
@@ -122,6 +123,13 @@ def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: Metri
     run_state = load_json(args.run_state, "run state") if args.run_state else {}
     if args.faults_verified:
         run_state["faults_verified"] = True  # so that re-judging the folder asserts what this command did
+    unfinished = unfinished_stages(args.records)  # a stage its disk cut: the folder's one records file cannot say
+    if unfinished:
+        given = run_state.get("stage_valid")
+        run_state["stage_valid"] = {
+            **(given if isinstance(given, dict) else {}),
+            **{str(k): v for k, v in unfinished.items()},
+        }
     try:
         folder = rundir.write(
             args.out,

@@ -13,13 +13,14 @@ import os
 import signal
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kfchaos.errors import KfchaosError
-from kfchaos.faults.naming import object_name
+from kfchaos.faults.naming import check_run_id, object_name
 from kfchaos.faults.safety import check_fault, fault_duration
 from kfchaos.spec import Experiment, FaultBase
 from kfchaos.steps.seams import fault_owner_pid
@@ -171,7 +172,8 @@ class LocalFaultBackend:
         raise KfchaosError(f"fault {handle.fault} did not recover within {timeout:g}s")
 
     def sweep(self, run_id: str | None = None) -> int:
-        status, payload = self._call("DELETE", f"/faults?run_id={run_id or self.run_id}")
+        chosen = check_run_id(self.run_id if run_id is None else run_id)  # "" is refused, never "every run"
+        status, payload = self._call("DELETE", "/faults?" + urllib.parse.urlencode({"run_id": chosen}))
         if status != 200:
             raise KfchaosError(f"sweep failed with {status}")
         return len(payload.get("deleted", []))

@@ -8,6 +8,7 @@ parent process can keep off the terminal.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -20,6 +21,7 @@ from typing import IO, Any
 
 import yaml
 
+from kfchaos import safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import TASK_NAMES_PREFIX, LocalOutcome
 
@@ -75,8 +77,7 @@ def run_child(
     command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--target", target,
                "--root", str(root), "--output", str(pipeline_root), *(extra or [])]  # fmt: skip
     started = time.time()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log_file:
+    with safefile.stream(log_path, private=True) as raw, io.TextIOWrapper(raw, encoding="utf-8") as log_file:
         process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

@@ -240,7 +240,7 @@ def _scenario_experiment(workdir: Path, baseline: Path, source: Path = DEMO_EXPE
     if isinstance(traffic.get("file"), str) and not Path(traffic["file"]).is_absolute():
         traffic["file"] = str((source.parent / traffic["file"]).resolve())
     path = workdir / source.name
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    safefile.write_text(path, yaml.safe_dump(document, sort_keys=False), private=True)
     return path
 
 

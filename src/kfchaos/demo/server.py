@@ -28,6 +28,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kfchaos import safefile
 from kfchaos.demo import lora
 from kfchaos.demo.disconnect import FINISH_REASONS, Disconnects
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
@@ -249,8 +250,7 @@ class DemoServer:
         )
         marker = os.environ.get("KFCHAOS_DEMO_OOM_MARKER")
         if marker:  # tells the supervisor this death was an OOM kill, not a pod kill
-            with open(marker, "w") as handle:
-                handle.write(str(self.engine.host_bytes))
+            safefile.write_text(marker, str(self.engine.host_bytes), private=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
     # ------------------------------------------------------------------ HTTP

@@ -120,7 +120,7 @@ class DemoStack:
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the demo stack was stopped while it started")
-            with open(self.workdir / log, "ab") as out:
+            with safefile.stream(self.workdir / log, private=True) as out:
                 # A new session: the whole group can be signalled, and Ctrl-C at the terminal reaches only us.
                 process = lifetime.spawn(
                     command, tied=self.tied, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
@@ -137,7 +137,7 @@ class DemoStack:
         """What this stack started, for `kfchaos demo down` when this process is gone without stopping it."""
         record = {"owner": os.getpid(), "tied": self.tied, "pids": [p.pid for p in self.processes],
                   "server_state": str(self.state_file)}  # fmt: skip
-        safefile.write_text(self.record_file, json.dumps(record) + "\n")
+        safefile.write_text(self.record_file, json.dumps(record) + "\n", private=True)
 
     def start(self) -> DemoStack:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +183,7 @@ class DemoStack:
             ],
         }
         config_file = self.workdir / "prometheus.yml"
-        config_file.write_text(yaml.safe_dump(config))
+        safefile.write_text(config_file, yaml.safe_dump(config), private=True)
         prometheus = self._spawn(
             [str(shutil.which("prometheus")), f"--config.file={config_file}",
              f"--storage.tsdb.path={self.workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.prometheus_port}"],

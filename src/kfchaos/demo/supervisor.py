@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from kfchaos import safefile
 from kfchaos.demo import lifetime, lora
 from kfchaos.demo.server import add_engine_arguments
 
@@ -77,9 +78,7 @@ class Supervisor:
             "last_finished_at": self.last_finished_at,
             "events": list(self.events.values()),
         }
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(self.state_file)
+        safefile.write_text(self.state_file, json.dumps(state), private=True)  # renamed into place: never half-read
 
     def _start_child(self) -> None:
         command = [
@@ -155,7 +154,7 @@ class Supervisor:
 def _tee(child: subprocess.Popen[bytes], log: Path) -> None:
     """The child's output to our stderr (the stack's server.log) and to this container's own log file."""
     assert child.stdout is not None
-    with log.open("wb") as handle:
+    with safefile.stream(log, private=True) as handle:
         for line in child.stdout:
             handle.write(line)
             handle.flush()

@@ -87,8 +87,7 @@ def env_path(runs_root: Path) -> Path:
 
 def write_env(state: UpState, runs_root: Path) -> Path:
     path = env_path(runs_root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(state.env_text())
+    safefile.write_text(path, state.env_text(), private=True)
     return path
 
 
@@ -148,9 +147,7 @@ def up(runs_root: Path, scenario: str, baseline_seconds: float, with_baseline: b
         experiment=str(experiment),
         started=datetime.now().isoformat(timespec="seconds"),
     )
-    path = state_path(runs_root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(state), indent=2))
+    safefile.write_text(state_path(runs_root), json.dumps(asdict(state), indent=2), private=True)
     write_env(state, runs_root)
     return state
 

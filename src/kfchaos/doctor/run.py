@@ -141,7 +141,11 @@ def check_prometheus(report: Report, options: Options, experiment: Experiment, p
                    "give --prometheus or spec.baseline.capture.prometheus")  # fmt: skip
         return
     names = tuple(sorted(p.metadata.name for p in pods))
-    scope = Scope(experiment.spec.target.namespace, names)
+    try:  # names from the API server reach PromQL matchers: Kubernetes names only (kfchaos.metrics.catalog.Scope)
+        scope = Scope(experiment.spec.target.namespace, names)
+    except ValueError as exc:
+        report.add("prometheus series", Status.UNKNOWN, str(exc), "the API server answered a name no pod can have")
+        return
     gpu = any(
         "nvidia.com/gpu" in ((c.resources.limits if c.resources else None) or {})
         for p in pods

@@ -15,20 +15,25 @@ INDEX = "index.json"
 MAX_FILE_BYTES = 1 << 20  # an item file read back into the report: never more than this
 
 
-def write(bundle: Bundle, folder: Path) -> Path:
-    safefile.subfolder(folder)
-    index = bundle.to_dict()
-    for item, entry in zip(bundle.items, index["items"], strict=True):
-        entry.pop("data", None)
-        if not item.collected:
-            continue
-        path = folder / item.file
-        if isinstance(item.data, str):
-            safefile.write_text(path, item.data)
-        else:
-            safefile.write_text(path, json.dumps(item.data, indent=1, default=str) + "\n")
-    safefile.write_text(folder / INDEX, json.dumps(index, indent=2) + "\n")
-    return folder / INDEX
+def write(bundle: Bundle, parent: str | Path | safefile.Folder) -> Path:
+    """evidence/ inside `parent` (a run folder, already open, or a path): private (0700, files 0600), since pod
+    logs and events may hold what their services print; a symlink planted at evidence/ is refused."""
+    opened = parent if isinstance(parent, safefile.Folder) else safefile.Folder.open(parent, private=True, own=True)
+    try:
+        with opened.subfolder(FOLDER, private=True) as folder:
+            index = bundle.to_dict()
+            for item, entry in zip(bundle.items, index["items"], strict=True):
+                entry.pop("data", None)
+                if not item.collected:
+                    continue
+                if isinstance(item.data, str):
+                    folder.write_text(item.file, item.data)
+                else:
+                    folder.write_text(item.file, json.dumps(item.data, indent=1, default=str) + "\n")
+            return folder.write_text(INDEX, json.dumps(index, indent=2) + "\n")
+    finally:
+        if opened is not parent:
+            opened.close()
 
 
 def read(folder: Path) -> Bundle | None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from kfchaos.evidence.model import Item
 from kfchaos.metrics import oom
+from kfchaos.metrics.catalog import promql_string
 from kfchaos.metrics.source import MetricsSource, RangeSeries
 
 MAX_POINTS = 240  # per series kept in the bundle (the plot needs no more; the file stays small)
@@ -34,9 +35,11 @@ GIB = float(1 << 30)
 
 
 def _selector(namespace: str, pod: str, container: str | None = None, prefix: str = "") -> str:
-    parts = [f'{prefix}namespace="{namespace}"', f'{prefix}pod="{pod}"']
+    # The pod and container come from the API server's and Prometheus' answers: quoted as PromQL strings, so that
+    # no value can end its string and add to the query.
+    parts = [f"{prefix}namespace={promql_string(namespace)}", f"{prefix}pod={promql_string(pod)}"]
     if container:
-        parts.append(f'{prefix}container="{container}"')
+        parts.append(f"{prefix}container={promql_string(container)}")
     return ",".join(parts)
 
 

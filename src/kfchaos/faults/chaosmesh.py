@@ -718,7 +718,8 @@ class ChaosMeshBackend:
         namespaces = namespaces if namespaces is not None else self.experiment_namespaces()
         if run_id is None and older_than is None:
             raise BackendError("sweep needs a run id, or older_than to sweep every run's leftovers")
-        selector = run_selector(run_id) if run_id else f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        # `is not None`, never truthiness: an empty run id is refused (run_selector), not taken for "every run".
+        selector = run_selector(run_id) if run_id is not None else f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         # One deadline for the whole call: every request's timeout and every retry is cut to what is left of it.
         self._deadline = time.monotonic() + timeout
         try:

@@ -29,6 +29,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
+from kfchaos import safefile
+
 MIB = 1 << 20
 EXIT_NO_GPU = 3
 # Held less than asked (e.g. vLLM preallocated ~90 % of the GPU, gpu_memory_utilization): the fault is not
@@ -235,9 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             allocator.stop("short")
             return
         if args.ready_file is not None:  # first the file, then the line: whoever reads the line sees the file
-            temporary = args.ready_file.with_suffix(".tmp")
-            temporary.write_text(json.dumps(report))
-            temporary.replace(args.ready_file)  # atomic: the probe never sees a half-written file
+            safefile.write_text(args.ready_file, json.dumps(report))  # renamed into place: never half-written
         print(json.dumps({"event": "held", **report}), flush=True)
 
     try:

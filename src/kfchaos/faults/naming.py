@@ -47,5 +47,21 @@ def run_labels(experiment: str, run_id: str, pipeline_version: str) -> dict[str,
 
 
 def run_selector(run_id: str) -> str:
-    """The label selector that finds every object of a run."""
-    return f"{LABEL_RUN_ID}={run_id}"
+    """The label selector that finds every object of one run. KfchaosError for a run id that is not one run's: empty
+    (a sweep would fall back to every run's objects), or not a label value (selector syntax such as `a,b` or
+    `x in (y)` could change what it selects): it comes from a flag or a pipeline parameter, outside input."""
+    return f"{LABEL_RUN_ID}={check_run_id(run_id)}"
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` when it names one run (a non-empty Kubernetes label value), else KfchaosError saying why."""
+    if not run_id:
+        raise KfchaosError("run id '': empty; it would select no run, or every run's objects: give the run's id")
+    try:
+        check_label(LABEL_RUN_ID, run_id)
+    except ValueError:
+        raise KfchaosError(
+            f"run id {run_id!r}: not a run's id (at most 63 letters, digits, '-', '_' or '.', a letter or digit at "
+            "each end); it reaches a label selector, where other characters could select other runs"
+        ) from None
+    return run_id

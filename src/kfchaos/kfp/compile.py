@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kfchaos import __version__
+from kfchaos import __version__, safefile
 from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.kfp.versioning import LockEntry, read_lock, render_lock, seal
 from kfchaos.spec import Experiment, baseline_path
@@ -254,7 +254,6 @@ def apply(root: Path, result: Plan) -> list[Path]:
     for path, data in sorted(result.writes.items()):
         if path in refused:
             continue
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(data)
+        safefile.write_bytes(root / path, data)
         written.append(path)
     return written

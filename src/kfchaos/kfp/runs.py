@@ -80,18 +80,54 @@ class LocalOutcome:
 TASK_NAMES_PREFIX = "kfchaos task names: "
 
 
+# What the progress calls each kind of task (its component), with the stage it runs for: the compiled pipeline keeps
+# KFP's generated task names (pipelines/chaos_experiment.py says why it sets no display names).
+TASK_LABELS = {
+    "comp-replay-stage": "replay {stage}%",
+    "comp-collect-metrics": "metrics {stage}%",
+    "comp-stage-gate": "gate {stage}%",
+    "comp-stage-start": "start {stage}%",
+    "comp-replay-shard": "replay {stage}% shard",
+    "comp-merge-shards": "replay {stage}% (merge)",
+    "comp-remove-faults": "remove faults + recovery",
+    "comp-verdict-report": "verdict + report",
+}
+STEADY_GATE = "gate: steady state"  # the gate with stage 0
+
+
 def task_display_names(pipeline_spec: dict[str, Any]) -> dict[str, str]:
-    """Task key -> display name (taskInfo.name) over the root DAG and every sub-DAG of a compiled pipeline spec.
+    """Task key -> the name progress shows, over the root DAG and every sub-DAG of a compiled pipeline spec: a
+    display name the IR gives (taskInfo.name other than the key), else the task's kind and stage (TASK_LABELS).
     Task keys are unique in one pipeline (the compiler suffixes repeated names: replay-stage-2, ...)."""
     dags = [pipeline_spec.get("root", {}).get("dag", {})]
     dags += [c.get("dag", {}) for c in pipeline_spec.get("components", {}).values() if isinstance(c, dict)]
     names: dict[str, str] = {}
     for dag in dags:
         for key, task in (dag.get("tasks") or {}).items():
-            shown = (task.get("taskInfo") or {}).get("name") if isinstance(task, dict) else None
-            if isinstance(shown, str) and shown:
+            if not isinstance(task, dict):
+                continue
+            shown = (task.get("taskInfo") or {}).get("name")
+            label = _label(task)
+            if isinstance(shown, str) and shown and shown != key:
                 names[key] = shown
+            elif label:
+                names[key] = label
     return names
+
+
+def _label(task: dict[str, Any]) -> str | None:
+    template = TASK_LABELS.get(str((task.get("componentRef") or {}).get("name", "")).rstrip("-0123456789"))
+    if template is None:
+        return None
+    parameters = (task.get("inputs") or {}).get("parameters") or {}
+    stage = ((parameters.get("stage") or {}).get("runtimeValue") or {}).get("constant")
+    if "{stage}" not in template:
+        return template
+    if stage is None:
+        return None
+    if template == TASK_LABELS["comp-stage-gate"] and int(stage) == 0:
+        return STEADY_GATE
+    return template.format(stage=int(stage))
 
 
 def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: Path) -> LocalOutcome:

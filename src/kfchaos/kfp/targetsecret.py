@@ -17,6 +17,9 @@ from kfchaos.spec import Experiment
 
 TARGET_SECRET = "kfchaos-target"
 TARGET_SECRET_KEY = "token"
+# The Ed25519 key the verdict task signs the audit record with (kfchaos.signing), given to that task alone.
+SIGNING_SECRET = "kfchaos-signing-key"
+SIGNING_SECRET_KEY = "signing-key.pem"
 # Where a pod's own namespace is (the service account token projection).
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 

@@ -17,13 +17,34 @@ from kfchaos.units import format_duration
 Kind = Literal["counter", "gauge", "quantile", "rate"]
 
 
+def promql_string(value: str) -> str:
+    """`value` as a PromQL string literal: double-quoted, with Go's escapes for the backslash, the quote and control
+    characters (Prometheus docs, querying/basics.md: string literals follow Go's escaping rules)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(c if " " <= c != "\x7f" else f"\\x{ord(c):02x}" for c in escaped)
+    return f'"{escaped}"'
+
+
+# Kubernetes object names (apimachinery validation: a namespace is a DNS-1123 label, a pod a DNS-1123 subdomain).
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_POD = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
 @dataclass(frozen=True)
 class Scope:
-    """Which series belong to the target: a namespace and, optionally, the pods (names or a regex)."""
+    """Which series belong to the target: a namespace and, optionally, the pods by name. Both reach PromQL label
+    matchers, and come from outside (an experiment, `--pod`, the Kubernetes API's pod list): each must be a
+    Kubernetes name, or ValueError names it, so that no quote, brace or `or` can change what a query selects."""
 
     namespace: str
     pods: tuple[str, ...] = ()
-    pod_regex: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _NAMESPACE.fullmatch(self.namespace):
+            raise ValueError(f"namespace {self.namespace!r} is not a Kubernetes namespace name (a DNS label)")
+        for pod in self.pods:
+            if not _POD.fullmatch(pod):
+                raise ValueError(f"pod {pod!r} is not a Kubernetes pod name (a DNS subdomain)")
 
     def matchers(self, *extra: str) -> str:
         parts = [f'namespace="{self.namespace}"']
@@ -32,8 +53,6 @@ class Scope:
             # for the string (`a.b` -> regex `a\.b` -> PromQL "a\\.b").
             regex = "|".join(re.escape(p) for p in self.pods).replace("\\", "\\\\")
             parts.append(f'pod=~"{regex}"')
-        elif self.pod_regex:
-            parts.append(f'pod=~"{self.pod_regex}"')
         return ",".join([*parts, *extra])
 
 

@@ -14,8 +14,11 @@ baseline's Parquet), run_state, steps, audit, fault_types, evidence (the OOM evi
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
+import re
 from dataclasses import asdict
 from html import escape
 from typing import Any
@@ -492,4 +495,40 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
     )
     parts.append(f'<script type="application/json" id="{DATA_ID}">{_json_block(data)}</script>')
     parts.append("</body></html>\n")
-    return "\n".join(parts)
+    return with_policy("\n".join(parts))
+
+
+# Every <script> element of a page and what it holds (the report's own markup: attributes in double quotes).
+_SCRIPT = re.compile(r"<script(?P<attrs>[^>]*)>(?P<body>.*?)</script>", re.S | re.I)
+_META_CHARSET = "<meta charset='utf-8'>"
+
+
+def script_hashes(page: str) -> list[str]:
+    """The CSP source of each script the page runs ('sha256-<base64>' of its text as written), data blocks left out."""
+    found = {
+        "'sha256-" + base64.b64encode(hashlib.sha256(m["body"].encode("utf-8")).digest()).decode() + "'"
+        for m in _SCRIPT.finditer(page)
+        if "application/json" not in m["attrs"]
+    }
+    return sorted(found)
+
+
+def with_policy(page: str) -> str:
+    """The page with a Content-Security-Policy that runs its own scripts only (each by its hash: plotly.js and the
+    plots' calls), so that text from outside that ever escaped its escaping could not run: no other inline script,
+    no script or anything else from elsewhere, no form, no base. Styles stay inline (plotly sets them); images and
+    fonts only as data: URLs. A <meta> policy, since the page is opened as a file or inside the KFP UI's
+    sandboxed viewer (srcdoc), where no header can carry it."""
+    policy = "; ".join(
+        [
+            "default-src 'none'",
+            "script-src " + " ".join(script_hashes(page)),
+            "style-src 'unsafe-inline'",
+            "img-src data: blob:",
+            "font-src data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+        ]
+    )
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{escape(policy)}">'
+    return page.replace(_META_CHARSET, _META_CHARSET + meta, 1)

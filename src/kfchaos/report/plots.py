@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from html import escape
 from typing import Any
 
 import numpy as np
@@ -100,7 +101,15 @@ def _shade(
     for fault in faults:  # the names on top, once
         at = fault.first
         if at is not None:
-            _label_above(fig, at, f"⚡ {fault.name}", yshift=42, font={"size": 11, "color": "#b22"})
+            _label_above(fig, at, f"⚡ {plain(fault.name)}", yshift=42, font={"size": 11, "color": "#b22"})
+
+
+def plain(text: object) -> str:
+    """Text from outside (a fault's name, an error kind, a status from a run folder) shown by Plotly as written. Its
+    labels read a subset of HTML: <a href> becomes a link, <span style> styles, and an old plotly.js ran script
+    through them (plotly/plotly.js src/lib/svg_text_utils.js). `<`, `>` and `&` go in as entities, which Plotly
+    shows as the characters."""
+    return escape(str(text), quote=False)
 
 
 def _label_above(fig: go.Figure, at: float, text: str, yshift: int, font: dict[str, Any]) -> None:
@@ -273,7 +282,7 @@ def timeline(
                 col=1,
             )
         for kind, counts in series.errors.items():
-            fig.add_trace(go.Bar(x=x, y=counts, name=f"error: {kind}"), row=4, col=1)
+            fig.add_trace(go.Bar(x=x, y=counts, name=f"error: {plain(kind)}"), row=4, col=1)
         if "never_completed" in series.columns and not series.errors:
             fig.add_trace(go.Bar(x=x, y=series.columns["never_completed"], name="never completed"), row=4, col=1)
         if "send_lag_p99" in series.columns:
@@ -523,7 +532,7 @@ def stage_cdf(
                     x=values * 1000,
                     y=share,
                     mode="lines",
-                    name=f"stage {f.stage}% ({f.status})"
+                    name=f"stage {f.stage}% ({plain(f.status)})"
                     + (f", {1 - share[-1]:.0%} never completed" if share[-1] < 0.995 else ""),
                     line={"color": color},
                     legendgroup=str(f.stage),

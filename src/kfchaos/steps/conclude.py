@@ -7,12 +7,11 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kfchaos import audit
+from kfchaos import audit, safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
 from kfchaos.steps import seams
@@ -199,8 +198,7 @@ def conclude(
     rendered = seams.render_report(document, context)
     markdown, page = rendered if rendered else (_markdown(document), _html(_markdown(document)))
     for path, text in ((markdown_path, markdown), (html_path, page)):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text)
+        safefile.write_text(path, text)
     record = audit.build_record(
         run_id=run_id,
         pipeline=pipeline,

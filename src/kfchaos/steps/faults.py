@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kfchaos import safefile
 from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import describe, load_history
@@ -81,8 +82,7 @@ def cleanup(experiment_text: str, run_id: str, record_path: str) -> str:
     # task has it: a best effort after the stage's own unload and the remove step's (kfchaos.faults.lorachurn).
     record["lora_adapters"] = _unload_adapters(experiment, "")
     record["finished_at"] = time.time()
-    Path(record_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(record_path).write_text(json.dumps(record, sort_keys=True, default=str))
+    safefile.write_text(record_path, json.dumps(record, sort_keys=True, default=str))
     return json.dumps(record, sort_keys=True, default=str)
 
 

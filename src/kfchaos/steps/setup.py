@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kfchaos import safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text, task_run_id
@@ -54,8 +55,7 @@ def baseline(experiment_text: str, baseline_text: str, out_path: str) -> str:
     from kfchaos.baseline import load_baseline
 
     experiment_from_text(experiment_text)
-    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_path).write_text(baseline_text)
+    safefile.write_text(out_path, baseline_text)
     if not baseline_text.strip():
         return ""
     loaded, _warnings = load_baseline(out_path)  # checks content_hash: an edited baseline is refused

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from kfchaos.faults import lorachurn
@@ -183,6 +184,7 @@ def merge(
         raise ValueError(f"merge: {len(results)} shard results but {len(parts)} record files")
     try:
         problems = shard_problems(results, shards, begun, experiment.spec.traffic.max_send_lag_p99)
+        problems += unfinished_parts(parts)  # the merged file cannot carry a shard's cut: said here
         # KFP collects the results and the record files as two lists: nothing here depends on their order.
         table = _merge_files(parts, records_path)
         results.sort(key=lambda r: int(r.get("shard", -1)))
@@ -223,6 +225,14 @@ def shard_problems(results: list[dict[str, Any]], shards: int, begun: dict[str, 
     if twice:
         problems.append(f"shard indices {twice} ran more than once or are not in 0..{shards - 1}")
     return problems
+
+
+def unfinished_parts(parts: list[str]) -> list[str]:
+    """A shard's records its disk cut, or whose replay never finished (kfchaos.records.unfinished_stages): the
+    stage's plan was not sent in full (each reason makes the stage INCONCLUSIVE)."""
+    from kfchaos.records import unfinished_stages
+
+    return [f"shard records {Path(part).name}: {why}" for part in parts for why in unfinished_stages(part).values()]
 
 
 def _merge_files(parts: list[str], records_path: str) -> Any:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kfchaos import safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import FaultActivity, Poller, active_at
 from kfchaos.faults.safety import fault_stage_span
@@ -224,18 +225,24 @@ def _attach_events(backend: Any, created: list[dict[str, Any]]) -> None:
 def mark_fault_active(records_path: str | Path, windows: Sequence[dict[str, Any]]) -> int:
     """Rewrite the records' `fault_active`: a request was under fault when its send time (its intended time
     when it was never sent) lies in a verified window of any of the stage's faults; burst requests are the
-    fault itself and stay marked. Returns how many records are marked."""
+    fault itself and stay marked. Returns how many records are marked. Records kept as parts (a replay whose disk
+    failed, kfchaos.traffic.recorder.Spool) are rewritten part by part, each keeping its own metadata."""
     path = Path(records_path)
+    spans = [(float(w["from"]), float(w["to"])) for item in windows for w in item.get("verified") or []]
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    return sum(_mark_file(file, spans) for file in files)
+
+
+def _mark_file(path: Path, spans: list[tuple[float, float]]) -> int:
     table = pq.read_table(path)
     if not table.num_rows:
         return 0
     sent = table.column("sent").to_numpy(zero_copy_only=False).astype(np.float64)
     intended = table.column("intended").to_numpy(zero_copy_only=False).astype(np.float64)
     at = np.where(np.isfinite(sent), sent, intended)
-    spans = [(float(w["from"]), float(w["to"])) for item in windows for w in item.get("verified") or []]
     active = active_at(spans, at)
     active |= injected_mask(table)  # requests a traffic-side fault sent are the fault itself
     index = table.column_names.index("fault_active")
     table = table.set_column(index, table.schema.field(index), pa.array(active, pa.bool_()))
-    pq.write_table(table, path)
+    safefile.replace_with(path, lambda handle: pq.write_table(table, handle), private=True)
     return int(active.sum())

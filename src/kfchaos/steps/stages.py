@@ -25,8 +25,10 @@ def _judge(
     `fault_free`: a probe replayed without any fault (seams.replay_stage leaves them out of its plan) is judged
     as the experiment without faults, so no planned fault is looked for in it."""
     from kfchaos.faults.activity import FaultActivity
+    from kfchaos.records import unfinished_stages
     from kfchaos.verdict import evaluate, load_requests
 
+    valid = unfinished_stages(records_path).get(stage, valid)  # a replay cut by its disk: not a whole stage
     experiment = experiment_from_text(experiment_text)
     if fault_free:
         experiment = experiment.model_copy(update={"spec": experiment.spec.model_copy(update={"faults": []})})
@@ -111,7 +113,11 @@ def replay(
         )
 
     summary, faults = under_faults(experiment, run_id, stage, run, target=target)
-    faults["marked_requests"] = mark_fault_active(records_path, faults["fault_windows"])
+    try:
+        faults["marked_requests"] = mark_fault_active(records_path, faults["fault_windows"])
+    except OSError as exc:  # the disk that cut the replay: the records stand as written, unmarked, and say so
+        reason = f"requests under fault not marked: the records could not be rewritten ({exc.strerror or exc})"
+        faults["reasons"] = [*faults.get("reasons", []), reason]
     from kfchaos.faults.lorachurn import request_problems
 
     faults["reasons"] = [*faults.get("reasons", []), *request_problems(records_path, experiment, stage)]

@@ -338,8 +338,17 @@ async def replay(
     recorded as cancelled. `start_at`: the epoch time the stage's offsets count from (a sharded stage's common
     start); default: as soon as the engine is ready.
     """
-    stage = _Stage(plan, parse_target(target), asyncio.get_running_loop(), fault_active)
+    loop = asyncio.get_running_loop()
+    stage = _Stage(plan, parse_target(target), loop, fault_active)
     stage.spool = spool
+    if spool is not None:
+        # A part the disk refused cuts the stage: sending stops at once (called from the spool's writer thread).
+        stopping = stop = stop if stop is not None else asyncio.Event()
+
+        def on_cut() -> None:
+            loop.call_soon_threadsafe(stopping.set)
+
+        spool.on_cut = on_cut
     await stage.run(stop, progress, warm_connections, start_at)
     table = stage.recorder.table()
     s = plan.settings
@@ -353,7 +362,14 @@ async def replay(
     )
     summary.plan_hash = plan.hash
     summary.source = plan.report.to_dict()
-    if stage.stopped:
+    cut = spool.cut if spool is not None else None
+    if cut is not None:
+        summary.valid = False
+        summary.invalid_reason = (
+            f"cut by the disk: {cut}; the replay stopped sending then, and the records it took are kept"
+        )
+        summary.notes.append(f"cut by the disk: {cut}")
+    elif stage.stopped:
         summary.notes.append("stopped early (abort)")
     if stage.capped:
         summary.valid = False
@@ -431,17 +447,31 @@ def run_stage(
         result.interrupted = caught[0]
         result.summary.notes.append(f"stopped by {signal.Signals(caught[0]).name}")
     if spool is not None:
-        try:
-            result.path = write_parquet(result.table, out)  # type: ignore[arg-type]
-        except OSError as exc:  # a full disk: what was measured is in the parts, marked incomplete
-            if result.recorder is not None:
-                spool.flush(result.recorder)
-            spool.close()
-            raise KfchaosError(
-                f"{out}: cannot write the records ({exc.strerror or exc}); the records taken are kept, marked "
-                f"incomplete, in {spool.folder}/ ({spool.written} rows in {spool.parts} part(s)"
-                + (f"; {len(spool.errors)} part(s) failed too" if spool.errors else "")
-                + ")"
-            ) from None
-        spool.discard()
+        _keep_records(result, spool, out)  # type: ignore[arg-type]
     return result
+
+
+def _keep_records(result: StageResult, spool: Spool, out: str | Path) -> None:
+    """The stage's records as one file; when the disk refuses it (or cut the stage), as the spool's parts, the last
+    one saying how the replay ended (kfchaos.records.END_KEY): `<out>` is then a folder of Parquet files."""
+    why = None
+    if spool.cut is None:
+        try:
+            result.path = write_parquet(result.table, out)
+        except OSError as exc:
+            why = f"the records file could not be written whole ({exc.strerror or exc})"
+        else:
+            spool.discard()
+            return
+    assert result.recorder is not None
+    try:
+        result.path = spool.finish(result.recorder)
+    except OSError as exc:
+        raise KfchaosError(
+            f"{out}: the disk refused even the records' last part ({exc.strerror or exc}); {spool.kept} rows are "
+            f"kept in {spool.folder}/, and none of them says how the replay ended"
+        ) from None
+    kept = f"records kept as {spool.parts} part(s) in {result.path}/"
+    result.summary.notes.append(f"{why}: {kept}" if why else kept)
+    if spool.lost:
+        result.summary.notes.append(f"{spool.lost} row(s) could not be written even to the last part")

@@ -61,8 +61,7 @@ def merge_records(parts: Sequence[str | Path], out: str | Path | None = None) ->
             raise RecordsError(_shared_ids(pairs, parts))
         merged = merged.sort_by(MERGE_ORDER).drop_columns(["_part"])
     if out is not None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        safefile.replace_with(out, lambda temporary: pq.write_table(merged, temporary))
+        safefile.replace_with(out, lambda handle: pq.write_table(merged, handle), private=True)
     return merged
 
 

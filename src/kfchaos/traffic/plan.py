@@ -133,7 +133,8 @@ class ReplaySettings:
         data["headers"] = {
             "add": [list(h) for h in self.headers.add],
             "strip": sorted(self.headers.strip),
-            "allow_credentials": self.headers.allow_credentials,
+            # False when none is kept: the plan hash of every experiment that keeps none stays what it was.
+            "allow_credentials": sorted(self.headers.allow_credentials) or False,
             "credential_header": self.headers.credential[0] if self.headers.credential else None,
         }
         data["synthetic"] = _synthetic_description(self.synthetic) if self.synthetic else None
@@ -303,7 +304,7 @@ def settings_from_experiment(
     policy = HeaderPolicy(
         add=tuple(traffic.headers.add.items()),
         strip=frozenset(h.lower() for h in traffic.headers.strip),
-        allow_credentials=traffic.headers.allow_credentials,
+        allow_credentials=frozenset(traffic.headers.allow_credentials),
         credential=credential,
     )
     synthetic = traffic.synthetic

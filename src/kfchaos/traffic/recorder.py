@@ -8,10 +8,14 @@ The table has exactly kfchaos.records.REQUEST_SCHEMA; missing values are null, n
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import errno
 import math
-import shutil
+import os
+import re
 import uuid
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +24,7 @@ import pyarrow.parquet as pq
 
 from kfchaos import parquetguard, safefile
 from kfchaos.errors import KfchaosError
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, SPOOL_KEY
+from kfchaos.records import COMPLETE_KEY, CUT, END_COMPLETE, END_KEY, ERROR_KINDS, REQUEST_SCHEMA, SPOOL_KEY
 
 NAN = math.nan
 ERROR_CODE = {kind: i for i, kind in enumerate(ERROR_KINDS)}
@@ -189,60 +193,134 @@ LATER_COLUMNS = ("ended",)  # columns older records files lack, read as null
 
 # How often a replay with an output file writes the records taken since the last part (kfchaos.traffic.engine).
 SPOOL_S = 10.0
-INCOMPLETE = {b"kfchaos.records.complete": b"false"}
+# Space held from the start of a replay in its parts folder, released when the disk fails: room for the last part
+# (the rows since the part that failed, ~100 bytes a row: tens of thousands of rows) and for what the stage writes
+# after it. A replay that cannot reserve it sends nothing.
+RESERVE_BYTES = 4 << 20
+RESERVE = ".reserve"  # hidden: Parquet datasets skip names that start with a dot
+
+
+def _why(exc: OSError, name: str) -> str:
+    """`ENOSPC (No space left on device) writing part-00003.parquet`: pyarrow's own IOError may carry the errno only
+    in its message."""
+    code = exc.errno
+    if code is None:
+        found = re.search(r"\[errno (\d+)\]", str(exc))
+        code = int(found.group(1)) if found else None
+    label = errno.errorcode.get(code, "") if code is not None else ""
+    text = os.strerror(code) if code is not None else (str(exc).splitlines() or [type(exc).__name__])[0]
+    return f"{label} ({text}) writing {name}" if label else f"{text} writing {name}"
 
 
 class Spool:
-    """Records written as they are taken, so that a kill or a full disk keeps what was measured: every SPOOL_S
-    the rows since the last part go to a new, complete Parquet file in `<out>.partial/` (written by one worker
-    thread, off the sender's loop; each marked `kfchaos.records.complete: false` in its schema metadata). When
-    the stage's whole file is written the folder is removed; when it cannot be, the folder stays and says what
-    was measured (a folder of Parquet files is records to `verdict` and `replay --merge`)."""
+    """Records written as they are taken, in row groups, so that a kill or a full disk keeps what was measured:
+    every SPOOL_S the rows since the last part go to a new, complete Parquet file (one row group) in `<out>.partial/`
+    (written by one worker thread, off the sender's loop; each marked incomplete in its schema metadata,
+    kfchaos.records.COMPLETE_KEY). A part that cannot be written (ENOSPC, EIO: any OSError) cuts the stage: `on_cut`
+    is called (the engine stops sending), and nothing more is written until `finish`, which releases the space
+    reserved at the start and writes every row not yet in a part as the last part, marked with how the replay ended
+    (kfchaos.records.END_KEY). When the stage's whole file is written instead, the folder is removed."""
 
     def __init__(self, out: str | Path) -> None:
         self.interval = SPOOL_S  # read now, not at import: a test may shorten it
+        self.out = Path(out)
         self.folder = Path(f"{out}.partial")
-        self.folder.mkdir(parents=True, exist_ok=True)
+        # kfchaos's own folder, private (records are the run's evidence); the parts are made through it.
+        self._folder = safefile.Folder.open(self.folder, private=True, own=True)
         # Every part names this spool: the parts together are one (stage, shard) of one replay, which the verdict's
         # one-run check (kfchaos.verdict.requests) must not take for two runs' records of the same stage.
-        self.metadata = {**INCOMPLETE, SPOOL_KEY: uuid.uuid4().hex.encode()}
-        self.written = 0
+        self.metadata = {COMPLETE_KEY: b"false", SPOOL_KEY: uuid.uuid4().hex.encode()}
+        self.taken = 0  # rows handed to the writer
+        self.kept = 0  # rows in parts written whole (set by the writer, in order)
         self.parts = 0
-        self.errors: list[str] = []
+        self.cut: str | None = None  # why a part could not be written: the stage stopped sending then
+        self.lost = 0  # rows not even the last part could hold
+        self.on_cut: Callable[[], None] | None = None
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kfchaos-spool")
+        self._reserve()
+
+    def _reserve(self) -> None:
+        try:
+            with self._folder.stream(RESERVE) as handle:
+                os.posix_fallocate(handle.fileno(), 0, RESERVE_BYTES)
+        except OSError as exc:
+            self._folder.remove(RESERVE)
+            self.close()
+            with contextlib.suppress(OSError):  # made just now, unless a killed replay left parts in it
+                self.folder.rmdir()
+            raise KfchaosError(
+                f"{self.folder}: cannot reserve {RESERVE_BYTES >> 20} MiB for the records ({exc.strerror or exc}); "
+                "the disk is full or nearly: nothing was sent"
+            ) from None
 
     def flush(self, recorder: Recorder) -> None:
-        """Hand the rows taken since the last flush to the writer (a copy: cheap, on the caller's thread)."""
+        """Hand the rows taken since the last flush to the writer (a copy: cheap, on the caller's thread). Nothing
+        once the stage is cut: its remaining rows go to the last part."""
         end = len(recorder)
-        if end == self.written:
+        if end == self.taken or self.cut is not None:
             return
-        part = recorder.sliced(self.written, end)
-        self.written = end
+        part = recorder.sliced(self.taken, end)
+        self.taken = end
         self.parts += 1
-        self._worker.submit(self._write, part, self.folder / f"part-{self.parts:05d}.parquet")
+        self._worker.submit(self._write_part, part, f"part-{self.parts:05d}.parquet", end)
 
-    def _write(self, part: Recorder, path: Path) -> None:
-        table = part.table()
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **self.metadata})
+    def _write_part(self, part: Recorder, name: str, end: int) -> None:
+        if self.cut is not None:  # queued behind the part that failed: its rows go to the last part
+            return
         try:
-            safefile.replace_with(path, lambda temporary: pq.write_table(table, temporary))
-        except OSError as exc:  # a full disk: the parts before stay; the error is reported at the end
-            self.errors.append(f"{path.name}: {exc.strerror or exc}")
+            self._write(part, name, {})
+        except OSError as exc:
+            self.cut = _why(exc, name)
+            if self.on_cut is not None:
+                self.on_cut()
+            return
+        self.kept = end
+
+    def _write(self, part: Recorder, name: str, extra: dict[bytes, bytes]) -> None:
+        table = part.table()
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **self.metadata, **extra})
+        self._folder.write(name, lambda handle: pq.write_table(table, handle))
+
+    def finish(self, recorder: Recorder, why: str | None = None) -> Path:
+        """The last part: every row not in a part yet, marked complete, or cut (by `why`, else by the part that
+        failed), written in the space reserved at the start. Returns where the records are: `<out>` (the folder
+        renamed, when nothing stands there), else the `.partial` folder."""
+        self._worker.shutdown(wait=True)
+        self._folder.remove(RESERVE)
+        why = why or self.cut
+        end = END_COMPLETE if why is None else CUT + why
+        self.parts += 1
+        name = f"part-{self.parts:05d}.parquet"
+        try:
+            self._write(recorder.sliced(self.kept, len(recorder)), name, {END_KEY: end.encode()})
+        except OSError as exc:  # not even the reserve held them: an empty part still says how the replay ended
+            self.lost = len(recorder) - self.kept
+            lost = f"{self.lost} row(s) could not be written ({_why(exc, name)})"
+            mark = CUT + (f"{why}; {lost}" if why else lost)
+            self._write(recorder.sliced(len(recorder), len(recorder)), name, {END_KEY: mark.encode()})
+        self._folder.close()
+        try:
+            with safefile.Folder.open(self.folder.parent) as parent:
+                if parent.exists(self.out.name):
+                    return self.folder
+                return parent.rename(self.folder.name, self.out.name)
+        except OSError:
+            return self.folder
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
+        self._folder.close()
 
     def discard(self) -> None:
         """The whole file is written: the parts are not needed."""
         self.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        with safefile.Folder.open(self.folder.parent) as parent:
+            parent.remove_tree(self.folder.name)
 
 
 def write_parquet(table: pa.Table, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    safefile.replace_with(path, lambda temporary: pq.write_table(table, temporary))
-    return path
+    """The records file (private: the run's evidence), renamed into place when whole (kfchaos.safefile)."""
+    return safefile.replace_with(path, lambda handle: pq.write_table(table, handle), private=True)
 
 
 def read_records(paths: list[str | Path]) -> pa.Table:
@@ -250,7 +328,9 @@ def read_records(paths: list[str | Path]) -> pa.Table:
     tables = []
     for path in paths:
         parquetguard.check(path)
-        missing = [name for name in REQUEST_SCHEMA.names if name not in pq.read_schema(path).names]
+        # A folder: the parts a replay kept when its disk failed (Spool.finish).
+        schema = pq.read_schema(path) if Path(path).is_file() else pq.ParquetDataset(path).schema
+        missing = [name for name in REQUEST_SCHEMA.names if name not in schema.names]
         # pyarrow would fill them with nulls, and missing data must never look like data; except `ended`, added in
         # records version 3, whose null already means "not known" (the report then bounds the time instead).
         if [name for name in missing if name not in LATER_COLUMNS]:

@@ -2,8 +2,11 @@
 
 Every request carries `X-Traffic-Stage: stage-N`, a unique `X-Trace-ID` (32 hex digits) and a W3C
 `traceparent` with the same trace id, so traces, logs and the per-request records join on one key.
-Authorization and Cookie headers from a recording are dropped unless the experiment allows them; the
-target's own credential comes from an environment variable, is added last, and is never logged.
+A recorded credential (Authorization, Cookie, Proxy-Authorization, and any header whose name says it holds a
+secret: an API key, a token, a session, kfchaos.redact.secret_name) is dropped unless the experiment names it
+(`spec.traffic.headers.allow_credentials: [Authorization]`, `--allow-credential NAME`); the target's own credential
+comes from an environment variable, is added last, and is never logged. A recorded Host never reaches the wire:
+the request goes to the experiment's target, with its Host.
 Names are compared after normalisation (surrounding whitespace removed, lower case), and a pair that is not a
 valid HTTP field (kfchaos.traffic.httpsyntax) never reaches the wire: configured ones are refused up front,
 recorded ones (which the readers already refuse) are dropped here as a last guard.
@@ -17,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kfchaos.errors import KfchaosError
+from kfchaos.redact import secret_name
 from kfchaos.traffic.httpsyntax import header_problem
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
@@ -38,17 +42,24 @@ def traceparent(trace_id: bytes) -> str:
     return f"00-{trace_id.hex()}-{_random.getrandbits(64) or 1:016x}-01"
 
 
+def is_credential(name: str) -> bool:
+    """Whether a recorded header carries a credential (its name, normalised: lower case)."""
+    return name in CREDENTIAL_HEADERS or secret_name(name)
+
+
 @dataclass(frozen=True)
 class HeaderPolicy:
     add: tuple[tuple[str, str], ...] = ()
     strip: frozenset[str] = frozenset()
-    allow_credentials: bool = False
+    # Recorded credential headers kept, by name (normalised); every other one is dropped.
+    allow_credentials: frozenset[str] = frozenset()
     credential: tuple[str, str] | None = field(default=None, repr=False)  # (header, value); never printed
 
     def __repr__(self) -> str:  # no header value (an added API key, the credential) in logs or tracebacks
         return (
             f"HeaderPolicy(add={[name for name, _ in self.add]!r}, strip={sorted(self.strip)!r}, "
-            f"allow_credentials={self.allow_credentials}, credential={'set' if self.credential else 'none'})"
+            f"allow_credentials={sorted(self.allow_credentials)!r}, "
+            f"credential={'set' if self.credential else 'none'})"
         )
 
     def __post_init__(self) -> None:
@@ -62,11 +73,14 @@ class HeaderPolicy:
             if header_problem(self.credential[0], self.credential[1]):  # never quote the value
                 raise KfchaosError("target credential: the value has characters a header value cannot have")
         object.__setattr__(self, "strip", frozenset(h.strip().lower() for h in self.strip))
+        object.__setattr__(self, "allow_credentials", frozenset(h.strip().lower() for h in self.allow_credentials))
 
     def drops(self, name: str) -> bool:
         lower = name.strip().lower()
         return (
-            lower in HOP_HEADERS or lower in self.strip or (lower in CREDENTIAL_HEADERS and not self.allow_credentials)
+            lower in HOP_HEADERS
+            or lower in self.strip
+            or (is_credential(lower) and lower not in self.allow_credentials)
         )
 
     def apply(self, recorded: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -81,7 +95,7 @@ class HeaderPolicy:
             lower = name.lower()  # a valid token has no whitespace to strip
             if lower in replaced or lower in HOP_HEADERS or lower in self.strip:
                 continue
-            if lower in CREDENTIAL_HEADERS and not self.allow_credentials:
+            if is_credential(lower) and lower not in self.allow_credentials:
                 continue
             out.append((name, value))
         out.extend(self.add)

@@ -12,6 +12,7 @@ from kfchaos.baseline import Baseline, load_baseline
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import stage_activities
 from kfchaos.metrics.snapshot import MetricsSnapshot
+from kfchaos.records import unfinished_stages
 from kfchaos.spec import Experiment, experiment_relative
 from kfchaos.validate import load_experiment
 from kfchaos.verdict.evaluate import evaluate
@@ -81,7 +82,8 @@ def judge(args: argparse.Namespace) -> tuple[Verdict, Experiment, MetricsSnapsho
         baseline=baseline,
         metrics=metrics,
         faults_verified=verified,
-        stage_valid=state.stage_valid,
+        # A stage whose records say the replay was cut (a full disk) or never finished is not whole.
+        stage_valid={**state.stage_valid, **unfinished_stages(args.records)},
         faults_removed_at=state.faults_removed_at,
         fault_coverage=stage_activities(state.fault_windows) if state.fault_windows else None,
         warnings=[*getattr(args, "seal_warnings", []), *warnings],
