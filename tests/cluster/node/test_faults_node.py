@@ -59,6 +59,8 @@ def experiment(fault: dict[str, Any], rate: int = 10) -> str:
                 },
                 "faults": [fault],
                 "slo": {"p99_max": "5s", "error_rate_max": "2%"},
+                # No baseline: these runs judge what a fault does, not drift (p99_drift stays INCONCLUSIVE).
+                "baseline": {"file": "../baselines/none.yaml"},
                 "safety": {"max_pod_percent": "100%", "max_fault_duration": "10m"},
             },
         },

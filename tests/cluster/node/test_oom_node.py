@@ -70,6 +70,8 @@ def experiment() -> str:
                     }
                 ],
                 "slo": {"p99_max": "12s", "error_rate_max": "5%", "oom_kill_rate_max": "0.001%"},
+                # No baseline: these runs judge what a fault does, not drift (p99_drift stays INCONCLUSIVE).
+                "baseline": {"file": "../baselines/none.yaml"},
                 "safety": {"max_pod_percent": "100%", "max_fault_duration": "10m"},
             },
         },
