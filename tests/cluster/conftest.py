@@ -9,12 +9,15 @@ and skips them elsewhere, with the reason.
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import kfp
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -99,3 +102,25 @@ def real_cluster() -> Iterator[RealCluster]:
         yield RealCluster(env, started_here=True)
     finally:
         controlplane.down(state)
+
+
+def stop_runs(kfp_host: str, since: float) -> None:
+    """Terminate the KFP runs created after `since` (epoch) that have not ended. The cluster's real Argo executes
+    every run a test submits; tests that only read what the API server wrote stop theirs, so they neither wait for
+    an image the node lacks nor take the node's CPU from the tests after them."""
+    client = kfp.Client(host=kfp_host)
+    started = datetime.datetime.fromtimestamp(since, tz=datetime.UTC)
+    for run in client.list_runs(page_size=100, sort_by="created_at desc").runs or []:
+        if run.created_at and run.created_at < started:
+            break
+        if str(run.state) in ("PENDING", "RUNNING"):
+            client.terminate_run(run.run_id)
+
+
+@pytest.fixture(scope="module")
+def runs_stopped_after(real_cluster: RealCluster) -> Iterator[None]:
+    """Use in a module whose tests submit runs only to read what the server wrote (stop_runs)."""
+    since = time.time()
+    yield
+    if real_cluster.env.kfp_host:
+        stop_runs(real_cluster.env.kfp_host, since)

@@ -152,10 +152,14 @@ def test_a_stopped_controller_is_reported(prepared: RealCluster) -> None:  # noq
 # --- a GPU node whose taint chaos-daemon does not tolerate ------------------------------------------------------
 
 
+KWOK_DAEMON = "chaos-daemon-kwok"
+
+
 @pytest.fixture
 def daemon_and_gpu_pod(prepared: RealCluster) -> Iterator[RealCluster]:  # noqa: F811
     """chaos-daemon as the chart's DaemonSet (no tolerations: values.yaml chaosDaemon.tolerations is empty), its
-    pods run by KWOK on the untainted nodes; and a target pod on the tainted GPU node, as a vLLM pod asking for
+    pods run by KWOK on the untainted nodes (a second DaemonSet beside the real node's own `chaos-daemon`, with the
+    chart's labels, which doctor goes by); and a target pod on the tainted GPU node, as a vLLM pod asking for
     nvidia.com/gpu tolerates the taint. Both removed afterwards (test_doctor_real expects no daemon)."""
     apps = k8s.AppsV1Api(prepared.api_client())
     core = k8s.CoreV1Api(prepared.api_client())
@@ -163,7 +167,7 @@ def daemon_and_gpu_pod(prepared: RealCluster) -> Iterator[RealCluster]:  # noqa:
     daemonset = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": "chaos-daemon", "namespace": CHAOS_NAMESPACE, "labels": labels},
+        "metadata": {"name": KWOK_DAEMON, "namespace": CHAOS_NAMESPACE, "labels": labels},
         "spec": {
             "selector": {"matchLabels": labels},
             "template": {
@@ -194,15 +198,17 @@ def daemon_and_gpu_pod(prepared: RealCluster) -> Iterator[RealCluster]:  # noqa:
         eventually("the GPU target pod Running", lambda: _phase(core, "vllm-gpu") == "Running", WAIT)
         yield prepared
     finally:
-        apps.delete_namespaced_daemon_set("chaos-daemon", CHAOS_NAMESPACE, propagation_policy="Foreground")
+        apps.delete_namespaced_daemon_set(KWOK_DAEMON, CHAOS_NAMESPACE, propagation_policy="Foreground")
         core.delete_namespaced_pod("vllm-gpu", TARGET_NAMESPACE, grace_period_seconds=0)
         eventually("chaos-daemon and its pods gone", lambda: not _daemon_nodes(core, any_phase=True), WAIT)
         eventually("the GPU target pod gone", lambda: _phase(core, "vllm-gpu") is None, WAIT)
 
 
 def _daemon_nodes(core: k8s.CoreV1Api, any_phase: bool = False) -> set[str]:
+    """Nodes of the test's own DaemonSet's pods (not the real node's chaos-daemon, which stays)."""
     pods = core.list_namespaced_pod(CHAOS_NAMESPACE, label_selector="app.kubernetes.io/component=chaos-daemon")
-    return {p.spec.node_name for p in pods.items if any_phase or p.status.phase == "Running"}
+    ours = [p for p in pods.items if any(o.name == KWOK_DAEMON for o in p.metadata.owner_references or [])]
+    return {p.spec.node_name for p in ours if any_phase or p.status.phase == "Running"}
 
 
 def _phase(core: k8s.CoreV1Api, name: str) -> str | None:
@@ -230,7 +236,7 @@ def test_a_gpu_node_without_daemon_tolerations_is_reported(daemon_and_gpu_pod: R
     apps = k8s.AppsV1Api(daemon_and_gpu_pod.api_client())
     toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     apps.patch_namespaced_daemon_set(
-        "chaos-daemon", CHAOS_NAMESPACE, {"spec": {"template": {"spec": {"tolerations": [toleration]}}}}
+        KWOK_DAEMON, CHAOS_NAMESPACE, {"spec": {"template": {"spec": {"tolerations": [toleration]}}}}
     )
     core = k8s.CoreV1Api(daemon_and_gpu_pod.api_client())
     eventually("chaos-daemon Running on the GPU node", lambda: "kwok-gpu-0" in _daemon_nodes(core), WAIT)

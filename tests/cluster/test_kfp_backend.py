@@ -2,8 +2,9 @@
 
 The server is the one scripts/cluster/localcluster/kfp.py starts in the real control plane (its version:
 cluster/kfp-apiserver/go.mod). On upload it parses and validates the pipeline spec; on run creation it compiles
-the IR into an Argo Workflow (backend/src/v2/compiler/argocompiler) and creates that object in the cluster.
-No Argo controller runs, so each Workflow stays as the API server wrote it, and the tests read it.
+the IR into an Argo Workflow (backend/src/v2/compiler/argocompiler) and creates that object in the cluster, where
+the real Argo controller executes it on the real node (kfpexec.py). These tests read what the server wrote; runs
+taken to their verdict are in tests/cluster/node/test_pipeline_real.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +30,12 @@ from kfchaos.kfp.versioning import read_lock
 from tests.cluster.conftest import RealCluster
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_this_modules_runs(runs_stopped_after: None) -> None:
+    """The runs this module submits are stopped at its end (tests/cluster/conftest.py, stop_runs)."""
+
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = read_lock(ROOT / "pipelines/versions.lock.yaml")
@@ -167,7 +173,8 @@ def test_run_host_creates_a_workflow_as_kfchaos_runner_with_the_target_secret_an
     # (apiserver/template/v2_template.go, IsPlatformSpecWithKubernetesConfig) and the argocompiler hands each
     # task's executor config to its driver (argocompiler/container.go, the `kubernetes-config` parameter).
     secrets = _secrets_in_ir(ROOT / LOCK["vllm-network-delay"].file)
-    assert secrets == {"kfchaos-target"}
+    # The target's credential for the tasks that reach it, the audit's signing key for the verdict task alone.
+    assert secrets == {"kfchaos-target", "kfchaos-signing-key"}
     configs = [
         json.loads(parameter["value"])
         for task in _dag_tasks(workflow)
@@ -175,22 +182,21 @@ def test_run_host_creates_a_workflow_as_kfchaos_runner_with_the_target_secret_an
         if parameter["name"] == "kubernetes-config"
     ]
     as_env = [s for config in configs for s in config.get("secretAsEnv", [])]
-    if _release(kfp_host) < (2, 15, 0):
-        # Before 2.15 (the server built here is 2.1.0) the platform spec is parsed with protojson against the
-        # release's own PlatformSpec, which has no `pipelineConfig` (kfp>=2.14 writes one): the parse fails, the
-        # function answers False, and the whole document is dropped without an error. The Workflow then carries
-        # no Secret at all: the run would start without the target's credentials. kfchaos doctor refuses such a
-        # backend for this pipeline (test_kfp_rerun_doctor.py); this is the behaviour it guards against.
-        assert not as_env and "kfchaos-target" not in json.dumps(workflow)
-    else:
-        assert {s["secretName"] for s in as_env} == secrets
-        assert all(s.get("optional") is True for s in as_env)
+    # KFP 2.1.0 (the backend built here) parses the platform spec with protojson against the release's own
+    # PlatformSpec, which has no `pipelineConfig` (kfp>=2.14 writes one): the parse fails, the function answers
+    # False, and the whole document is dropped without an error. The Workflow then carries no Secret at all: the
+    # run would start without the target's credentials. kfchaos doctor refuses such a backend for this pipeline
+    # (test_kfp_rerun_doctor.py); this is the behaviour it guards against.
+    assert _release(kfp_host) < (2, 15, 0)
+    assert not as_env and "kfchaos-target" not in json.dumps(workflow)
 
     # The cleanup exit handler: a task that runs whatever its upstream ended as
     # (argocompiler/dag.go depends_exit_handler: `.Succeeded || .Skipped || .Failed || .Errored`).
     exit_tasks = [t for t in _dag_tasks(workflow) if ".Failed" in (t.get("depends") or "")]
     assert exit_tasks, "no exit-handler task in the Workflow"
     assert any("cleanup" in t["name"] for t in exit_tasks), [t["name"] for t in exit_tasks]
+    # Argo executes it on the real node: stop it, the Workflow was all this test reads.
+    _client(kfp_host).terminate_run(_run_id(_client(kfp_host), run_name))
 
 
 def _sharded_checkout(root: Path, name: str) -> Path:
@@ -237,22 +243,13 @@ def test_a_sharded_pipeline_is_accepted_by_upload_and_its_run_is_judged_by_argos
     run_name = f"kfp-sharded-{uuid.uuid4().hex[:8]}"
     code = _submit(kfp_host, experiment, root, run_name)
     err = capsys.readouterr().err
-    if _release(kfp_host) < (2, 17, 0):
-        # A sharded stage is a ParallelFor with dsl.Collected outputs inside the ExitHandler (kfchaos.steps.shards).
-        # The server compiles it and runs Argo's ValidateWorkflow (resource_manager.go CreateRun), which refuses
-        # the DAG before 2.17: "sorting failed: invalid dependency for-loop-N". kfchaos must say the server
-        # refused the run (an input error, exit 3), not report its own bug.
-        assert code == 3, err
-        assert "refused the run" in err and "invalid dependency for-loop" in err, err
-        return
-    assert code == 0, err
-    workflow = _workflow(custom, _run_id(_client(kfp_host), run_name))
-    assert workflow["spec"]["serviceAccountName"] == "kfchaos-runner"
-    # ParallelFor: an iterator driver, then `<task>-iterations` fanned out with withSequence over the count the
-    # driver reports (argocompiler/dag.go: iterationCount, WithSequence).
-    fan_out = [t for t in _dag_tasks(workflow) if t["name"].endswith("-iterations")]
-    assert fan_out, [t["name"] for t in _dag_tasks(workflow)]
-    assert all("withSequence" in t for t in fan_out)
+    # A sharded stage is a ParallelFor with dsl.Collected outputs inside the ExitHandler (kfchaos.steps.shards).
+    # The server compiles it and runs Argo's ValidateWorkflow (resource_manager.go CreateRun), which refuses the
+    # DAG before 2.17 (2.1.0 here): "sorting failed: invalid dependency for-loop-N". kfchaos must say the server
+    # refused the run (an input error, exit 3), not report its own bug.
+    assert _release(kfp_host) < (2, 17, 0)
+    assert code == 3, err
+    assert "refused the run" in err and "invalid dependency for-loop" in err, err
 
 
 # --- schedule sync: ScheduledWorkflow objects ------------------------------------------------------------
@@ -332,62 +329,6 @@ def _eventually(what: str, check: Any, timeout: float = 60.0) -> Any:
     raise AssertionError(f"{what}: not reached within {timeout:g}s")
 
 
-def _finish_as_argo_would(custom: k8s.CustomObjectsApi, workflow: dict[str, Any], phase: str) -> dict[str, Any]:
-    """What the Argo controller writes when a Workflow ends: status.phase, startedAt, finishedAt, message (the
-    fields KFP's persistence agent reports and the API server reads: ExecutionStatus().Condition() is
-    status.phase, FinishedAt() is status.finishedAt; kubeflow/pipelines backend/src/common/util/workflow.go).
-    Argo's minimal CRD has no status subresource, so status is patched on the object itself."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {"phase": phase, "startedAt": now, "finishedAt": now, "message": f"driven by the test: {phase}"}
-    name = workflow["metadata"]["name"]
-    return dict(
-        custom.patch_namespaced_custom_object(
-            "argoproj.io", "v1alpha1", NAMESPACE, "workflows", name, {"status": status}
-        )
-    )
-
-
-def _report_as_the_persistence_agent_would(host: str, workflow: dict[str, Any]) -> None:
-    """The persistence agent's call for a changed Workflow: ReportWorkflowV1 with the Workflow as a JSON string
-    (backend/src/agent/persistence/client/pipeline_client.go ReportWorkflow; backend/api/v1beta1/report.proto:
-    POST /apis/v1beta1/workflows, body "workflow")."""
-    body = json.dumps(json.dumps(workflow)).encode()
-    request = urllib.request.Request(
-        f"{host}/apis/v1beta1/workflows", data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        assert answer.status == 200
-
-
-@pytest.mark.parametrize("phase", ["Failed", "Succeeded"])
-def test_run_wait_follows_the_run_state_the_server_reports_to_an_inconclusive_exit(
-    kfp_host: str, custom: k8s.CustomObjectsApi, tmp_path: Path, phase: str
-) -> None:
-    assert main(["upload", "vllm-network-delay", "--host", kfp_host, "--root", str(ROOT)]) == 0
-    run_name = f"kfp-wait-{uuid.uuid4().hex[:8]}"
-    argv = [sys.executable, "-m", "kfchaos", "run", str(EXPERIMENT), "--host", kfp_host, "--root", str(ROOT)]
-    argv += ["--run-name", run_name, "--wait", "--poll", "200ms", "--wait-timeout", "5m"]
-    env = {**os.environ, "HOME": str(tmp_path)}
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as follower:
-        try:
-            client = _client(kfp_host)
-            flt = json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name", "string_value": run_name}]})
-            (run,) = _eventually("the run", lambda: client.list_runs(page_size=10, filter=flt).runs)
-            workflow = _eventually("its Workflow", lambda: _workflow_or_none(custom, run.run_id))
-            assert follower.poll() is None, "run --wait ended before its run did"
-            _report_as_the_persistence_agent_would(kfp_host, _finish_as_argo_would(custom, workflow, phase))
-            out, err = follower.communicate(timeout=120)
-        finally:
-            if follower.poll() is None:
-                follower.kill()
-    state = {"Failed": "FAILED", "Succeeded": "SUCCEEDED"}[phase]
-    assert client.get_run(run.run_id).state == state
-    # No verdict task reached the server (no Argo ran the pipeline), so whatever the run's end, the outcome is
-    # INCONCLUSIVE, exit 2 (kfchaos.kfp.follow.conclude): never a PASS for a run whose verdict was not read.
-    assert follower.returncode == 2, out + err
-    assert f"the run ended {state} before its verdict" in out + err, out + err
-
-
 def _workflow_or_none(custom: k8s.CustomObjectsApi, run_id: str) -> dict[str, Any] | None:
     found = custom.list_namespaced_custom_object(
         "argoproj.io", "v1alpha1", NAMESPACE, "workflows", label_selector=f"{RUN_ID_LABEL}={run_id}"
@@ -398,10 +339,14 @@ def _workflow_or_none(custom: k8s.CustomObjectsApi, run_id: str) -> dict[str, An
 def test_a_run_cancelled_through_the_api_ends_inconclusive_under_wait(
     kfp_host: str, custom: k8s.CustomObjectsApi, tmp_path: Path
 ) -> None:
+    """Terminated through the API while Argo runs it on the real node: the server marks it CANCELING and sets the
+    Workflow's activeDeadlineSeconds to 0 (resource_manager.go TerminateRun, TerminateWorkflow), Argo's controller
+    stops it, the persistence agent reports its end, and `run --wait` says INCONCLUSIVE (exit 2): a run stopped
+    before its verdict is never a PASS. Nothing here plays Argo's or the agent's part."""
     assert main(["upload", "vllm-network-delay", "--host", kfp_host, "--root", str(ROOT)]) == 0
     run_name = f"kfp-cancel-{uuid.uuid4().hex[:8]}"
     argv = [sys.executable, "-m", "kfchaos", "run", str(EXPERIMENT), "--host", kfp_host, "--root", str(ROOT)]
-    argv += ["--run-name", run_name, "--wait", "--poll", "200ms", "--wait-timeout", "5m"]
+    argv += ["--run-name", run_name, "--wait", "--poll", "1s", "--wait-timeout", "10m"]
     env = {**os.environ, "HOME": str(tmp_path)}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as follower:
         try:
@@ -409,20 +354,15 @@ def test_a_run_cancelled_through_the_api_ends_inconclusive_under_wait(
             flt = json.dumps({"predicates": [{"operation": "EQUALS", "key": "display_name", "string_value": run_name}]})
             (run,) = _eventually("the run", lambda: client.list_runs(page_size=10, filter=flt).runs)
             _eventually("its Workflow", lambda: _workflow_or_none(custom, run.run_id))
-            # Terminate: the server marks the run CANCELING and sets the Workflow's activeDeadlineSeconds to 0
-            # (resource_manager.go TerminateRun, TerminateWorkflow), which is how it asks Argo to stop.
             client.terminate_run(run.run_id)
-            assert client.get_run(run.run_id).state == "CANCELING"
             workflow = _workflow_or_none(custom, run.run_id)
             assert workflow is not None and workflow["spec"]["activeDeadlineSeconds"] == 0
-            assert follower.poll() is None, "run --wait ended while the run was still being cancelled"
-            # Argo fails a Workflow whose deadline passed; 2.1.0 then reports that final phase, so a cancelled
-            # run ends FAILED on this backend (CANCELED is what newer backends report).
-            _report_as_the_persistence_agent_would(kfp_host, _finish_as_argo_would(custom, workflow, "Failed"))
-            out, err = follower.communicate(timeout=120)
+            out, err = follower.communicate(timeout=600)
         finally:
             if follower.poll() is None:
                 follower.kill()
+    # Argo fails a Workflow whose deadline passed; 2.1.0 then reports that final phase, so a cancelled run ends
+    # FAILED on this backend (CANCELED is what newer backends report).
     assert client.get_run(run.run_id).state in {"FAILED", "CANCELED"}
     assert follower.returncode == 2, out + err
     assert "before its verdict" in out + err, out + err

@@ -20,6 +20,12 @@ from tests.cluster.conftest import RealCluster
 
 pytestmark = pytest.mark.cluster
 
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_this_modules_runs(runs_stopped_after: None) -> None:
+    """The runs this module submits are stopped at its end (tests/cluster/conftest.py, stop_runs)."""
+
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = read_lock(ROOT / "pipelines/versions.lock.yaml")
 EXPERIMENT = ROOT / "experiments/vllm-network-delay.yaml"

@@ -149,9 +149,23 @@ def deploy_target(node: NodeCluster, namespace: str = TARGET_NAMESPACE, **option
     return Target(service.spec.cluster_ip, service.spec.ports[0].port)
 
 
+def remove_target(node: NodeCluster, namespace: str = TARGET_NAMESPACE) -> None:
+    """The demo target gone with its pods: the rest of the cluster suite uses llm-serving with KWOK's pods only."""
+    admin = node.cluster.api_client()
+    core = k8s.CoreV1Api(admin)
+    k8s.AppsV1Api(admin).delete_namespaced_deployment("demo-llm", namespace, propagation_policy="Foreground")
+    core.delete_namespaced_service("vllm", namespace)
+    eventually(
+        "the demo target's pods gone",
+        lambda: not core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/name=vllm").items,
+        timeout=120,
+    )
+
+
 @pytest.fixture(scope="module")
 def llm_target(node_cluster: NodeCluster) -> Iterator[Target]:
     yield deploy_target(node_cluster, replicas=2)
+    remove_target(node_cluster)
 
 
 def scratch_root(tmp: Path, experiments: dict[str, str]) -> Path:
