@@ -27,6 +27,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -287,7 +288,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   address = "{containerd_socket(state)}"
 
 [ttrpc]
-  address = "{node / "containerd" / "containerd.sock.ttrpc"}"
+  address = "{socket_dir(state) / "containerd.sock.ttrpc"}"
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "{node / "containerd" / "opt"}"
@@ -341,11 +342,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     return config
 
 
+SOCKETS = Path("/run/kfchaos")
+
+
+def socket_dir(state: Path) -> Path:
+    """Where the node's containerd listens: a short path of its own per state directory, because a unix socket's
+    path is at most 107 bytes (sockaddr_un) and containerd refuses one over 104 ("unix socket path too long"), which
+    a state directory under a test's tmp path already passes."""
+    return SOCKETS / hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:16]
+
+
 def containerd_socket(state: Path) -> Path:
-    return state / "node" / "containerd" / "containerd.sock"
+    return socket_dir(state) / "containerd.sock"
 
 
 def start_containerd(state: Path, net: NodeNet, sandbox_image: str) -> None:
+    socket_dir(state).mkdir(parents=True, exist_ok=True, mode=0o700)
     config = containerd_config(state, net, sandbox_image)
     procs.start(state, "containerd", ["nsenter", f"--net={net.netns}", "--", "containerd", f"--config={config}"])
 
@@ -567,6 +579,9 @@ def teardown(state: Path) -> list[str]:
     for socket in _shim_sockets(state):
         socket.unlink(missing_ok=True)
         removed.append(f"socket {socket}")
+    if socket_dir(state).exists():
+        shutil.rmtree(socket_dir(state), ignore_errors=True)
+        removed.append(f"folder {socket_dir(state)}")
     logs = state / "node" / "pod-logs"
     if CONTAINER_LOG_LINKS.is_dir():
         for link in CONTAINER_LOG_LINKS.iterdir():
@@ -580,6 +595,8 @@ def leftovers(state: Path) -> list[str]:
     """What of the node is still on the machine (the cluster-down test asserts this is empty)."""
     found: list[str] = [f"mount {m}" for m in mounts_left(state)]
     found.extend(f"socket {s}" for s in _shim_sockets(state))
+    if socket_dir(state).exists():
+        found.append(f"folder {socket_dir(state)}")
     net = saved_net(state)
     if net is not None:
         if _run("ip", "link", "show", net.host_veth, check=False).returncode == 0:
