@@ -30,8 +30,10 @@ from kfchaos.verdict.recovery import RECOVERY_WINDOW, recorded_check, recovery_c
 from kfchaos.verdict.requests import DROPPED, Requests, load_requests
 
 FaultsVerified = bool | Mapping[str, bool] | None
-# Besides the abort rules (abort.*), the checks that decide whether the ramp may go on after a stage.
-GATE_CHECKS = ("replay", "fault_active", "fault_requests")  # a fault not seen working stops the ramp
+# Besides the abort rules (abort.*), the checks that decide whether the ramp may go on after a stage: a fault not
+# seen working, or a load not applied (kfchaos.verdict.load: abort rules that did not trip under a tenth of the
+# planned rate say nothing), stops the ramp.
+GATE_CHECKS = ("replay", "fault_active", "fault_requests", "load")
 
 
 def _tail_sample(requests: Requests, column: np.ndarray) -> tuple[np.ndarray, int]:
@@ -249,6 +251,35 @@ def gate_of(stage: int, checks: Sequence[Check]) -> GateResult:
     return GateResult(stage, status_of(picked), picked)
 
 
+def ramp_consistency(stages: list[StageResult], gates: Mapping[int, GateResult]) -> list[StageResult]:
+    """The ramp stops at the first stage whose gate does not clear it (`proceed`): a later stage with records ran
+    past a stopped gate. Such a stage is not judged as the ramp meant it: after a tripped gate (an abort rule
+    FAILed: users were being hurt) it FAILs with a `ramp` check, after a blind one (INCONCLUSIVE: the gate could
+    not tell) it is INCONCLUSIVE; never PASS."""
+    stopped: GateResult | None = None
+    out = []
+    for stage in stages:
+        if stopped is not None and stage.requests:
+            status = Status.FAIL if stopped.status is Status.FAIL else Status.INCONCLUSIVE
+            tripped = "tripped" if status is Status.FAIL else "did not clear"
+            check = Check(
+                "ramp",
+                status,
+                f"{stage.requests} records of stage {stage.stage}% come after stage {stopped.stage}%'s gate "
+                f"{tripped} the ramp ({'; '.join(stopped.reasons) or stopped.status.value}): the ramp must have "
+                "ended there, so these requests were sent past a stopped gate",
+                samples=stage.requests,
+                details={"stopped_at": stopped.stage, "gate": stopped.to_dict()},
+            )
+            checks = [*stage.checks, check]
+            stage = StageResult(stage.stage, status_of(checks), stage.requests, stage.window, checks, stage.gate)
+        gate = gates.get(stage.stage)
+        if stopped is None and gate is not None and not gate.proceed:
+            stopped = gate
+        out.append(stage)
+    return out
+
+
 def faults_check(experiment: Experiment, verified: FaultsVerified) -> Check | None:
     cluster = [f.name for f in experiment.spec.faults if f.cluster_side]
     if not cluster:
@@ -299,6 +330,7 @@ def evaluate(
         notes.append(f"records for unplanned stage(s) {extra} are not stage-checked (recovery may use them)")
 
     stages: list[StageResult] = []
+    ramp_gates: dict[int, GateResult] = {}
     own = requests.was_sent() & ~requests.injected
     per_percent = ramp_rates(experiment, {p: int(np.count_nonzero(own & (requests.stage == p))) for p in planned})
     for percent in planned:
@@ -317,7 +349,8 @@ def evaluate(
         # in it; traffic-side faults are the stage's own requests (fault_requests_check).
         planned_faults = [f.name for f in spec.faults if f.cluster_side and percent in experiment.fault_stages(f)]
         checks, window = stage_checks(subset, experiment, baseline, metrics, valid, percent, activity, planned_faults)
-        checks.append(load_check(subset, experiment, percent, baseline, per_percent))
+        load = load_check(subset, experiment, percent, baseline, per_percent)
+        checks.append(load)
         fault_requests = requests.where(in_stage & requests.injected)  # a few rows: copied once, not the stage
         delivered = fault_requests_check(experiment, percent, fault_requests)
         if delivered is not None:
@@ -325,7 +358,12 @@ def evaluate(
         if any(f.type == "client-abort-storm" and percent in experiment.fault_stages(f) for f in spec.faults):
             checks.append(abort_recovery_check(fault_requests, metrics))
         stage_gate = gate_of(percent, checks)
+        # The ramp's gate was taken on the stage alone (the pipeline judges each stage as it ends): its load check
+        # knows no other stage's rate, so the consistency of the ramp is judged by that gate.
+        alone = load_check(subset, experiment, percent, baseline, None) if per_percent is not None else load
+        ramp_gates[percent] = gate_of(percent, [alone if c is load else c for c in checks])
         stages.append(StageResult(percent, status_of(checks), len(subset), window, checks, stage_gate))
+    stages = ramp_consistency(stages, ramp_gates)
 
     overall: list[Check] = []
     if not len(requests):
