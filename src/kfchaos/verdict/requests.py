@@ -12,7 +12,7 @@ these masks, so they cannot disagree on what was sent or what failed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,16 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from kfchaos import parquetguard
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, RUN_ID_KEY, SPOOL_KEY, IdReader, RecordsError, impossible_data
+from kfchaos.records import (
+    ERROR_KINDS,
+    ID_BATCH_ROWS,
+    REQUEST_SCHEMA,
+    RUN_ID_KEY,
+    SPOOL_KEY,
+    BatchReader,
+    RecordsError,
+    impossible_data,
+)
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
 OPTIONAL = ("long_context", "fault_request")  # read when present; older or hand-made records may lack them
@@ -34,6 +43,7 @@ TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT, EMPTY = (
     _KIND_CODE[k]
     for k in ("timeout", "connect", "http", "protocol", "dropped", "cancelled", "client_abort", "empty_completion")
 )
+
 # A request answered with one of these statuses failed for its user, unless the experiment excludes it: 4xx
 # (429 Too Many Requests is how a server sheds load, vLLM's 400 refuses a prompt over --max-model-len) and
 # 5xx (503 Service Unavailable sheds load too). A success is a 1xx-3xx answer, as in the replay's summary (`ok`).
@@ -183,7 +193,7 @@ def _error_codes(column: pa.ChunkedArray) -> NDArray[np.int8]:
     return _dictionary_codes(column, lambda kind: _KIND_CODE.get(kind, HTTP), NO_ERROR, np.int8)
 
 
-def from_table(table: pa.Table, source: str = "records", request_ids: IdReader | None = None) -> Requests:
+def from_table(table: pa.Table, source: str = "records", batches: BatchReader | None = None) -> Requests:
     missing = [name for name in NEEDED if name not in table.column_names]
     if missing:
         raise RecordsError(
@@ -204,7 +214,7 @@ def from_table(table: pa.Table, source: str = "records", request_ids: IdReader |
     stage = table.column("stage")
     if stage.null_count:
         raise RecordsError(f"{source}: column stage has {stage.null_count} null value(s); every record needs its stage")
-    problems = impossible_data(table, request_ids)
+    problems = impossible_data(table, batches)
     if problems:
         # Never judged: each of these turned a true FAIL into PASS (issue 11 §4). An input error, exit 3.
         raise RecordsError(f"{source}: impossible records: " + "; ".join(problems))
@@ -298,11 +308,13 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
         names = set(dataset.schema.names)
         table = dataset.to_table(columns=[n for n in (*NEEDED, *OPTIONAL) if n in names])
 
-        def request_ids(rows: NDArray[np.int64]) -> pa.Array | pa.ChunkedArray:
-            # Only rows that may repeat have their ids read: the column is the largest in the file.
-            return dataset.take(pa.array(rows), columns=["request_id"]).column(0)
+        def batches(wanted: tuple[str, ...]) -> Iterator[pa.RecordBatch] | None:
+            # The id columns are the largest in the file: streamed batch by batch, only for the identity checks.
+            if not set(wanted) <= names:
+                return None
+            return iter(dataset.to_batches(columns=list(wanted), batch_size=ID_BATCH_ROWS))
 
-        return from_table(table, str(path), request_ids if "request_id" in names else None)
+        return from_table(table, str(path), batches)
     except FileNotFoundError:
         raise RecordsError(f"{path}: no such records file") from None
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
