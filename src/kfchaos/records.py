@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from kfchaos.errors import KfchaosError
 
-SCHEMA_VERSION = 3  # 2: fault_request; 3: ended
+SCHEMA_VERSION = 4  # 2: fault_request; 3: ended; 4: finish_reason and the redirect..finish_error kinds
 
 # Error kinds a record's `error` column may hold (null when the request succeeded at the HTTP level).
 ERROR_KINDS = (
@@ -35,8 +35,14 @@ ERROR_KINDS = (
     # a failure of the target, and never counted as an error of the traffic.
     "client_abort",
     # A streamed 2xx that ended with `data: [DONE]` and no output token: nothing was served (kfchaos.traffic.sse).
-    # Last, so that the dictionary indices of older kinds do not move.
+    # Appended in order, so that the dictionary indices of older kinds never move.
     "empty_completion",
+    # A completed answer is a 2xx (docs/verdict.md, "What counts as a completion"): these are failed requests too.
+    "redirect",  # a 3xx answer: the replayer does not follow it (a gateway sending users to a login page)
+    "empty_body",  # a 2xx with no body at all (a 204 No Content, or a HEAD request, excepted)
+    "stream_error",  # the stream carried an error event (vLLM's `data: {"error": {...}}`, or `{"object": "error"}`)
+    "finish_abort",  # the stream's choice ended with finish_reason "abort": the server gave up on it
+    "finish_error",  # ... with finish_reason "error" (vLLM: a retryable internal error)
 )
 
 REQUEST_SCHEMA = pa.schema(
@@ -72,6 +78,10 @@ REQUEST_SCHEMA = pa.schema(
         # connection cut, the stream found malformed, the timeout or the stage's end. Null if never sent. The
         # one time an error that has no latency (a cut stream) is known to have happened at.
         pa.field("ended", pa.float64(), nullable=True),
+        # The finish_reason the stream's choice ended with ("stop", "length", "tool_calls", ...; null when none
+        # came): "length" (capped at max_tokens or max_model_len) is a completion, reported; "abort" and "error" are
+        # failed requests (the error column says so).
+        pa.field("finish_reason", pa.dictionary(pa.int8(), pa.string()), nullable=True),
     ],
     metadata={b"kfchaos.records.version": str(SCHEMA_VERSION).encode()},
 )

@@ -8,6 +8,7 @@ experiment-wide checks (faults verified, metrics source reachable, recovery time
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -113,18 +114,21 @@ def stage_checks(
                 unknown=unknown,
             )
         )
-    checks.append(
-        rate_check(
-            "error_rate",
-            int(np.count_nonzero(requests.failed())),
-            served,
-            slo.error_rate_max,
-            min_samples=samples,
-            confidence=confidence,
-            unknown=unknown,
-            details=_accounting(requests),
-        )
+    accounting = _accounting(requests)
+    error_rate = rate_check(
+        "error_rate",
+        int(np.count_nonzero(requests.failed())),
+        served,
+        slo.error_rate_max,
+        min_samples=samples,
+        confidence=confidence,
+        unknown=unknown,
+        details=accounting,
     )
+    kinds = requests.failed_by_kind()
+    if kinds:  # what the failures were, in the reason the report shows
+        error_rate = replace(error_rate, reason=f"{error_rate.reason}; {failed_words(kinds)}")
+    checks.append(error_rate)
     checks.append(
         rate_check(
             "timeout_rate",
@@ -136,6 +140,7 @@ def stage_checks(
             unknown=unknown,
         )
     )
+    checks.append(completions_check(requests))
     checks.append(_oom(requests, window, metrics, slo, served))
     for name, limit, column, what in (
         ("ttft_p99", slo.ttft_p99_max, requests.ttft, "time to first token"),
@@ -170,7 +175,60 @@ def _accounting(requests: Requests) -> dict[str, object]:
         "unknown": int(np.count_nonzero(requests.unknown())),
         "excluded": int(np.count_nonzero(requests.excluded())),
         "excluded_statuses": list(requests.excluded_statuses),
+        "failed_by_kind": requests.failed_by_kind(),
+        "finish_reasons": requests.finish_reasons(),
     }
+
+
+# What each kind of failed request was, in the words an SRE reads in the report (docs/verdict.md).
+KIND_WORDS = {
+    "dropped": "dropped at the replayer's concurrency limit",
+    "connect": "no connection",
+    "http": "5xx answers",
+    "protocol": "malformed answers",
+    "empty_completion": "streams that served no token",
+    "redirect": "redirects (3xx), not followed: not the answer asked for",
+    "empty_body": "2xx answers with an empty body",
+    "stream_error": "streams that carried an error event",
+    "finish_abort": 'streams ended with finish_reason "abort"',
+    "finish_error": 'streams ended with finish_reason "error"',
+}
+
+
+def failed_words(failed: Mapping[str, int]) -> str:
+    """ "failed: 60 redirects (3xx), not followed: ..., 2 streams that carried an error event"."""
+    return "failed: " + ", ".join(f"{n} {KIND_WORDS.get(k, k)}" for k, n in failed.items())
+
+
+def completions_check(requests: Requests) -> Check:
+    """For information: how the stage's requests completed, and how the others failed (their kinds). A completion
+    is a 2xx answer that completed; finish_reason "length" (capped at max_tokens or max_model_len) is one, shown
+    because it is not the model's own stop."""
+    ok = int(np.count_nonzero(requests.succeeded()))
+    finish = requests.finish_reasons()
+    failed = requests.failed_by_kind()
+    reason = f"{ok} completed"
+    if finish:
+        named = ", ".join(f"{n} {r}" for r, n in finish.items())
+        reason += f" ({named})"
+        if finish.get("length"):
+            reason += (
+                f"; {finish['length']} stopped at their length limit (max_tokens or max_model_len): completions, "
+                "not errors"
+            )
+    if failed:
+        reason += f"; {failed_words(failed)}"
+    counted = int(np.count_nonzero(requests.counted()))
+    return Check(
+        "completions",
+        Status.PASS,
+        reason,
+        ok / counted if counted else None,
+        samples=counted,
+        unit="fraction",
+        gating=False,
+        details={"completed": ok, "finish_reasons": finish, "failed_by_kind": failed},
+    )
 
 
 def coverage_checks(
