@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from kfchaos.errors import KfchaosError
 
-SCHEMA_VERSION = 4  # 2: fault_request; 3: ended; 4: finish_reason and the redirect..finish_error kinds
+SCHEMA_VERSION = 4  # 2: fault_request; 3: ended; 4: finish_reason, model and the redirect..wrong_model kinds
 
 # Error kinds a record's `error` column may hold (null when the request succeeded at the HTTP level).
 ERROR_KINDS = (
@@ -43,6 +43,7 @@ ERROR_KINDS = (
     "stream_error",  # the stream carried an error event (vLLM's `data: {"error": {...}}`, or `{"object": "error"}`)
     "finish_abort",  # the stream's choice ended with finish_reason "abort": the server gave up on it
     "finish_error",  # ... with finish_reason "error" (vLLM: a retryable internal error)
+    "wrong_model",  # the answer named another model than the one asked for (a gateway's fallback): not the target's
 )
 
 REQUEST_SCHEMA = pa.schema(
@@ -82,6 +83,9 @@ REQUEST_SCHEMA = pa.schema(
         # came): "length" (capped at max_tokens or max_model_len) is a completion, reported; "abort" and "error" are
         # failed requests (the error column says so).
         pa.field("finish_reason", pa.dictionary(pa.int8(), pa.string()), nullable=True),
+        # The `model` the answer named (its first chunk that names one; two names joined by "|" when its chunks
+        # disagree); null when it named none (a plain HTTP API).
+        pa.field("model", pa.dictionary(pa.int16(), pa.string()), nullable=True),
     ],
     metadata={b"kfchaos.records.version": str(SCHEMA_VERSION).encode()},
 )

@@ -98,6 +98,7 @@ def write_records(path: Path, n: int) -> None:
                 "fault_request": pa.nulls(m, pa.dictionary(pa.int16(), pa.string())),
                 "ended": pa.array(intended + 0.002 + latency),
                 "finish_reason": pa.nulls(m, pa.dictionary(pa.int8(), pa.string())),
+                "model": pa.nulls(m, pa.dictionary(pa.int16(), pa.string())),
             },
             schema=REQUEST_SCHEMA,
         )

@@ -126,6 +126,7 @@ def records(
         "fault_request": pa.array([fault_request] * n, pa.string()).cast(pa.dictionary(pa.int16(), pa.string())),
         "ended": pa.array(sent + np.nan_to_num(lat), mask=sent_mask),
         "finish_reason": pa.nulls(n, pa.dictionary(pa.int8(), pa.string())),
+        "model": pa.nulls(n, pa.dictionary(pa.int16(), pa.string())),
     }
     return pa.table(columns, schema=REQUEST_SCHEMA)
 

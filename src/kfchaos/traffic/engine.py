@@ -149,6 +149,9 @@ class _Stage:
         elif error is None and 200 <= status < 300 and not exchange.body_bytes and status != 204:
             # 204 No Content and a HEAD answer have no body by definition.
             error = "empty_body" if request.method != "HEAD" else None
+        answered = sse.model if sse is not None else None
+        if error is None and answered is not None and answered != self.builder.requested_model(request):
+            error = "wrong_model"  # a fallback's answer is not the target's (docs/verdict.md, "Who answered")
         if error is not None:
             self.errors += 1
         sent = exchange.sent
@@ -180,7 +183,7 @@ class _Stage:
             status, error, latency, ttft, itl, tpot, prompt_tokens, output_tokens,
             exchange.bytes_sent if sent else -1, exchange.bytes_received, request.long_context, active,
             exchange.connect if sent else math.nan, request.fault, exchange.ended + self.epoch if sent else math.nan,
-            sse.finish_reason if sse is not None else None,
+            sse.finish_reason if sse is not None else None, answered,
         )  # fmt: skip
 
     def _sweep(self) -> None:

@@ -29,6 +29,7 @@ ERROR_CODE = {kind: i for i, kind in enumerate(ERROR_KINDS)}
 # A server names the finish reason: a hostile one could name a new one every time. The names kept per recorder are
 # bounded; beyond them a reason is recorded as OTHER_NAME (never mistaken for "stop" or "length").
 MAX_FINISH_NAMES = 32
+MAX_MODEL_NAMES = 256  # model names answered, likewise
 OTHER_NAME = "(other)"
 
 
@@ -74,6 +75,8 @@ class Recorder:
         self.ended = array("d")
         self.finish = array("b")  # -1: none; else index in finish_names
         self.finish_names: dict[str, int] = {}
+        self.model = array("h")  # -1: none; else index in model_names
+        self.model_names: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.intended)
@@ -100,6 +103,7 @@ class Recorder:
         fault_request: str | None = None,
         ended: float = NAN,
         finish_reason: str | None = None,
+        model: str | None = None,
     ) -> None:
         self.ids += record_id.encode()
         self.id_ends.append(len(self.ids))
@@ -127,6 +131,7 @@ class Recorder:
         else:
             self.fault_request.append(self.fault_names.setdefault(fault_request, len(self.fault_names)))
         self.finish.append(-1 if finish_reason is None else _code(self.finish_names, finish_reason, MAX_FINISH_NAMES))
+        self.model.append(-1 if model is None else _code(self.model_names, model, MAX_MODEL_NAMES))
 
     def sliced(self, start: int, end: int) -> Recorder:
         """A copy of rows [start, end) (each column copied: the original keeps growing while the copy is
@@ -142,6 +147,7 @@ class Recorder:
         part.trace = bytearray(self.trace[16 * start : 16 * end])
         part.fault_names = dict(self.fault_names)
         part.finish_names = dict(self.finish_names)
+        part.model_names = dict(self.model_names)
         return part
 
     def nbytes(self) -> int:
@@ -205,12 +211,13 @@ class Recorder:
             ),
             "ended": floats(self.ended),
             "finish_reason": _dictionary(self.finish, self.finish_names, pa.int8(), n),
+            "model": _dictionary(self.model, self.model_names, pa.int16(), n),
         }
         table = pa.table([columns[name] for name in REQUEST_SCHEMA.names], schema=REQUEST_SCHEMA)
         return table.sort_by("intended")
 
 
-LATER_COLUMNS = ("ended", "finish_reason")  # columns older records files lack, read as null
+LATER_COLUMNS = ("ended", "finish_reason", "model")  # columns older records files lack, read as null
 
 # How often a replay with an output file writes the records taken since the last part (kfchaos.traffic.engine).
 SPOOL_S = 10.0

@@ -33,6 +33,10 @@ completion holds at least one token. The chat stream's first chunk is the role a
   a gateway or another server may pass it on as is): "finish_abort" / "finish_error".
 finish_reason "length" (max_tokens or max_model_len reached) is a completion, recorded for the report; a
 tool-call-only answer (`delta.tool_calls`, finish_reason "tool_calls") is a completion.
+
+Who answered: every chunk names the model it answers as (`model`: the served model's first name, or a LoRA
+adapter's name when the request named one; vllm/entrypoints/openai/models/serving.py `model_name`). The timer
+keeps that name; the engine compares it with the model the request asked for (`wrong_model`).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ class SseError(Exception):
     """The stream is not valid SSE carrying JSON chunks."""
 
 
-MAX_NAME = 64  # a finish_reason longer than this is cut (a hostile server's names are bounded in the records)
+MAX_NAME = 128  # a finish_reason or model name longer than this is cut (a hostile server's names are bounded)
 FAILED_FINISH = {"abort": "finish_abort", "error": "finish_error"}
 
 
@@ -62,6 +66,7 @@ class SseTimer:
         "first",
         "gaps",
         "last",
+        "model",
         "prompt_tokens",
         "received",
     )
@@ -71,6 +76,7 @@ class SseTimer:
         self.received = 0  # body bytes fed
         self.error_event = False  # the stream carried an error event
         self.finish_reason: str | None = None  # the choices' finish_reason (abort or error win over others)
+        self.model: str | None = None  # the model the chunks name (two names joined by "|" when they disagree)
         self.first: float | None = None  # time of the first token chunk
         self.last: float | None = None  # time of the last token chunk
         self.gaps: list[float] = []  # between successive token chunks
@@ -113,6 +119,9 @@ class SseTimer:
             return
         if choices is not None and not isinstance(choices, list):
             raise SseError("choices is not a list")
+        model = chunk.get("model")
+        if model is not None:
+            self._model(model)
         if choices:
             self._finish(choices)
             choice = choices[0]
@@ -143,6 +152,15 @@ class SseTimer:
                 self.completion_tokens = completion
             if prompt is not None:
                 self.prompt_tokens = prompt
+
+    def _model(self, model: Any) -> None:
+        if not isinstance(model, str):
+            raise SseError("model is not text")
+        model = model[:MAX_NAME]
+        if self.model is None:
+            self.model = model
+        elif model != self.model and "|" not in self.model:  # the answer changed models midway: named both
+            self.model = f"{self.model}|{model}"
 
     def _finish(self, choices: list[Any]) -> None:
         for choice in choices:

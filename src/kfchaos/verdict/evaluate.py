@@ -192,6 +192,7 @@ KIND_WORDS = {
     "stream_error": "streams that carried an error event",
     "finish_abort": 'streams ended with finish_reason "abort"',
     "finish_error": 'streams ended with finish_reason "error"',
+    "wrong_model": "answers from another model than the one asked for (a fallback's, not the target's)",
 }
 
 
@@ -219,6 +220,13 @@ def completions_check(requests: Requests) -> Check:
     if failed:
         reason += f"; {failed_words(failed)}"
     counted = int(np.count_nonzero(requests.counted()))
+    answered_by = requests.answered_by()
+    other = failed.get("wrong_model", 0)
+    if other:
+        named = ", ".join(f"{model} {n}" for model, n in answered_by.items())
+        reason += (
+            f"; {other} of {counted} ({100 * other / counted:.3g}%) answered by another model (answers named: {named})"
+        )
     return Check(
         "completions",
         Status.PASS,
@@ -227,7 +235,7 @@ def completions_check(requests: Requests) -> Check:
         samples=counted,
         unit="fraction",
         gating=False,
-        details={"completed": ok, "finish_reasons": finish, "failed_by_kind": failed},
+        details={"completed": ok, "finish_reasons": finish, "failed_by_kind": failed, "answered_by": answered_by},
     )
 
 

@@ -36,7 +36,8 @@ from kfchaos.records import (
 )
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
-OPTIONAL = ("long_context", "fault_request", "finish_reason")  # read when present; older records may lack them
+# Read when present; older records may lack them.
+OPTIONAL = ("long_context", "fault_request", "finish_reason", "model")
 NO_ERROR = -1
 _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
 TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT, EMPTY = (
@@ -49,7 +50,7 @@ FAILED_KINDS = tuple(
     _KIND_CODE[k]
     for k in (
         "dropped", "connect", "http", "protocol", "empty_completion",
-        "redirect", "empty_body", "stream_error", "finish_abort", "finish_error",
+        "redirect", "empty_body", "stream_error", "finish_abort", "finish_error", "wrong_model",
     )
 )  # fmt: skip
 # Only a completed 2xx answer is a success. Any other status failed for its user, unless the experiment excludes
@@ -59,7 +60,7 @@ SUCCESS_STATUS = (200, 300)
 
 
 MAX_FAULT_NAMES = 2**15 - 1  # records.REQUEST_SCHEMA keeps fault_request as a dictionary with int16 indices
-_NOT_ROWS = ("_masks", "fault_names", "finish_names", "excluded_statuses")  # fields not one value per record
+_NOT_ROWS = ("_masks", "fault_names", "finish_names", "model_names", "excluded_statuses")  # not one value per record
 
 __all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
 
@@ -88,6 +89,9 @@ class Requests:
     # The finish_reason of each request: an index into finish_names, -1 for none (records' finish_reason).
     finish_code: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     finish_names: tuple[str, ...] = ()
+    # The model each answer named: an index into model_names, -1 for none (records' model).
+    model_code: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    model_names: tuple[str, ...] = ()
     # Statuses the experiment excludes (spec.slo.excluded_statuses): neither success nor error, out of every
     # denominator and every latency sample.
     excluded_statuses: tuple[int, ...] = ()
@@ -97,8 +101,9 @@ class Requests:
     def __post_init__(self) -> None:
         if len(self.fault_code) != len(self.stage):  # built without fault codes: no request names its fault
             object.__setattr__(self, "fault_code", np.full(len(self.stage), -1, dtype=np.int32))
-        if len(self.finish_code) != len(self.stage):  # no finish reasons recorded
-            object.__setattr__(self, "finish_code", np.full(len(self.stage), -1, dtype=np.int32))
+        for name in ("finish_code", "model_code"):  # not recorded (older records): none known
+            if len(getattr(self, name)) != len(self.stage):
+                object.__setattr__(self, name, np.full(len(self.stage), -1, dtype=np.int32))
 
     def __len__(self) -> int:
         return len(self.stage)
@@ -109,6 +114,7 @@ class Requests:
             **rows,
             fault_names=self.fault_names,
             finish_names=self.finish_names,
+            model_names=self.model_names,
             excluded_statuses=self.excluded_statuses,
         )
 
@@ -119,6 +125,7 @@ class Requests:
             **rows,
             fault_names=self.fault_names,
             finish_names=self.finish_names,
+            model_names=self.model_names,
             excluded_statuses=tuple(sorted(set(statuses))),
         )
 
@@ -195,6 +202,16 @@ class Requests:
         for status in np.unique(self.status[bare]).tolist():
             label = f"status {int(status)}" if status >= 400 else f"status {int(status) // 100}xx"
             out[label] = out.get(label, 0) + int(np.count_nonzero(bare & (self.status == status)))
+        return dict(sorted(out.items(), key=lambda item: -item[1]))
+
+    def answered_by(self) -> dict[str, int]:
+        """The model each answered request's answer named, with how many, most frequent first (empty when the
+        records name none)."""
+        named = self.counted() & (self.model_code >= 0)
+        out = {
+            self.model_names[code]: int(np.count_nonzero(named & (self.model_code == code)))
+            for code in np.unique(self.model_code[named]).tolist()
+        }
         return dict(sorted(out.items(), key=lambda item: -item[1]))
 
     def finish_reasons(self) -> dict[str, int]:
@@ -284,17 +301,19 @@ def from_table(table: pa.Table, source: str = "records", batches: BatchReader | 
         injected=injected_mask(table),
         fault_code=(faults := _fault_codes(table))[0],
         fault_names=faults[1],
-        finish_code=(finish := _finish_codes(table))[0],
+        finish_code=(finish := _name_codes(table, "finish_reason"))[0],
         finish_names=finish[1],
+        model_code=(models := _name_codes(table, "model"))[0],
+        model_names=models[1],
     )
 
 
-def _finish_codes(table: pa.Table) -> tuple[NDArray[np.int32], tuple[str, ...]]:
-    """finish_code and finish_names from the records' finish_reason column (absent before records version 4)."""
-    if "finish_reason" not in table.column_names:
+def _name_codes(table: pa.Table, column: str) -> tuple[NDArray[np.int32], tuple[str, ...]]:
+    """Codes and names of a dictionary column of names (finish_reason, model: absent before records version 4)."""
+    if column not in table.column_names:
         return np.full(table.num_rows, -1, dtype=np.int32), ()
     names: dict[str, int] = {}
-    codes = _dictionary_codes(table.column("finish_reason"), lambda n: names.setdefault(n, len(names)), -1, np.int32)
+    codes = _dictionary_codes(table.column(column), lambda n: names.setdefault(n, len(names)), -1, np.int32)
     return codes, tuple(names)
 
 
