@@ -176,10 +176,14 @@ def standard_queries(scope: Scope, window: float = 300.0, step: float | None = N
         ),
         CatalogQuery(
             names.RESTARTS,
-            f"sum(increase(kube_pod_container_status_restarts_total{{{sel}}}[{w}]))",
+            # Init containers too (native sidecars among them): kube-state-metrics exports them as a family of
+            # their own (internal/store/pod.go, kube_pod_init_container_status_restarts_total).
+            f'sum(increase({{__name__=~"kube_pod_container_status_restarts_total|'
+            f'kube_pod_init_container_status_restarts_total",{sel}}}[{w}]))',
             "rate",
             "count",
-            "container restarts in each interval (kube-state-metrics, increase per series, then summed)",
+            "container restarts in each interval, init containers included (kube-state-metrics, increase per series, "
+            "then summed)",
         ),
         CatalogQuery(
             names.GPU_MEMORY_USED,
