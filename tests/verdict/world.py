@@ -53,7 +53,7 @@ spec:
       arrival: constant
       prompt_tokens: {{distribution: fixed, mean: 48}}
       output_tokens: {{distribution: fixed, mean: 6}}
-    stages: [50, 100]
+    stages: {stages}
     stage_duration: {stage_s:g}s
     max_send_lag_p99: 250ms
   faults: []
@@ -71,11 +71,23 @@ spec:
 """
 
 
-def kfchaos(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-    """The `kfchaos` command, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "kfchaos", *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+# `kfchaos` on a machine whose clock is off by OFFSET seconds: every reading of the wall clock (time.time) in the
+# process, the replayer's included, is that far from the real one.
+SKEWED = """\
+import sys, time
+real = time.time
+time.time = lambda: real() + {offset!r}
+from kfchaos.cli import main
+sys.exit(main())
+"""
+
+
+def kfchaos(*args: str, timeout: float = 300.0, clock_offset: float = 0.0) -> subprocess.CompletedProcess[str]:
+    """The `kfchaos` command, as a user runs it (on a machine whose clock is `clock_offset` seconds off)."""
+    command = [sys.executable, "-m", "kfchaos"]
+    if clock_offset:
+        command = [sys.executable, "-c", SKEWED.format(offset=clock_offset)]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @dataclass
@@ -91,14 +103,17 @@ class World:
     def target(self) -> str:
         return self.stack.server_url
 
-    def replay(self, stage: int, out: Path, *args: str, source: str | None = None) -> Path:
-        """`kfchaos replay` of one stage: the experiment's own plan, or `source` (a traffic file) with `args`."""
+    def replay(
+        self, stage: int, out: Path, *args: str, source: str | None = None, clock_offset: float = 0.0
+    ) -> Path:
+        """`kfchaos replay` of one stage: the experiment's own plan, or `source` (a traffic file) with `args`; on
+        a machine whose clock is `clock_offset` seconds off."""
         command = ["replay", "--target", self.target, "--stage", str(stage), "--out", str(out), "--quiet", "--json"]
         if source is None:
             command += ["--experiment", str(self.experiment)]
         else:
             command = ["replay", source, *command[1:], "--api", "openai-completions", "--model", MODEL]
-        done = kfchaos(*command, *args)
+        done = kfchaos(*command, *args, clock_offset=clock_offset)
         assert done.returncode in (0, 2), done.stderr[-3000:]
         assert out.is_file(), done.stderr[-3000:]
         return out
@@ -111,8 +126,9 @@ class World:
             shutil.copy(path, folder / f"stage-{stage}.parquet")
         return folder
 
-    def metrics(self, records: Path, out: Path) -> Path:
-        """The run's metric series over its records' window, as the pipeline's metrics step takes them."""
+    def metrics(self, records: Path, out: Path, clock_offset: float = 0.0) -> Path:
+        """The run's metric series over its records' window, as the pipeline's metrics step takes them (on a
+        machine whose clock is `clock_offset` seconds off)."""
         from kfchaos.metrics.collect import snapshot_for_experiment
         from kfchaos.validate import load_experiment
 
@@ -124,8 +140,9 @@ class World:
         start = float(table.column("intended").to_numpy().min())
         ended = table.column("ended").drop_null().to_numpy()
         end = float(ended.max()) if len(ended) else start
-        self.stack.wait_scraped(after=end + 1.0)  # the counters hold every request answered
-        snapshot = snapshot_for_experiment(load_experiment(self.experiment), (start, end))
+        self.stack.wait_scraped(after=end - clock_offset + 1.0)  # the counters hold every request answered
+        clock = (lambda: time.time() + clock_offset) if clock_offset else time.time
+        snapshot = snapshot_for_experiment(load_experiment(self.experiment), (start, end), clock=clock)
         snapshot.write(out)
         return out
 
@@ -154,6 +171,7 @@ def write_experiment(path: Path, stack: DemoStack, baseline: Path, **changes: An
         "model": MODEL,
         "rate": RATE,
         "stage_s": STAGE_S,
+        "stages": "[50, 100]",
         "baseline": str(baseline),
         "prometheus": stack.prometheus_url,
     } | changes

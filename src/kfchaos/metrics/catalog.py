@@ -24,6 +24,9 @@ class Scope:
     namespace: str
     pods: tuple[str, ...] = ()
     pod_regex: str | None = None
+    # The target's model (vLLM's `model_name` label): vLLM's series are kept to it, so a namespace serving several
+    # models is not read as one (kube-state-metrics' and cAdvisor's series have no model label).
+    model: str | None = None
 
     def matchers(self, *extra: str) -> str:
         parts = [f'namespace="{self.namespace}"']
@@ -35,6 +38,16 @@ class Scope:
         elif self.pod_regex:
             parts.append(f'pod=~"{self.pod_regex}"')
         return ",".join([*parts, *extra])
+
+    def vllm_matchers(self, *extra: str) -> str:
+        """The matchers for vLLM's own series: the scope's, and the model when the scope names one."""
+        model = [f'model_name="{_promql_string(self.model)}"'] if self.model else []
+        return self.matchers(*model, *extra)
+
+
+def _promql_string(text: str) -> str:
+    """Text inside a PromQL double-quoted string (backslash and quote escaped)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
-from kfchaos.metrics import oom
+from kfchaos.metrics import oom, served
 from kfchaos.metrics.catalog import CatalogQuery, Scope, standard_queries
 from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series, SeriesKind
@@ -52,9 +53,12 @@ def snapshot_for_experiment(
     step: float = 15.0,
     pods: tuple[str, ...] = (),
     read_log: oom.CrashLogReader | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> MetricsSnapshot:
     """The standard series for the experiment's target over `window` (plus slack for late scrapes), with the
-    OOM counts per container series (kfchaos.metrics.oom) and the source's scrape interval as their grace."""
+    OOM counts per container series (kfchaos.metrics.oom), the source's scrape interval as their grace, the
+    server's own count of finished requests and the skew between `clock` (this machine's) and Prometheus's
+    (kfchaos.metrics.served: what the verdict's metrics_window check reads)."""
     url = prometheus_url(experiment)
     if not url:
         return MetricsSnapshot(
@@ -77,6 +81,13 @@ def snapshot_for_experiment(
     result.series.update(counted.series)
     result.errors.update(counted.errors)
     result.unreachable = counted.unreachable
+    if result.unreachable:
+        return result
+    finished = served.served(client, scope, start, end, oom_step)
+    result.series.update(finished.series)
+    result.errors.update(finished.errors)
+    skew = served.clock_skew(client, clock)
+    result.clock = skew.to_dict() if skew is not None else None
     return result
 
 

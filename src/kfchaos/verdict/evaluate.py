@@ -23,6 +23,7 @@ from kfchaos.spec import Experiment, Slo
 from kfchaos.verdict import drift
 from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
+from kfchaos.verdict.clock import metrics_window_check
 from kfchaos.verdict.delivery import fault_requests_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.load import load_check, ramp_rates
@@ -423,6 +424,11 @@ def evaluate(
             checks.append(delivered)
         if any(f.type == "client-abort-storm" and percent in experiment.fault_stages(f) for f in spec.faults):
             checks.append(abort_recovery_check(fault_requests, metrics))
+        # The stage's metrics were read over its records' times: they must hold its requests (the fault's too: the
+        # server finished those as well).
+        window_check = metrics_window_check(requests.where(in_stage), metrics)
+        if window_check is not None:
+            checks.append(window_check)
         stage_gate = gate_of(percent, checks)
         # The ramp's gate was taken on the stage alone (the pipeline judges each stage as it ends): its load check
         # knows no other stage's rate, so the consistency of the ramp is judged by that gate.
