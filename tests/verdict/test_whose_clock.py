@@ -53,7 +53,8 @@ def test_a_skewed_clock_is_measured_and_inconclusive(skewed: tuple[Any, ...]) ->
     check = _window_check(verdict)
     assert check["status"] == "INCONCLUSIVE", check
     assert check["details"]["clock_skew_s"] == pytest.approx(-BEHIND, abs=1.0)
-    assert "Prometheus's clock is +30" in check["reason"] and "every window read from Prometheus is off" in (
-        check["reason"]
+    assert (
+        "Prometheus's clock is +30" in check["reason"]
+        and "every window read from Prometheus is off" in (check["reason"])
     )
     assert (code, verdict["status"]) == (2, "INCONCLUSIVE"), verdict["reasons"]

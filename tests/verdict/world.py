@@ -103,9 +103,7 @@ class World:
     def target(self) -> str:
         return self.stack.server_url
 
-    def replay(
-        self, stage: int, out: Path, *args: str, source: str | None = None, clock_offset: float = 0.0
-    ) -> Path:
+    def replay(self, stage: int, out: Path, *args: str, source: str | None = None, clock_offset: float = 0.0) -> Path:
         """`kfchaos replay` of one stage: the experiment's own plan, or `source` (a traffic file) with `args`; on
         a machine whose clock is `clock_offset` seconds off."""
         command = ["replay", "--target", self.target, "--stage", str(stage), "--out", str(out), "--quiet", "--json"]
