@@ -85,7 +85,7 @@ def test_the_stage_gate_is_the_one_evaluate_computes() -> None:
     stage = _verdict(_activity((START - 1, True), (START + 31, True))).stage(10)
     assert stage.gate is not None
     names = {c.name for c in stage.gate.checks}
-    assert names == {"replay", "fault_active", "load"}  # no abort rules in this experiment
+    assert names == {"replay", "fault_active"}  # no abort rules in this experiment
     assert [c for c in stage.checks if c.name in names] == stage.gate.checks
 
 

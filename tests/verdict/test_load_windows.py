@@ -51,9 +51,7 @@ def test_a_stage_sent_in_a_burst_then_idle_is_inconclusive_naming_its_windows(wo
     assert "windows (10s each) were off the planned rate" in load["reason"]
     assert "window 1 delivered" in load["reason"] and "window 2 delivered" in load["reason"]
     assert load["details"]["windows"]["off"] == [0, 1]
-    # Its gate stopped the ramp: stage 100's records came after it.
-    ramp = _check(_stage(verdict, 100), "ramp")
-    assert ramp["status"] == "INCONCLUSIVE" and "after stage 50%'s gate did not clear the ramp" in ramp["reason"]
+    assert _stage(verdict, 50)["status"] == "INCONCLUSIVE"
     assert (code, verdict["status"]) == (2, "INCONCLUSIVE"), verdict["reasons"]
 
 

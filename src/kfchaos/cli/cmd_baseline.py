@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kfchaos.baseline import capture, format_time, load_baseline, parse_time
+from kfchaos.baseline import BaselineScope, capture, format_time, load_baseline, parse_time
 from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.catalog import Scope
@@ -128,7 +128,7 @@ def run_capture(args: argparse.Namespace) -> int:
         baseline = capture(
             experiment.metadata.name,
             PrometheusClient(url),
-            Scope(experiment.spec.target.namespace, tuple(args.pod)),
+            Scope(experiment.spec.target.namespace, tuple(args.pod), model=experiment.spec.target.model),
             end=end,
             days=args.days or (settings.days if settings else 7),
             # --step, else the experiment's own spec.baseline.capture.step, else 300 s.
@@ -140,6 +140,7 @@ def run_capture(args: argparse.Namespace) -> int:
             user_queries=_user_queries(args.query),
             drift=experiment.spec.slo.p99_drift_max,
             request_timeout=experiment.spec.target.timeout,  # no baseline latency beyond it
+            target=BaselineScope.of(experiment, args.pod),  # whose production: the verdict refuses another's
         )
     except ValueError as exc:
         raise KfchaosError(str(exc)) from None

@@ -64,7 +64,7 @@ def snapshot_for_experiment(
         return MetricsSnapshot(
             unreachable=f"no Prometheus configured (set {PROMETHEUS_ENV} or spec.baseline.capture.prometheus)"
         )
-    scope = Scope(experiment.spec.target.namespace, pods)
+    scope = Scope(experiment.spec.target.namespace, pods, model=experiment.spec.target.model)
     client = PrometheusClient(url)
     # Every OOM series comes from kfchaos.metrics.oom (per container, then summed), never from a sum here.
     catalog = standard_queries(scope, window=max(step, 60.0), step=step)
