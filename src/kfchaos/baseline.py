@@ -249,8 +249,21 @@ def scope_warning(baseline: Baseline) -> str | None:
     )
 
 
+class Precision(StrictModel):
+    """How many requests the latency intervals rest on (docs/verdict.md, "How sure the baseline is"): each
+    interval's P99 is taken from the requests of that interval alone, and a P99 of a few requests is their
+    slowest one, not the tail."""
+
+    step: float = Field(gt=0, description="seconds of each interval")
+    intervals: int = Field(ge=0, description="kept intervals with a latency P99 and a request count")
+    requests_min: float = Field(ge=0, description="requests in the sparsest of them")
+    requests_p10: float = Field(ge=0)
+    requests_median: float = Field(ge=0, description="requests in the median interval")
+    requests_total: float = Field(ge=0)
+
+
 # Left out of the hash while absent: older files verify.
-OPTIONAL_SECTIONS = ("latency_histogram", "control", "sense", "coverage", "scope")
+OPTIONAL_SECTIONS = ("latency_histogram", "control", "sense", "coverage", "scope", "precision")
 
 
 class Baseline(StrictModel):
@@ -267,6 +280,7 @@ class Baseline(StrictModel):
     sense: SenseBounds | None = Field(None, description="the bounds the captured values were checked against")
     coverage: Coverage | None = None
     scope: BaselineScope | None = Field(None, description="whose production: the target at capture")
+    precision: Precision | None = Field(None, description="the requests each latency interval rests on")
     content_hash: str = ""
 
     _captured = field_validator("captured_at")(classmethod(lambda cls, v: _rfc3339(v)))
@@ -326,6 +340,7 @@ class Baseline(StrictModel):
             "latency_buckets": self.latency_histogram.bounds if self.latency_histogram else None,
             "coverage": self.coverage.model_dump(mode="json") if self.coverage else None,
             "scope": self.scope.model_dump(mode="json") if self.scope else None,
+            "precision": self.precision.model_dump(mode="json") if self.precision else None,
             "control": None
             if self.control is None
             else {
@@ -536,7 +551,9 @@ def capture(
             f"{format_time(start)} and {format_time(end)} (after exclusions); nothing to compare with"
         )
     coverage, coverage_notes = _coverage(raw["latency_p99"], days, step, excluded, series, short_history, source.url)
-    requests = float(np.nansum(fetch("requests")[1]))
+    request_times, request_counts = fetch("requests")
+    requests = float(np.nansum(request_counts))
+    precision = _precision(raw["latency_p99"], (request_times, request_counts), step, excluded)
     _, error_values = fetch("errors")
     errors = float(np.nansum(error_values)) if len(error_values) else None
     oom_notes: list[str] = []
@@ -577,7 +594,33 @@ def capture(
         sense=sense,
         coverage=coverage,
         scope=None if target is None else target.model_copy(update={"pods": list(scope.pods)}),
+        precision=precision,
     ).sealed()
+
+
+def _precision(
+    latency: tuple[NDArray[np.float64], NDArray[np.float64]],
+    requests: tuple[NDArray[np.float64], NDArray[np.float64]],
+    step: float,
+    excluded: list[tuple[float, float]],
+) -> Precision:
+    """The request count behind each kept latency interval (the `requests` series, one increase per step, on the
+    same grid as the latency P99s)."""
+    times, p99 = latency
+    kept = kept_intervals(times, step, excluded) & np.isfinite(p99)
+    counts = dict(zip(requests[0].tolist(), requests[1].tolist(), strict=True))
+    behind = np.array([counts.get(t, np.nan) for t in times[kept].tolist()], dtype=np.float64)
+    behind = behind[np.isfinite(behind)]
+    if not len(behind):
+        return Precision(step=step, intervals=0, requests_min=0, requests_p10=0, requests_median=0, requests_total=0)
+    return Precision(
+        step=step,
+        intervals=len(behind),
+        requests_min=float(behind.min()),
+        requests_p10=float(np.quantile(behind, 0.10)),
+        requests_median=float(np.median(behind)),
+        requests_total=float(behind.sum()),
+    )
 
 
 MODEL_SERIES = "vllm:e2e_request_latency_seconds_count"

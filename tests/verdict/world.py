@@ -139,8 +139,11 @@ class World:
         ended = table.column("ended").drop_null().to_numpy()
         end = float(ended.max()) if len(ended) else start
         self.stack.wait_scraped(after=end - clock_offset + 1.0)  # the counters hold every request answered
-        clock = (lambda: time.time() + clock_offset) if clock_offset else time.time
-        snapshot = snapshot_for_experiment(load_experiment(self.experiment), (start, end), clock=clock)
+        experiment = load_experiment(self.experiment)
+        if clock_offset:
+            snapshot = snapshot_for_experiment(experiment, (start, end), clock=lambda: time.time() + clock_offset)
+        else:
+            snapshot = snapshot_for_experiment(experiment, (start, end))
         snapshot.write(out)
         return out
 

@@ -85,6 +85,8 @@ def stage_checks(
         max_send_lag_p99=experiment.spec.traffic.max_send_lag_p99,
         replay_valid=replay_valid,
         stage=stage,
+        stages=len(experiment.spec.traffic.stages),
+        confidence=confidence,
     )
     checks = list(stage_gate.checks)
     checks += coverage_checks(fault_activity, window, planned_faults, stage)
@@ -94,7 +96,7 @@ def stage_checks(
             "p99_drift",
             latency,
             beyond,
-            drift.reference(baseline, stage, slo.p99_drift_max),
+            drift.reference(baseline, stage, slo.p99_drift_max, slo.confidence),
             slo.p99_drift_max,
             what="latency",
             min_samples=samples,
