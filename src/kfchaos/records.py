@@ -119,7 +119,7 @@ def _floats(table: pa.Table, name: str) -> pa.ChunkedArray:
     return column if column.type == pa.float64() else column.cast(pa.float64(), safe=False)
 
 
-def impossible_data(table: pa.Table, batches: BatchReader | None = None) -> list[str]:
+def impossible_data(table: pa.Table, batches: BatchReader | None = None, *, identity: bool = True) -> list[str]:
     """What in these records cannot have come from a replay, one `column: N rows ...` line per rule broken.
 
     Each rule closes a way a true FAIL read as PASS (issue 11 §4): negative or infinite durations (counted as
@@ -173,7 +173,8 @@ def impossible_data(table: pa.Table, batches: BatchReader | None = None) -> list
             if before:
                 out.append(f"ended: {before} row(s) earlier than sent (a request ends after it starts)")
     out += _completed_without_latency(table)
-    out += _identity(table, batches)
+    if identity:  # a reader may check it first (`repeated_requests`), before it holds the records in memory
+        out += _identity(table, batches)
     return out
 
 
@@ -218,6 +219,12 @@ def _completed_without_latency(table: pa.Table) -> list[str]:
     return []
 
 
+def repeated_requests(table: pa.Table, batches: BatchReader | None) -> list[str]:
+    """The identity rule of `impossible_data` alone (see `_identity`): `table` may be the records' schema with
+    no rows when `batches` reads them."""
+    return _identity(table, batches)
+
+
 def _identity(table: pa.Table, batches: BatchReader | None) -> list[str]:
     """A request is one record: the same request twice anywhere in a run's records would weigh it twice and dilute
     (or inflate) every rate. Two identities, both checked across the whole run (every file of it, every shard):
@@ -235,24 +242,56 @@ def _identity(table: pa.Table, batches: BatchReader | None) -> list[str]:
     """
     names = set(table.column_names)
     read = batches or (lambda wanted: table.select(list(wanted)).to_batches(max_chunksize=ID_BATCH_ROWS))
-    out = []
+    checks: list[tuple[str, tuple[str, ...], KeyOf]] = []
     if "trace_id" in names or batches is not None:
-        repeated, example = _repeats(read, ("trace_id",), _trace_keys)
-        if repeated:
-            out.append(
-                f"trace_id: {repeated} row(s) repeat a trace id already recorded (e.g. {example}): the replayer gives "
-                "every request a fresh trace id, so these are copies of one request (rows written twice, a stage's "
-                "records copied under another stage or shard, times shifted)"
-            )
+        checks.append(("trace_id", ("trace_id",), _trace_keys))
     if "stage" in names and ("request_id" in names or batches is not None):
-        repeated, example = _repeats(read, ("stage", "request_id"), _id_keys)
+        checks.append(("request_id", ("stage", "request_id"), _id_keys))
+    words = {
+        "trace_id": "a trace id already recorded (e.g. {example}): the replayer gives every request a fresh trace id, "
+        "so these are copies of one request (rows written twice, a stage's records copied under another stage or "
+        "shard, times shifted)",
+        "request_id": "a request id already recorded in the same stage (e.g. {example}): one source request is one "
+        "request (a shard replayed twice, overlapping shards, rows written twice)",
+    }
+    out = []
+    for (name, columns, key_of), repeated_keys in zip(checks, _repeated_keys(read, checks), strict=True):
+        repeated, example = _repeats(read, columns, key_of, repeated_keys)
         if repeated:
-            out.append(
-                f"request_id: {repeated} row(s) repeat a request id already recorded in the same stage "
-                f"(e.g. {example}): one source request is one request (a shard replayed twice, overlapping shards, "
-                "rows written twice)"
-            )
+            out.append(f"{name}: {repeated} row(s) repeat " + words[name].format(example=example))
     return out
+
+
+KeyOf = Callable[[pa.RecordBatch], NDArray[np.uint64]]
+
+
+def _repeated_keys(read: BatchReader, checks: list[tuple[str, tuple[str, ...], KeyOf]]) -> list[NDArray[np.uint64]]:
+    """For each check, the 64-bit keys that repeat: one pass over the id columns for all checks, the columns a
+    check needs read together in each batch (a reader that lacks one gives that check nothing)."""
+    wanted = tuple(dict.fromkeys(c for _, columns, _ in checks for c in columns))
+    found = read(wanted) if wanted else None
+    if found is None:  # read the checks' columns one check at a time
+        return [_repeated(read(columns), key_of, columns) for _, columns, key_of in checks]
+    keys: list[list[NDArray[np.uint64]]] = [[] for _ in checks]
+    for batch in found:
+        if batch.num_rows:
+            for index, (_, columns, key_of) in enumerate(checks):
+                keys[index].append(key_of(batch.select(list(columns))))
+    return [_duplicated(parts) for parts in keys]
+
+
+def _repeated(found: Iterable[pa.RecordBatch] | None, key_of: KeyOf, columns: tuple[str, ...]) -> NDArray[np.uint64]:
+    if found is None:
+        return np.zeros(0, dtype=np.uint64)
+    return _duplicated([key_of(batch.select(list(columns))) for batch in found if batch.num_rows])
+
+
+def _duplicated(parts: list[NDArray[np.uint64]]) -> NDArray[np.uint64]:
+    if not parts:
+        return np.zeros(0, dtype=np.uint64)
+    key = np.concatenate(parts)
+    key.sort()  # in place: the keys are the largest array here
+    return np.unique(key[1:][key[1:] == key[:-1]])
 
 
 # Reads the named columns as record batches, in the records' row order (None: the records lack one of them).
@@ -263,18 +302,10 @@ _HEX = re.compile(rb"\A[0-9a-f]*\Z")
 
 
 def _repeats(
-    read: BatchReader, columns: tuple[str, ...], key_of: Callable[[pa.RecordBatch], NDArray[np.uint64]]
+    read: BatchReader, columns: tuple[str, ...], key_of: KeyOf, repeated_keys: NDArray[np.uint64]
 ) -> tuple[int, str]:
-    """(rows repeating an earlier row's `columns`, one repeated value): 64-bit keys first, then the rows whose key
-    repeats are read again and compared in full (a second pass, only where a key repeats)."""
-    found = read(columns)
-    if found is None:
-        return 0, ""
-    keys = [key_of(batch) for batch in found if batch.num_rows]
-    if not keys:
-        return 0, ""
-    key = np.sort(np.concatenate(keys))
-    repeated_keys = np.unique(key[1:][key[1:] == key[:-1]])
+    """(rows repeating an earlier row's `columns`, one repeated value): the rows whose 64-bit key repeats are read
+    again and compared in full (a second pass, only where a key repeats)."""
     if not len(repeated_keys):
         return 0, ""
     again = read(columns) or []

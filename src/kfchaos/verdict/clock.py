@@ -19,6 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kfchaos.metrics import names
 from kfchaos.metrics.snapshot import MetricsSnapshot
@@ -29,13 +30,15 @@ WINDOW_TOLERANCE = 0.10  # the server may count this share fewer finished reques
 MIN_SKEW_S = 1.0  # a skew within this (or the scrape interval, if longer) is within the windows' grace
 
 
-def metrics_window_check(requests: Requests, metrics: MetricsSnapshot | None) -> Check | None:
-    """None without metrics, or when the source was unreachable (the metrics_source check says so)."""
-    if metrics is None or metrics.unreachable or not len(requests):
+def metrics_window_check(requests: Requests, stage: NDArray[np.bool_], metrics: MetricsSnapshot | None) -> Check | None:
+    """The check for the rows of `stage` (a mask: no copy of the stage's columns); None without metrics, or when
+    the source was unreachable (the metrics_source check says so)."""
+    if metrics is None or metrics.unreachable or not stage.any():
         return None
     name = "metrics_window"
-    finished = np.where(np.isfinite(requests.latency), requests.sent + requests.latency, requests.intended)
-    start, end = float(np.nanmin(requests.intended)), float(np.nanmax(finished))
+    intended, sent, latency = requests.intended[stage], requests.sent[stage], requests.latency[stage]
+    finished = np.where(np.isfinite(latency), sent + latency, intended)
+    start, end = float(np.nanmin(intended)), float(np.nanmax(finished))
     grace = metrics.grace
     details: dict[str, object] = {"window": [start, end], "grace": grace}
     problems = []
@@ -50,7 +53,7 @@ def metrics_window_check(requests: Requests, metrics: MetricsSnapshot | None) ->
                 f"(its time() at collect time), more than the {allowed:g}s the windows allow: every window read "
                 "from Prometheus is off by that much"
             )
-    completions = int(np.count_nonzero(requests.succeeded()))
+    completions = int(np.count_nonzero(requests.succeeded() & stage))
     details["completions"] = completions
     counted = None if metrics.missing(names.SERVER_REQUESTS) else metrics.series[names.SERVER_REQUESTS]
     server = counted.increase(start - grace, end + grace) if counted is not None else None

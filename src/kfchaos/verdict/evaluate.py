@@ -427,7 +427,7 @@ def evaluate(
             checks.append(abort_recovery_check(fault_requests, metrics))
         # The stage's metrics were read over its records' times: they must hold its requests (the fault's too: the
         # server finished those as well).
-        window_check = metrics_window_check(requests.where(in_stage), metrics)
+        window_check = metrics_window_check(requests, in_stage, metrics)
         if window_check is not None:
             checks.append(window_check)
         stage_gate = gate_of(percent, checks)

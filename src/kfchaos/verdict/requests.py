@@ -33,6 +33,7 @@ from kfchaos.records import (
     BatchReader,
     RecordsError,
     impossible_data,
+    repeated_requests,
 )
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
@@ -87,10 +88,10 @@ class Requests:
     fault_code: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     fault_names: tuple[str, ...] = ()
     # The finish_reason of each request: an index into finish_names, -1 for none (records' finish_reason).
-    finish_code: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    finish_code: NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
     finish_names: tuple[str, ...] = ()
     # The model each answer named: an index into model_names, -1 for none (records' model).
-    model_code: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    model_code: NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
     model_names: tuple[str, ...] = ()
     # Statuses the experiment excludes (spec.slo.excluded_statuses): neither success nor error, out of every
     # denominator and every latency sample.
@@ -103,7 +104,7 @@ class Requests:
             object.__setattr__(self, "fault_code", np.full(len(self.stage), -1, dtype=np.int32))
         for name in ("finish_code", "model_code"):  # not recorded (older records): none known
             if len(getattr(self, name)) != len(self.stage):
-                object.__setattr__(self, name, np.full(len(self.stage), -1, dtype=np.int32))
+                object.__setattr__(self, name, np.full(len(self.stage), -1, dtype=np.int16))
 
     def __len__(self) -> int:
         return len(self.stage)
@@ -262,7 +263,10 @@ def _error_codes(column: pa.ChunkedArray) -> NDArray[np.int8]:
     return _dictionary_codes(column, lambda kind: _KIND_CODE.get(kind, HTTP), NO_ERROR, np.int8)
 
 
-def from_table(table: pa.Table, source: str = "records", batches: BatchReader | None = None) -> Requests:
+def from_table(
+    table: pa.Table, source: str = "records", batches: BatchReader | None = None, repeated: list[str] | None = None
+) -> Requests:
+    """`repeated`: the identity rule's findings when the caller checked it first (kfchaos.records.repeated_requests)."""
     missing = [name for name in NEEDED if name not in table.column_names]
     if missing:
         raise RecordsError(
@@ -283,7 +287,7 @@ def from_table(table: pa.Table, source: str = "records", batches: BatchReader | 
     stage = table.column("stage")
     if stage.null_count:
         raise RecordsError(f"{source}: column stage has {stage.null_count} null value(s); every record needs its stage")
-    problems = impossible_data(table, batches)
+    problems = impossible_data(table, batches, identity=repeated is None) + (repeated or [])
     if problems:
         # Never judged: each of these turned a true FAIL into PASS (issue 11 §4). An input error, exit 3.
         raise RecordsError(f"{source}: impossible records: " + "; ".join(problems))
@@ -308,13 +312,19 @@ def from_table(table: pa.Table, source: str = "records", batches: BatchReader | 
     )
 
 
-def _name_codes(table: pa.Table, column: str) -> tuple[NDArray[np.int32], tuple[str, ...]]:
-    """Codes and names of a dictionary column of names (finish_reason, model: absent before records version 4)."""
+def _name_codes(table: pa.Table, column: str) -> tuple[NDArray[np.int16], tuple[str, ...]]:
+    """Codes and names of a dictionary column of names (finish_reason, model: absent before records version 4;
+    the records schema keeps at most 2**15 names, two bytes a record)."""
     if column not in table.column_names:
-        return np.full(table.num_rows, -1, dtype=np.int32), ()
+        return np.full(table.num_rows, -1, dtype=np.int16), ()
     names: dict[str, int] = {}
-    codes = _dictionary_codes(table.column(column), lambda n: names.setdefault(n, len(names)), -1, np.int32)
-    return codes, tuple(names)
+
+    def code_of(name: str) -> int:
+        if name not in names and len(names) >= MAX_FAULT_NAMES:
+            raise RecordsError(f"column {column} names over {MAX_FAULT_NAMES} distinct values")
+        return names.setdefault(name, len(names))
+
+    return _dictionary_codes(table.column(column), code_of, -1, np.int16), tuple(names)
 
 
 def _fault_codes(table: pa.Table) -> tuple[NDArray[np.int32], tuple[str, ...]]:
@@ -388,7 +398,6 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
         dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
         _one_run(path, dataset)
         names = set(dataset.schema.names)
-        table = dataset.to_table(columns=[n for n in (*NEEDED, *OPTIONAL) if n in names])
 
         def batches(wanted: tuple[str, ...]) -> Iterator[pa.RecordBatch] | None:
             # The id columns are the largest in the file: streamed batch by batch, only for the identity checks.
@@ -396,7 +405,10 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
                 return None
             return iter(dataset.to_batches(columns=list(wanted), batch_size=ID_BATCH_ROWS))
 
-        return from_table(table, str(path), batches)
+        # Before the columns are read: the identity check's keys are not held beside them (the peak of memory).
+        repeated = repeated_requests(dataset.schema.empty_table(), batches)
+        table = dataset.to_table(columns=[n for n in (*NEEDED, *OPTIONAL) if n in names])
+        return from_table(table, str(path), batches, repeated)
     except FileNotFoundError:
         raise RecordsError(f"{path}: no such records file") from None
     except (pa.ArrowInvalid, OSError, KeyError) as exc:
