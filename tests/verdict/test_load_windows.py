@@ -43,7 +43,7 @@ def test_a_stage_sent_in_a_burst_then_idle_is_inconclusive_naming_its_windows(wo
     burst = world.replay(50, world.folder / "burst" / "stage-50.parquet", "--duration", "20s", "--no-loop",
                          source=str(source))  # fmt: skip
     records = world.run_folder("burst-run", {50: burst, 100: world.stages[100]})
-    code, verdict = world.verdict(records)
+    code, verdict = world.verdict(records, out=world.folder / "burst-report")
     stage = _stage(verdict, 50)
     load = _check(stage, "load")
     # Before: the count (~400 of 400) and the span (20 s) matched the plan, and the run PASSed.
@@ -53,6 +53,9 @@ def test_a_stage_sent_in_a_burst_then_idle_is_inconclusive_naming_its_windows(wo
     assert load["details"]["windows"]["off"] == [0, 1]
     assert _stage(verdict, 50)["status"] == "INCONCLUSIVE"
     assert (code, verdict["status"]) == (2, "INCONCLUSIVE"), verdict["reasons"]
+    # The report says it in the same words.
+    report = (world.folder / "burst-report" / "report.md").read_text()
+    assert "stage 50: load: the stage did not apply its planned load: 2 of its 2 windows (10s each)" in report
 
 
 def _plain(path: Path, count: int, seconds: float, route: str = "/") -> Path:

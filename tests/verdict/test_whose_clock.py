@@ -37,13 +37,15 @@ def skewed(world: World) -> tuple[World, Any, Any]:
 def test_metrics_of_the_records_window_without_the_runs_requests_are_inconclusive(skewed: tuple[Any, ...]) -> None:
     world, records, experiment = skewed
     metrics = world.metrics(records, world.folder / "skewed-right-clock.json")
-    code, verdict = world.verdict(records, metrics=metrics, experiment=experiment)
+    out = world.folder / "skewed-report"
+    code, verdict = world.verdict(records, metrics=metrics, experiment=experiment, out=out)
     check = _window_check(verdict)
     assert check["status"] == "INCONCLUSIVE", check
     assert "the metrics window does not hold the run's requests" in check["reason"]
     assert check["details"]["server_finished"] < 0.5 * check["details"]["completions"]
     assert abs(check["details"]["clock_skew_s"]) < 1.0  # the collector's clock was right: only the counter shows it
     assert (code, verdict["status"]) == (2, "INCONCLUSIVE"), verdict["reasons"]
+    assert "metrics_window: Prometheus's vllm:e2e_request_latency_seconds_count" in (out / "report.md").read_text()
 
 
 def test_a_skewed_clock_is_measured_and_inconclusive(skewed: tuple[Any, ...]) -> None:

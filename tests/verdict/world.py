@@ -154,12 +154,15 @@ class World:
         metrics: Path | None = None,
         baseline: Path | None = None,
         experiment: Path | None = None,
+        out: Path | None = None,
     ) -> tuple[int, dict[str, Any]]:
-        """`kfchaos verdict --json` on the files: (exit code, the verdict)."""
+        """`kfchaos verdict --json` on the files: (exit code, the verdict); with `out`, the run folder (its report)
+        written there too."""
         if metrics is None:
             metrics = self.metrics(records, records.with_name(f"{records.name}.metrics.json"))
         args = ["verdict", "--experiment", str(experiment or self.experiment), "--records", str(records), "--json"]
         args += ["--metrics", str(metrics), "--baseline", str(baseline or self.baseline)]
+        args += ["--out", str(out)] if out is not None else []
         done = kfchaos(*args)
         assert done.returncode in (0, 1, 2), done.stderr[-3000:]
         return done.returncode, json.loads(done.stdout)

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kfchaos.metrics import names
+from kfchaos.metrics.served import COUNTER
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.verdict.model import Check, Status
 from kfchaos.verdict.requests import Requests
@@ -66,7 +67,7 @@ def metrics_window_check(requests: Requests, stage: NDArray[np.bool_], metrics: 
             )
         elif server < (1 - WINDOW_TOLERANCE) * completions:
             problems.append(
-                f"Prometheus's {counted.query.split(',')[0]} counts {server:.0f} requests the server finished in "
+                f"Prometheus's {COUNTER} counts {server:.0f} requests the server finished in "
                 f"{_span(start, end)} (+{grace:g}s), the records {completions} completions there: the metrics "
                 "window does not hold the run's requests (the replayer's clock and Prometheus's disagree, or the "
                 "metrics were taken over another window)"
