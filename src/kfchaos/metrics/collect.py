@@ -15,6 +15,7 @@ from kfchaos.spec import Experiment
 
 PROMETHEUS_ENV = "KFCHAOS_PROMETHEUS_URL"
 SCRAPE_SLACK = 60.0  # a kill at the end of a stage shows up a scrape interval or two later
+FRESH_WAIT_MAX_S = 30.0  # the longest wait for the scrape after the replay
 
 
 def snapshot(
@@ -70,10 +71,14 @@ def snapshot_for_experiment(
     catalog = standard_queries(scope, window=max(step, 60.0), step=step)
     queries = [q for q in catalog.values() if q.name not in oom.OOM_SERIES]
     start, end = window[0] - step, window[1] + SCRAPE_SLACK
+    interval = client.scrape_interval()
+    # The replay drained before this step: wait (a few scrape intervals at most) for the scrape that holds its last
+    # requests, so the server's count is whole (kfchaos.verdict.clock reads it) and a kill at the end shows.
+    if interval is not None:
+        served.wait_fresh(client, scope, timeout=min(FRESH_WAIT_MAX_S, 3 * interval + 2.0))
     result = snapshot(client, queries, start, end, step)
     if result.unreachable:
         return result
-    interval = client.scrape_interval()
     result.grace = interval if interval is not None else result.grace
     # Restarts at the scrape's own resolution where that fits Prometheus's points limit.
     oom_step = max(min(step, result.grace), (end - start) / 10_000)

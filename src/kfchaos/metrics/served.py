@@ -56,6 +56,35 @@ def served(source: MetricsSource, scope: Scope, start: float, end: float, step: 
     return result
 
 
+POLL_S = 0.25
+
+
+def wait_fresh(
+    source: MetricsSource, scope: Scope, timeout: float, sleep: Callable[[float], None] = time.sleep
+) -> bool:
+    """Until Prometheus holds a sample of the server's counter taken after this call began, by Prometheus's own
+    clock (`time()`, so a skewed local clock does not matter): the requests that finished before it are then in
+    the series. A pipeline collects right after its replay drained, and a request that finished in the last scrape
+    interval is not yet counted. Bounded by `timeout`; False when no fresh sample came (or no counter exists)."""
+    query = f"max(timestamp({COUNTER}{{{scope.vllm_matchers()}}}))"
+    try:
+        now = source.instant("time()")
+        if len(now) != 1:
+            return False
+        began, deadline = now[0].value, time.monotonic() + timeout
+        while True:
+            newest = source.instant(query)
+            if not newest:
+                return False
+            if newest[0].value >= began:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            sleep(POLL_S)
+    except (PrometheusError, ValueError):
+        return False
+
+
 @dataclass(frozen=True)
 class ClockSkew:
     skew_s: float  # Prometheus's clock minus this machine's

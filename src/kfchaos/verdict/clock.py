@@ -29,6 +29,10 @@ from kfchaos.verdict.requests import Requests
 
 WINDOW_TOLERANCE = 0.10  # the server may count this share fewer finished requests than the records' completions
 MIN_SKEW_S = 1.0  # a skew within this (or the scrape interval, if longer) is within the windows' grace
+# A busy Prometheus scrapes late: the server's count is read up to this many scrape intervals (at least MIN_LATE_S)
+# past the last response. Counting the next requests too only adds to it; a shortfall is what the check reads.
+LATE_SCRAPES = 3
+MIN_LATE_S = 10.0
 
 
 def metrics_window_check(requests: Requests, stage: NDArray[np.bool_], metrics: MetricsSnapshot | None) -> Check | None:
@@ -57,7 +61,9 @@ def metrics_window_check(requests: Requests, stage: NDArray[np.bool_], metrics: 
     completions = int(np.count_nonzero(requests.succeeded() & stage))
     details["completions"] = completions
     counted = None if metrics.missing(names.SERVER_REQUESTS) else metrics.series[names.SERVER_REQUESTS]
-    server = counted.increase(start - grace, end + grace) if counted is not None else None
+    late = max(MIN_LATE_S, LATE_SCRAPES * grace)
+    details["late_s"] = late
+    server = counted.increase(start - grace, end + late) if counted is not None else None
     if counted is not None:
         details["server_finished"] = server
         if server is None:
@@ -68,7 +74,7 @@ def metrics_window_check(requests: Requests, stage: NDArray[np.bool_], metrics: 
         elif server < (1 - WINDOW_TOLERANCE) * completions:
             problems.append(
                 f"Prometheus's {COUNTER} counts {server:.0f} requests the server finished in "
-                f"{_span(start, end)} (+{grace:g}s), the records {completions} completions there: the metrics "
+                f"{_span(start, end)} (+{late:g}s), the records {completions} completions there: the metrics "
                 "window does not hold the run's requests (the replayer's clock and Prometheus's disagree, or the "
                 "metrics were taken over another window)"
             )
