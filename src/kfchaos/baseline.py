@@ -27,6 +27,7 @@ from kfchaos.metrics.catalog import Scope, standard_queries, with_user_queries
 from kfchaos.metrics.histogram import wide_bucket_warning
 from kfchaos.metrics.prometheus import PrometheusError
 from kfchaos.metrics.source import MetricsSource, as_series
+from kfchaos.spec import Experiment
 from kfchaos.types import StrictModel as _StrictModel
 from kfchaos.yamlsource import load_yaml, read_source
 
@@ -195,8 +196,74 @@ class Coverage(StrictModel):
     _times = field_validator("data_from", "data_to")(classmethod(lambda cls, v: _rfc3339(v)))
 
 
+class BaselineScope(StrictModel):
+    """Whose production a baseline stands for (docs/verdict.md, "Whose baseline"): the experiment's target as it
+    was at capture. A verdict refuses a baseline whose namespace, model or selector is not its experiment's."""
+
+    namespace: str
+    model: str | None = Field(None, description="target.model: vLLM's series were kept to it (model_name)")
+    selector: dict[str, Any] = Field(default_factory=dict, description="target.selector (labels, expressions)")
+    pods: list[str] = Field(default_factory=list, description="the pods kept to (--pod, or the model's)")
+    endpoint: str | None = Field(None, description="target.endpoint (for information: one service has many URLs)")
+
+    @classmethod
+    def of(cls, experiment: Experiment, pods: Sequence[str] = ()) -> BaselineScope:
+        target = experiment.spec.target
+        return cls(
+            namespace=target.namespace,
+            model=target.model,
+            selector=target.selector.model_dump(mode="json"),
+            pods=list(pods),
+            endpoint=target.endpoint,
+        )
+
+    def describe(self) -> str:
+        labels = ",".join(f"{k}={v}" for k, v in sorted((self.selector.get("labels") or {}).items()))
+        model = f", model {self.model!r}" if self.model else ", no model"
+        return f"namespace {self.namespace!r}{model}, selector {labels or self.selector}"
+
+
+def scope_problems(baseline: Baseline, experiment: Experiment) -> list[str]:
+    """Why `baseline` is not this experiment's target's (empty when it is). A baseline without a recorded scope
+    (captured before kfchaos recorded one) cannot be checked: `scope_warning` says so."""
+    problems = []
+    if baseline.experiment != experiment.metadata.name:
+        problems.append(f"experiment: {baseline.experiment!r} is another experiment than {experiment.metadata.name!r}")
+    if baseline.scope is not None:
+        here = BaselineScope.of(experiment)
+        for field in ("namespace", "model", "selector"):
+            if getattr(baseline.scope, field) != getattr(here, field):
+                problems.append(
+                    f"scope.{field}: captured for {getattr(baseline.scope, field)!r}, the experiment's target has "
+                    f"{getattr(here, field)!r}"
+                )
+    return problems
+
+
+def scope_warning(baseline: Baseline) -> str | None:
+    if baseline.scope is not None:
+        return None
+    return (
+        "baseline scope: not recorded (captured before kfchaos recorded one): whether it is this target's "
+        "namespace, model and selector is not checked; capture it again"
+    )
+
+
+class Precision(StrictModel):
+    """How many requests the latency intervals rest on (docs/verdict.md, "How sure the baseline is"): each
+    interval's P99 is taken from the requests of that interval alone, and a P99 of a few requests is their
+    slowest one, not the tail."""
+
+    step: float = Field(gt=0, description="seconds of each interval")
+    intervals: int = Field(ge=0, description="kept intervals with a latency P99 and a request count")
+    requests_min: float = Field(ge=0, description="requests in the sparsest of them")
+    requests_p10: float = Field(ge=0)
+    requests_median: float = Field(ge=0, description="requests in the median interval")
+    requests_total: float = Field(ge=0)
+
+
 # Left out of the hash while absent: older files verify.
-OPTIONAL_SECTIONS = ("latency_histogram", "control", "sense", "coverage")
+OPTIONAL_SECTIONS = ("latency_histogram", "control", "sense", "coverage", "scope", "precision")
 
 
 class Baseline(StrictModel):
@@ -212,6 +279,8 @@ class Baseline(StrictModel):
     control: ControlBaseline | None = Field(None, description="`kfchaos baseline control`: the drift reference")
     sense: SenseBounds | None = Field(None, description="the bounds the captured values were checked against")
     coverage: Coverage | None = None
+    scope: BaselineScope | None = Field(None, description="whose production: the target at capture")
+    precision: Precision | None = Field(None, description="the requests each latency interval rests on")
     content_hash: str = ""
 
     _captured = field_validator("captured_at")(classmethod(lambda cls, v: _rfc3339(v)))
@@ -270,6 +339,8 @@ class Baseline(StrictModel):
             "latency_p99": self.p99(),
             "latency_buckets": self.latency_histogram.bounds if self.latency_histogram else None,
             "coverage": self.coverage.model_dump(mode="json") if self.coverage else None,
+            "scope": self.scope.model_dump(mode="json") if self.scope else None,
+            "precision": self.precision.model_dump(mode="json") if self.precision else None,
             "control": None
             if self.control is None
             else {
@@ -402,13 +473,16 @@ def capture(
     now: datetime | None = None,
     request_timeout: float | None = None,
     short_history: str | None = None,
+    target: BaselineScope | None = None,
 ) -> Baseline:
     """A baseline over `days` ending at `end`, release windows (+/- margin) excluded. Raises BaselineError
     when the latency series has no data at all (an empty baseline would pass anything), when a value from
     Prometheus makes no sense (SenseBounds; latencies bounded by `request_timeout`, spec.target.timeout), and
     when `days` is below MIN_DAYS or the history holds less than `days` -- unless `short_history` gives the
     reason, which is then recorded in the baseline (coverage.override, and a warning every verdict using it
-    shows)."""
+    shows). `target`: whose production this is (recorded as the baseline's scope). vLLM's series are kept to
+    `scope.model`; in a namespace serving several models the other series are kept to the model's pods
+    (`model_scope`), and without a model such a namespace is refused: its figures would mix the models."""
     if days < MIN_DAYS and not short_history:
         raise BaselineError(
             f"capture.days {days}: a baseline stands for at least {MIN_DAYS} days of production, releases "
@@ -417,6 +491,7 @@ def capture(
         )
     start = end - timedelta(days=days)
     t0, t1 = start.timestamp(), end.timestamp()
+    scope = model_scope(source, scope, t0, t1)
     sense = SenseBounds(
         latency_max_s=request_timeout or DEFAULT_LATENCY_MAX_S,
         points_from=format_time(start - timedelta(seconds=step)),
@@ -476,7 +551,9 @@ def capture(
             f"{format_time(start)} and {format_time(end)} (after exclusions); nothing to compare with"
         )
     coverage, coverage_notes = _coverage(raw["latency_p99"], days, step, excluded, series, short_history, source.url)
-    requests = float(np.nansum(fetch("requests")[1]))
+    request_times, request_counts = fetch("requests")
+    requests = float(np.nansum(request_counts))
+    precision = _precision(raw["latency_p99"], (request_times, request_counts), step, excluded)
     _, error_values = fetch("errors")
     errors = float(np.nansum(error_values)) if len(error_values) else None
     oom_notes: list[str] = []
@@ -516,7 +593,67 @@ def capture(
         latency_histogram=histogram,
         sense=sense,
         coverage=coverage,
+        scope=None if target is None else target.model_copy(update={"pods": list(scope.pods)}),
+        precision=precision,
     ).sealed()
+
+
+def _precision(
+    latency: tuple[NDArray[np.float64], NDArray[np.float64]],
+    requests: tuple[NDArray[np.float64], NDArray[np.float64]],
+    step: float,
+    excluded: list[tuple[float, float]],
+) -> Precision:
+    """The request count behind each kept latency interval (the `requests` series, one increase per step, on the
+    same grid as the latency P99s)."""
+    times, p99 = latency
+    kept = kept_intervals(times, step, excluded) & np.isfinite(p99)
+    counts = dict(zip(requests[0].tolist(), requests[1].tolist(), strict=True))
+    behind = np.array([counts.get(t, np.nan) for t in times[kept].tolist()], dtype=np.float64)
+    behind = behind[np.isfinite(behind)]
+    if not len(behind):
+        return Precision(step=step, intervals=0, requests_min=0, requests_p10=0, requests_median=0, requests_total=0)
+    return Precision(
+        step=step,
+        intervals=len(behind),
+        requests_min=float(behind.min()),
+        requests_p10=float(np.quantile(behind, 0.10)),
+        requests_median=float(np.median(behind)),
+        requests_total=float(behind.sum()),
+    )
+
+
+MODEL_SERIES = "vllm:e2e_request_latency_seconds_count"
+
+
+def model_scope(source: MetricsSource, scope: Scope, t0: float, t1: float) -> Scope:
+    """The scope the capture reads: the models vLLM's series show in it over [t0, t1] (label model_name) decide.
+    One model, or the target's among others: vLLM's series are kept to it (Scope.model), and with other models
+    beside it the other series (HTTP errors, kube-state-metrics) are kept to the pods that served it -- unless
+    pods were given. Several models and no target model: refused, the figures would mix them."""
+    span = f"{max(1, math.ceil(t1 - t0))}s"
+    by_model = f"count by (model_name) (max_over_time({MODEL_SERIES}{{{scope.matchers()}}}[{span}]))"
+    try:
+        models = sorted({s.labels.get("model_name", "") for s in source.instant(by_model, t1)})
+    except (PrometheusError, ValueError):
+        return scope  # the latency queries will say what is wrong with the source
+    named = [m for m in models if m]
+    if scope.model is None:
+        if len(named) > 1:
+            raise BaselineError(
+                f"namespace {scope.namespace!r} serves {len(named)} models ({', '.join(named)}): a baseline of all "
+                "of them is no model's; give the experiment's target.model (or --pod) so the capture keeps to the "
+                "target's"
+            )
+        return scope
+    if len(named) <= 1 or scope.pods:
+        return scope
+    by_pod = f"count by (pod) (max_over_time({MODEL_SERIES}{{{scope.vllm_matchers()}}}[{span}]))"
+    try:
+        pods = sorted({s.labels["pod"] for s in source.instant(by_pod, t1) if s.labels.get("pod")})
+    except (PrometheusError, ValueError):
+        return scope
+    return Scope(scope.namespace, tuple(pods), model=scope.model) if pods else scope
 
 
 def _coverage(
@@ -602,7 +739,7 @@ def _latency_histogram(
 ) -> tuple[LatencyHistogram | None, list[str]]:
     """The latency histogram's bucket bounds, and a warning when they cannot resolve a drift test at
     (1 + drift) x the baseline P99 (the verdict then says INCONCLUSIVE unless a control baseline exists)."""
-    query = f"count by (le) (vllm:e2e_request_latency_seconds_bucket{{{scope.matchers()}}})"
+    query = f"count by (le) (vllm:e2e_request_latency_seconds_bucket{{{scope.vllm_matchers()}}})"
     used["latency_buckets"] = query
     try:
         bounds = sorted({float(s.labels["le"]) for s in source.instant(query, at) if "le" in s.labels})

@@ -9,8 +9,10 @@ be mistaken for "fast".
 
 from __future__ import annotations
 
+import binascii
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ from numpy.typing import NDArray
 
 from kfchaos.errors import KfchaosError
 
-SCHEMA_VERSION = 3  # 2: fault_request; 3: ended
+SCHEMA_VERSION = 4  # 2: fault_request; 3: ended; 4: finish_reason, model and the redirect..wrong_model kinds
 
 # Error kinds a record's `error` column may hold (null when the request succeeded at the HTTP level).
 ERROR_KINDS = (
@@ -35,8 +37,15 @@ ERROR_KINDS = (
     # a failure of the target, and never counted as an error of the traffic.
     "client_abort",
     # A streamed 2xx that ended with `data: [DONE]` and no output token: nothing was served (kfchaos.traffic.sse).
-    # Last, so that the dictionary indices of older kinds do not move.
+    # Appended in order, so that the dictionary indices of older kinds never move.
     "empty_completion",
+    # A completed answer is a 2xx (docs/verdict.md, "What counts as a completion"): these are failed requests too.
+    "redirect",  # a 3xx answer: the replayer does not follow it (a gateway sending users to a login page)
+    "empty_body",  # a 2xx with no body at all (a 204 No Content, or a HEAD request, excepted)
+    "stream_error",  # the stream carried an error event (vLLM's `data: {"error": {...}}`, or `{"object": "error"}`)
+    "finish_abort",  # the stream's choice ended with finish_reason "abort": the server gave up on it
+    "finish_error",  # ... with finish_reason "error" (vLLM: a retryable internal error)
+    "wrong_model",  # the answer named another model than the one asked for (a gateway's fallback): not the target's
 )
 
 REQUEST_SCHEMA = pa.schema(
@@ -72,6 +81,13 @@ REQUEST_SCHEMA = pa.schema(
         # connection cut, the stream found malformed, the timeout or the stage's end. Null if never sent. The
         # one time an error that has no latency (a cut stream) is known to have happened at.
         pa.field("ended", pa.float64(), nullable=True),
+        # The finish_reason the stream's choice ended with ("stop", "length", "tool_calls", ...; null when none
+        # came): "length" (capped at max_tokens or max_model_len) is a completion, reported; "abort" and "error" are
+        # failed requests (the error column says so).
+        pa.field("finish_reason", pa.dictionary(pa.int8(), pa.string()), nullable=True),
+        # The `model` the answer named (its first chunk that names one; two names joined by "|" when its chunks
+        # disagree); null when it named none (a plain HTTP API).
+        pa.field("model", pa.dictionary(pa.int16(), pa.string()), nullable=True),
     ],
     metadata={b"kfchaos.records.version": str(SCHEMA_VERSION).encode()},
 )
@@ -149,19 +165,15 @@ def _floats(table: pa.Table, name: str) -> pa.ChunkedArray:
     return column if column.type == pa.float64() else column.cast(pa.float64(), safe=False)
 
 
-# Row indices -> their request ids, for readers that keep the (large) request_id column on disk.
-IdReader = Callable[[NDArray[np.int64]], pa.Array | pa.ChunkedArray]
-
-
-def impossible_data(table: pa.Table, request_ids: IdReader | None = None) -> list[str]:
+def impossible_data(table: pa.Table, batches: BatchReader | None = None, *, identity: bool = True) -> list[str]:
     """What in these records cannot have come from a replay, one `column: N rows ...` line per rule broken.
 
     Each rule closes a way a true FAIL read as PASS (issue 11 §4): negative or infinite durations (counted as
-    fast), a completed request without a latency (the slow tail silently dropped), rows written twice (each
-    request weighed double), `sent` before `intended` (send lag hidden), and times or stages out of any range a
-    run has (which also bounds the memory the verdict's time windows take). Columns absent from `table` are
-    not checked; the caller decides which columns it needs. `request_ids` reads the ids of given rows when
-    `table` lacks the request_id column (read only for rows that may repeat).
+    fast), a completed request without a latency (the slow tail silently dropped), one request recorded twice
+    (each weighed double: `_identity`), `sent` before `intended` (send lag hidden), and times or stages out of
+    any range a run has (which also bounds the memory the verdict's time windows take). Columns absent from
+    `table` are not checked; the caller decides which columns it needs. `batches` reads the id columns
+    (request_id, trace_id) batch by batch when `table` lacks them.
     """
     names = set(table.column_names)
     out: list[str] = []
@@ -207,11 +219,8 @@ def impossible_data(table: pa.Table, request_ids: IdReader | None = None) -> lis
             if before:
                 out.append(f"ended: {before} row(s) earlier than sent (a request ends after it starts)")
     out += _completed_without_latency(table)
-    if request_ids is None and "request_id" in names:
-        column = table.column("request_id")
-        request_ids = lambda rows: column.take(pa.array(rows))  # noqa: E731
-    if request_ids is not None:
-        out += _duplicates(table, request_ids)
+    if identity:  # a reader may check it first (`repeated_requests`), before it holds the records in memory
+        out += _identity(table, batches)
     return out
 
 
@@ -256,33 +265,155 @@ def _completed_without_latency(table: pa.Table) -> list[str]:
     return []
 
 
-def _duplicates(table: pa.Table, request_ids: IdReader) -> list[str]:
-    """Rows written twice: the same request id twice in a stage at the same intended time.
+def repeated_requests(table: pa.Table, batches: BatchReader | None) -> list[str]:
+    """The identity rule of `impossible_data` alone (see `_identity`): `table` may be the records' schema with
+    no rows when `batches` reads them."""
+    return _identity(table, batches)
 
-    Request ids are unique within a stage (the k-th loop of a recording appends `~k`; shards split by id) and a
-    request's intended time follows from its id, so a repeated row repeats (stage, intended). Those keys are
-    compared first, in numpy (records are in time order within a stage, so usually without a sort); only rows
-    sharing a key have their ids compared -- grouping all ids of 10 million records would cost seconds.
+
+def _identity(table: pa.Table, batches: BatchReader | None) -> list[str]:
+    """A request is one record: the same request twice anywhere in a run's records would weigh it twice and dilute
+    (or inflate) every rate. Two identities, both checked across the whole run (every file of it, every shard):
+
+    - `trace_id`: the replayer gives every request it dispatches a fresh random 128-bit trace id
+      (kfchaos.traffic.tagging.new_trace_id, sent as X-Trace-ID and traceparent), so a trace id twice is one
+      request recorded twice: rows written twice, a stage's records copied under another stage or shard, its
+      times shifted or not;
+    - `request_id` within a stage: the source's id (the k-th loop of a recording appends `~k`; shards split the
+      ids), so an id twice in one stage is one source request sent twice (a shard replayed twice, overlapping
+      shard splits). Across stages an id repeats by design: every stage replays the same source.
+
+    Each row gets a 64-bit key (`_trace_keys`, `_id_keys`), read batch by batch so the id columns, the largest
+    in a records file, are never held whole; rows sharing a key are then compared in full.
     """
-    if not {"stage", "intended"} <= set(table.column_names) or table.num_rows < 2:
-        return []
-    if not _numeric(table.column("intended").type) or not pa.types.is_integer(table.column("stage").type):
-        return []
-    stage = np.asarray(table.column("stage").to_numpy(), dtype=np.int64)
-    intended = np.asarray(_floats(table, "intended").to_numpy(), dtype=np.float64)
-    same_stage = stage[1:] == stage[:-1]
-    in_order = bool(np.all(intended[1:][same_stage] >= intended[:-1][same_stage])) and (
-        np.count_nonzero(~same_stage) == len(pc.unique(table.column("stage"))) - 1
-    )
-    order = np.arange(len(stage)) if in_order else np.lexsort((intended, stage))
-    key_stage, key_time = stage[order], intended[order]
-    equal = np.flatnonzero((key_stage[1:] == key_stage[:-1]) & (key_time[1:] == key_time[:-1]))
-    if len(equal) == 0:
-        return []
-    rows = order[np.unique(np.concatenate([equal, equal + 1]))]
-    candidates = pa.table({"stage": stage[rows], "intended": intended[rows], "request_id": request_ids(rows)})
-    distinct = candidates.group_by(["stage", "intended", "request_id"]).aggregate([]).num_rows
-    repeated = len(rows) - distinct
-    if repeated:
-        return [f"request_id: {repeated} row(s) repeat a request id already recorded in the same stage"]
-    return []
+    names = set(table.column_names)
+    read = batches or (lambda wanted: table.select(list(wanted)).to_batches(max_chunksize=ID_BATCH_ROWS))
+    checks: list[tuple[str, tuple[str, ...], KeyOf]] = []
+    if "trace_id" in names or batches is not None:
+        checks.append(("trace_id", ("trace_id",), _trace_keys))
+    if "stage" in names and ("request_id" in names or batches is not None):
+        checks.append(("request_id", ("stage", "request_id"), _id_keys))
+    words = {
+        "trace_id": "a trace id already recorded (e.g. {example}): the replayer gives every request a fresh trace id, "
+        "so these are copies of one request (rows written twice, a stage's records copied under another stage or "
+        "shard, times shifted)",
+        "request_id": "a request id already recorded in the same stage (e.g. {example}): one source request is one "
+        "request (a shard replayed twice, overlapping shards, rows written twice)",
+    }
+    out = []
+    for (name, columns, key_of), repeated_keys in zip(checks, _repeated_keys(read, checks), strict=True):
+        repeated, example = _repeats(read, columns, key_of, repeated_keys)
+        if repeated:
+            out.append(f"{name}: {repeated} row(s) repeat " + words[name].format(example=example))
+    return out
+
+
+KeyOf = Callable[[pa.RecordBatch], NDArray[np.uint64]]
+
+
+def _repeated_keys(read: BatchReader, checks: list[tuple[str, tuple[str, ...], KeyOf]]) -> list[NDArray[np.uint64]]:
+    """For each check, the 64-bit keys that repeat: one pass over the id columns for all checks, the columns a
+    check needs read together in each batch (a reader that lacks one gives that check nothing)."""
+    wanted = tuple(dict.fromkeys(c for _, columns, _ in checks for c in columns))
+    found = read(wanted) if wanted else None
+    if found is None:  # read the checks' columns one check at a time
+        return [_repeated(read(columns), key_of, columns) for _, columns, key_of in checks]
+    keys: list[list[NDArray[np.uint64]]] = [[] for _ in checks]
+    for batch in found:
+        if batch.num_rows:
+            for index, (_, columns, key_of) in enumerate(checks):
+                keys[index].append(key_of(batch.select(list(columns))))
+    return [_duplicated(parts) for parts in keys]
+
+
+def _repeated(found: Iterable[pa.RecordBatch] | None, key_of: KeyOf, columns: tuple[str, ...]) -> NDArray[np.uint64]:
+    if found is None:
+        return np.zeros(0, dtype=np.uint64)
+    return _duplicated([key_of(batch.select(list(columns))) for batch in found if batch.num_rows])
+
+
+def _duplicated(parts: list[NDArray[np.uint64]]) -> NDArray[np.uint64]:
+    if not parts:
+        return np.zeros(0, dtype=np.uint64)
+    key = np.concatenate(parts)
+    key.sort()  # in place: the keys are the largest array here
+    return np.unique(key[1:][key[1:] == key[:-1]])
+
+
+# Reads the named columns as record batches, in the records' row order (None: the records lack one of them).
+BatchReader = Callable[[tuple[str, ...]], "Iterable[pa.RecordBatch] | None"]
+ID_BATCH_ROWS = 1 << 18
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+_HEX = re.compile(rb"\A[0-9a-f]*\Z")
+
+
+def _repeats(
+    read: BatchReader, columns: tuple[str, ...], key_of: KeyOf, repeated_keys: NDArray[np.uint64]
+) -> tuple[int, str]:
+    """(rows repeating an earlier row's `columns`, one repeated value): the rows whose 64-bit key repeats are read
+    again and compared in full (a second pass, only where a key repeats)."""
+    if not len(repeated_keys):
+        return 0, ""
+    again = read(columns) or []
+    candidates = [batch.filter(pa.array(np.isin(key_of(batch), repeated_keys))) for batch in again if batch.num_rows]
+    rows = pa.Table.from_batches(candidates).combine_chunks() if candidates else None
+    if rows is None or not rows.num_rows:
+        return 0, ""
+    counts = rows.group_by(list(columns)).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if not twice.num_rows:
+        return 0, ""  # only keys collided
+    repeated = int(pc.sum(twice.column("count_all")).as_py()) - twice.num_rows
+    first = twice.slice(0, 1).to_pylist()[0]
+    example = f"{first[columns[-1]]!r} {first['count_all']} times"
+    if "stage" in columns:
+        example += f" in stage {first['stage']}"
+    return repeated, example
+
+
+def _fallback_keys(values: pa.Array) -> NDArray[np.uint64]:
+    """Keys for ids of another shape (hand-made records, non-ASCII ids): Python's string hash, per row."""
+    return np.array([hash(v) for v in values.to_pylist()], dtype=np.int64).view(np.uint64)
+
+
+def _trace_keys(batch: pa.RecordBatch) -> NDArray[np.uint64]:
+    """A 64-bit key of each trace id as the replayer writes them (32 lowercase hex digits: both 64-bit halves,
+    mixed), decoded without a Python object per row; ids of another shape fall back to `_fallback_keys`."""
+    chunk = batch.column(0)
+    if not pa.types.is_string(chunk.type):
+        chunk = chunk.cast(pa.string())
+    offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int32)[chunk.offset : chunk.offset + len(chunk) + 1]
+    if chunk.null_count or not bool(np.all(np.diff(offsets) == 32)):
+        return _fallback_keys(chunk)
+    data = memoryview(chunk.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
+    if not _HEX.match(bytes(data)):
+        return _fallback_keys(chunk)
+    words = np.frombuffer(binascii.unhexlify(data), dtype=">u8").astype(np.uint64).reshape(-1, 2)
+    with np.errstate(over="ignore"):
+        return (words[:, 0] * _MIX) ^ words[:, 1]
+
+
+def _id_keys(batch: pa.RecordBatch) -> NDArray[np.uint64]:
+    """A key of (stage, request id) per row: the id left-padded to a multiple of 8 bytes (pyarrow's utf8_lpad),
+    its 8-byte words mixed with the stage; non-ASCII or very long ids fall back to `_fallback_keys`."""
+    stage = np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.int64).astype(np.uint64)
+    ids = batch.column(1)
+    if not pa.types.is_string(ids.type):
+        ids = ids.cast(pa.string())
+    lengths = pc.binary_length(ids)
+    longest = pc.max(lengths).as_py() or 0
+    width = max(8, -(-int(longest) // 8) * 8)
+    if ids.null_count or width > 64:
+        return _fallback_keys(ids) ^ (stage * _MIX)
+    padded = pc.utf8_lpad(ids, width, padding="\0")
+    offsets = np.frombuffer(padded.buffers()[1], dtype=np.int32)[padded.offset : padded.offset + len(padded) + 1]
+    if not bool(np.all(np.diff(offsets) == width)):  # a multi-byte character: lpad counts characters
+        return _fallback_keys(ids) ^ (stage * _MIX)
+    data = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[int(offsets[0]) : int(offsets[-1])]
+    words = data.view(np.uint64).reshape(len(padded), width // 8)
+    key = stage * _MIX
+    with np.errstate(over="ignore"):
+        for column in range(words.shape[1]):
+            key = (key ^ words[:, column]) * _MIX
+            key ^= key >> np.uint64(29)
+    return key

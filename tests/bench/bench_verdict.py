@@ -97,6 +97,8 @@ def write_records(path: Path, n: int) -> None:
                 "connect": pa.array(np.zeros(m)),
                 "fault_request": pa.nulls(m, pa.dictionary(pa.int16(), pa.string())),
                 "ended": pa.array(intended + 0.002 + latency),
+                "finish_reason": pa.nulls(m, pa.dictionary(pa.int8(), pa.string())),
+                "model": pa.nulls(m, pa.dictionary(pa.int16(), pa.string())),
             },
             schema=REQUEST_SCHEMA,
         )

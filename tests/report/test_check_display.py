@@ -27,18 +27,26 @@ def _requests(errors_per_window: list[int], per_window: int = 13, window: float 
 
 def test_an_abort_rule_passing_with_one_window_above_says_so_in_its_value() -> None:
     rule = AbortRule.model_validate({"metric": "error_rate", "above": "20%", "window": "5s", "consecutive": 2})
-    check = rule_check(rule, _requests([0, 5, 0, 0]), None)  # one window at 5/13 = 38.5 %, then none
+    check = rule_check(rule, _requests([0, 50, 0, 0], per_window=100), None)  # one window at 50 %, then none
     assert check.status is Status.PASS
     shown = _value(check.to_dict())
-    assert shown == "1/2 windows > 20%; worst 38.5%", shown
-    assert "0.384615" not in checks_table([check.to_dict()])
+    assert shown == "1/2 windows > 20%; worst 50%", shown
+    assert "0.5 / 0.2" not in checks_table([check.to_dict()])
 
 
 def test_an_abort_rule_that_trips_shows_the_run_that_tripped_it() -> None:
     rule = AbortRule.model_validate({"metric": "error_rate", "above": "20%", "window": "5s", "consecutive": 2})
-    check = rule_check(rule, _requests([0, 5, 6, 0]), None)
+    check = rule_check(rule, _requests([0, 50, 60, 0], per_window=100), None)
     assert check.status is Status.FAIL
-    assert _value(check.to_dict()) == "2/2 windows > 20%; worst 46.2%"
+    assert _value(check.to_dict()) == "2/2 windows > 20%; worst 60%"
+
+
+def test_a_window_above_on_too_few_requests_is_shown_as_a_blip() -> None:
+    # 5 errors of 13 (38.5 %) cannot show a 20 % rate over the run's windows: a blip, which trips nothing.
+    rule = AbortRule.model_validate({"metric": "error_rate", "above": "20%", "window": "5s", "consecutive": 1})
+    check = rule_check(rule, _requests([0, 5, 0, 0]), None)
+    assert check.status is Status.PASS
+    assert _value(check.to_dict()) == "0/1 windows > 20% (1 more above on too few requests); worst 38.5%"
 
 
 def test_a_value_and_limit_check_keeps_value_slash_limit() -> None:

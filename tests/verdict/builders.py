@@ -35,6 +35,7 @@ spec:
 # Request ids are unique within a stage in real records (the verdict refuses repeats), also across the
 # tables a test concatenates.
 _IDS = itertools.count()
+_TRACES = itertools.count(1)  # every request the replayer sends has its own trace id, across the whole run
 
 POD_KILL = "[{name: kill-one, type: pod-kill, mode: one}]"
 
@@ -103,7 +104,7 @@ def records(
         "stage": pa.array(np.full(n, stage), pa.int16()),
         "shard": pa.array(np.zeros(n), pa.int16()),
         "request_id": pa.array([f"r{next(_IDS)}" for _ in range(n)]),
-        "trace_id": pa.array([f"{i:032x}" for i in range(n)]),
+        "trace_id": pa.array([f"{next(_TRACES):032x}" for _ in range(n)]),
         "fault_active": pa.array(active),
         "intended": pa.array(intended),
         "sent": pa.array(sent, mask=sent_mask),
@@ -124,6 +125,8 @@ def records(
         "connect": pa.nulls(n, pa.float64()),
         "fault_request": pa.array([fault_request] * n, pa.string()).cast(pa.dictionary(pa.int16(), pa.string())),
         "ended": pa.array(sent + np.nan_to_num(lat), mask=sent_mask),
+        "finish_reason": pa.nulls(n, pa.dictionary(pa.int8(), pa.string())),
+        "model": pa.nulls(n, pa.dictionary(pa.int16(), pa.string())),
     }
     return pa.table(columns, schema=REQUEST_SCHEMA)
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kfchaos.baseline import capture, format_time, load_baseline, parse_time
+from kfchaos.baseline import BaselineScope, capture, format_time, load_baseline, parse_time
 from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.catalog import Scope
@@ -125,7 +125,7 @@ def run_capture(args: argparse.Namespace) -> int:
         raise KfchaosError(f"--end {end_text!r}: {exc}") from None
     windows = [(parse_time(w.start), parse_time(w.end)) for w in (settings.release_windows if settings else [])]
     try:  # the names reach PromQL matchers: Kubernetes names only (kfchaos.metrics.catalog.Scope)
-        scope = Scope(experiment.spec.target.namespace, tuple(args.pod))
+        scope = Scope(experiment.spec.target.namespace, tuple(args.pod), model=experiment.spec.target.model)
     except ValueError as exc:
         raise KfchaosError(f"--pod: {exc}") from None
     try:
@@ -144,6 +144,7 @@ def run_capture(args: argparse.Namespace) -> int:
             user_queries=_user_queries(args.query),
             drift=experiment.spec.slo.p99_drift_max,
             request_timeout=experiment.spec.target.timeout,  # no baseline latency beyond it
+            target=BaselineScope.of(experiment, args.pod),  # whose production: the verdict refuses another's
         )
     except ValueError as exc:
         raise KfchaosError(str(exc)) from None

@@ -196,7 +196,7 @@ def _capture_baseline(
     """A control baseline (a fault-free replay at each stage rate, measured from its records: what the drift
     is compared with) while Prometheus scrapes, then the production figures captured from Prometheus, in
     one baseline file."""
-    from kfchaos.baseline import capture
+    from kfchaos.baseline import BaselineScope, capture
     from kfchaos.control import attach, record_control
     from kfchaos.metrics.catalog import Scope
     from kfchaos.metrics.prometheus import PrometheusClient
@@ -219,7 +219,7 @@ def _capture_baseline(
     baseline = capture(
         experiment.metadata.name,
         PrometheusClient(stack.prometheus_url),
-        Scope(DEMO_NAMESPACE, (DEMO_POD,)),
+        Scope(DEMO_NAMESPACE, (DEMO_POD,), model=experiment.spec.target.model),
         end=datetime.now(UTC),
         days=1,
         step=5.0,
@@ -227,6 +227,7 @@ def _capture_baseline(
         request_timeout=experiment.spec.target.timeout,
         # Recorded in the baseline and shown in the verdict: the drift reference is the control replay above.
         short_history="the demo's own minutes of local history; the control replay is the drift reference",
+        target=BaselineScope.of(experiment, (DEMO_POD,)),
     )
     return attach(baseline, control).write(out)
 

@@ -337,7 +337,8 @@ class DemoServer:
             text = ""
             while (token := await state.queue.get()) is not None:
                 text += token
-            return web.json_response(_full_response(request_id, self.model, text, prompt_tokens, state.emitted, chat))
+            answered = _answered_as(seq, self.model)
+            return web.json_response(_full_response(request_id, answered, text, prompt_tokens, state.emitted, chat))
         finally:
             self.requests.pop(request_id, None)
             if not seq.finished:  # the client went away (or the handler failed): abort, free its blocks
@@ -350,9 +351,10 @@ class DemoServer:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         request_id = state.seq.request_id
+        answered = _answered_as(state.seq, self.model)
         first = True
         while (token := await state.queue.get()) is not None:
-            chunk = _chunk(request_id, self.model, token, chat, first)
+            chunk = _chunk(request_id, answered, token, chat, first)
             first = False
             await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -361,7 +363,7 @@ class DemoServer:
             final = {
                 "id": request_id,
                 "object": _object(chat, True),
-                "model": self.model,
+                "model": answered,
                 "choices": [],
                 "usage": usage,
             }
@@ -369,6 +371,12 @@ class DemoServer:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _answered_as(seq: Sequence, model: str) -> str:
+    """The model an answer names, as vLLM's: a LoRA adapter's name when the request asked for one, else the served
+    model's (vllm/entrypoints/openai/models/serving.py OpenAIServingModels.model_name)."""
+    return seq.lora or model
 
 
 def _object(chat: bool, stream: bool) -> str:

@@ -38,6 +38,9 @@ class Scope:
 
     namespace: str
     pods: tuple[str, ...] = ()
+    # The target's model (vLLM's `model_name` label): vLLM's series are kept to it, so a namespace serving several
+    # models is not read as one (kube-state-metrics' and cAdvisor's series have no model label).
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if not _NAMESPACE.fullmatch(self.namespace):
@@ -54,6 +57,16 @@ class Scope:
             regex = "|".join(re.escape(p) for p in self.pods).replace("\\", "\\\\")
             parts.append(f'pod=~"{regex}"')
         return ",".join([*parts, *extra])
+
+    def vllm_matchers(self, *extra: str) -> str:
+        """The matchers for vLLM's own series: the scope's, and the model when the scope names one."""
+        model = [f'model_name="{_promql_string(self.model)}"'] if self.model else []
+        return self.matchers(*model, *extra)
+
+
+def _promql_string(text: str) -> str:
+    """Text inside a PromQL double-quoted string (backslash and quote escaped)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,8 @@ def standard_queries(scope: Scope, window: float = 300.0, step: float | None = N
     point says nothing about the time before its own step (kfchaos.verdict.abortstorm relies on it)."""
     w = format_duration(window)
     one_step = format_duration(step if step is not None else window)
-    sel = scope.matchers()
+    sel = scope.vllm_matchers()  # vLLM's own series: the target's model only (Scope.model)
+    pods = scope.matchers()  # kube-state-metrics', cAdvisor's, DCGM's and the HTTP server's: no model label
     errors_sel = scope.matchers('status=~"5.."')  # vLLM's instrumentator groups codes: "5xx"
     oom_sel = scope.matchers('reason="OOMKilled"')
     queries = [
@@ -171,7 +185,7 @@ def standard_queries(scope: Scope, window: float = 300.0, step: float | None = N
             names.OOM_KILLS,
             # Restarts whose last terminated reason is OOMKilled (kube-state-metrics; see kfchaos.metrics.oom):
             # increase() per container series first, then the sum, so a pod that disappears subtracts nothing.
-            f"sum(increase(kube_pod_container_status_restarts_total{{{sel}}}[{w}])"
+            f"sum(increase(kube_pod_container_status_restarts_total{{{pods}}}[{w}])"
             f" * on (namespace, pod, container) group_left()"
             f" max by (namespace, pod, container) (kube_pod_container_status_last_terminated_reason{{{oom_sel}}}))",
             "rate",
@@ -180,7 +194,7 @@ def standard_queries(scope: Scope, window: float = 300.0, step: float | None = N
         ),
         CatalogQuery(
             "oom_kills_cadvisor",
-            f"sum(increase(container_oom_events_total{{{sel}}}[{w}]))",
+            f"sum(increase(container_oom_events_total{{{pods}}}[{w}]))",
             "rate",
             "count",
             "cAdvisor OOM events in each interval (lost when the killed container's series ends: google/cadvisor#3015)",
@@ -195,26 +209,30 @@ def standard_queries(scope: Scope, window: float = 300.0, step: float | None = N
         ),
         CatalogQuery(
             names.RESTARTS,
-            f"sum(increase(kube_pod_container_status_restarts_total{{{sel}}}[{w}]))",
+            # Init containers too (native sidecars among them): kube-state-metrics exports them as a family of
+            # their own (internal/store/pod.go, kube_pod_init_container_status_restarts_total).
+            f'sum(increase({{__name__=~"kube_pod_container_status_restarts_total|'
+            f'kube_pod_init_container_status_restarts_total",{pods}}}[{w}]))',
             "rate",
             "count",
-            "container restarts in each interval (kube-state-metrics, increase per series, then summed)",
+            "container restarts in each interval, init containers included (kube-state-metrics, increase per series, "
+            "then summed)",
         ),
         CatalogQuery(
             names.GPU_MEMORY_USED,
-            f"sum(DCGM_FI_DEV_FB_USED{{{sel}}})",
+            f"sum(DCGM_FI_DEV_FB_USED{{{pods}}})",
             "gauge",
             "MiB",
             "GPU framebuffer used",
         ),
         CatalogQuery(
             names.GPU_MEMORY_FREE,
-            f"sum(DCGM_FI_DEV_FB_FREE{{{sel}}})",
+            f"sum(DCGM_FI_DEV_FB_FREE{{{pods}}})",
             "gauge",
             "MiB",
             "GPU framebuffer free",
         ),
-        CatalogQuery(names.GPU_UTIL, f"avg(DCGM_FI_DEV_GPU_UTIL{{{sel}}})", "gauge", "%", "GPU utilization"),
+        CatalogQuery(names.GPU_UTIL, f"avg(DCGM_FI_DEV_GPU_UTIL{{{pods}}})", "gauge", "%", "GPU utilization"),
         CatalogQuery(
             "deployment_generation",
             f'max by (deployment) (kube_deployment_status_observed_generation{{namespace="{scope.namespace}"}})',

@@ -44,6 +44,18 @@ from kfchaos.metrics.source import MetricsSource, RangeSeries
 
 RESTARTS_METRIC = "kube_pod_container_status_restarts_total"
 REASON_METRIC = "kube_pod_container_status_last_terminated_reason"
+# Every container of a pod counts: kube-state-metrics exports the init containers' statuses as a family of their
+# own (internal/store/pod.go: kube_pod_init_container_status_restarts_total, ..._last_terminated_reason,
+# ..._terminated_reason, ..._waiting_reason, over p.Status.InitContainerStatuses, same labels). A native sidecar
+# (an init container with restartPolicy Always, kube_pod_init_container_info{restart_policy="Always"}) is one of
+# them: restarted as a container is, its OOM kills show there. Container names are unique across a pod's init and
+# regular containers (the API server validates it), so one key (namespace, pod, container, uid) holds for both.
+INIT_RESTARTS_METRIC = "kube_pod_init_container_status_restarts_total"
+INIT_REASON_METRIC = "kube_pod_init_container_status_last_terminated_reason"
+INIT_TERMINATED_METRIC = "kube_pod_init_container_status_terminated_reason"
+INIT_WAITING_METRIC = "kube_pod_init_container_status_waiting_reason"
+# A run-to-completion init container stays Terminated with reason Completed for its pod's life: that is not down.
+COMPLETED = "Completed"
 CADVISOR_METRIC = "container_oom_events_total"
 OOM_REASON = "OOMKilled"
 
@@ -328,6 +340,7 @@ def queries(scope: Scope) -> dict[str, str]:
     """The raw per-series selectors behind the counts (sent as range queries; summed here, not there)."""
     selector = scope.matchers()
     back_off = scope.matchers(f'reason="{BACK_OFF}"')
+    not_completed = scope.matchers(f'reason!="{COMPLETED}"')
     return {
         "restarts": f"{RESTARTS_METRIC}{{{selector}}}",
         "reasons": f"{REASON_METRIC}{{{selector}}}",
@@ -335,6 +348,11 @@ def queries(scope: Scope) -> dict[str, str]:
         # timestamp(): the down states are read by their samples' own times (`_fresh`), never by a lookback.
         "terminated": f"timestamp({TERMINATED_METRIC}{{{selector}}})",
         "waiting": f"timestamp({WAITING_METRIC}{{{back_off}}})",
+        # The same four for init containers, native sidecars among them (see INIT_RESTARTS_METRIC).
+        "init_restarts": f"{INIT_RESTARTS_METRIC}{{{selector}}}",
+        "init_reasons": f"{INIT_REASON_METRIC}{{{selector}}}",
+        "init_terminated": f"timestamp({INIT_TERMINATED_METRIC}{{{not_completed}}})",
+        "init_waiting": f"timestamp({INIT_WAITING_METRIC}{{{back_off}}})",
         "created": f"{CREATED_METRIC}{{{selector}}}",
         # The newest restart-count sample at each step (PromQL timestamp(): the sample's own time, not the
         # step's): where kube-state-metrics went unscraped, which the lookback would hide.
@@ -378,7 +396,13 @@ def collect(
             found[part] = []
             result.errors[HOST_OOM if part != "cadvisor" else CADVISOR_OOM] = f"{part}: {exc}"
     grid = np.arange(start, end + step / 2, step, dtype=np.float64)
-    described = f"{sent['restarts']} x {sent['reasons']}, increase per container series, then summed"
+    # Init containers (native sidecars among them) are containers of the pod: their series join the others.
+    for part in ("restarts", "reasons", "terminated", "waiting"):
+        found[part] = found[part] + found.pop(f"init_{part}")
+    described = (
+        f"{sent['restarts']} x {sent['reasons']} (and the init containers' {INIT_RESTARTS_METRIC} x "
+        f"{INIT_REASON_METRIC}), increase per container series, then summed"
+    )
     if found["cadvisor"]:
         result.series[CADVISOR_OOM] = cumulative(
             CADVISOR_OOM, grid, cadvisor_events(found["cadvisor"], start), f"{sent['cadvisor']}, increase per series"

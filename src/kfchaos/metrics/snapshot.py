@@ -7,7 +7,8 @@ the reason instead of mistaking absence for health.
 JSON shape:
     {"source": "http://prometheus:9090", "unreachable": null,
      "series": {"oom_kills": {"query": "...", "unit": "count", "kind": "counter", "points": [[t, v], ...]}},
-     "errors": {"kv_cache_usage": "bad_data: parse error at char 5 ..."}, "grace": 60.0}
+     "errors": {"kv_cache_usage": "bad_data: parse error at char 5 ..."}, "grace": 60.0,
+     "clock": {"skew_s": 0.004, "uncertainty_s": 0.002, "measured_at": 1764000000.0}}
 
 `grace` is the scrape interval of the source (seconds): an event at the end of a window shows up to one
 interval later, so event counts read [start, end + grace] (kfchaos.metrics.oom.count).
@@ -123,6 +124,9 @@ class MetricsSnapshot:
     errors: dict[str, str] = field(default_factory=dict)
     unreachable: str | None = None
     grace: float = DEFAULT_GRACE
+    # Prometheus's clock against the collecting machine's, measured when the snapshot was taken
+    # (kfchaos.metrics.served.clock_skew): {"skew_s", "uncertainty_s", "measured_at"}; None where not measured.
+    clock: dict[str, float] | None = None
 
     def missing(self, name: str) -> str | None:
         """Why series `name` cannot be used, or None when it can."""
@@ -171,7 +175,7 @@ class MetricsSnapshot:
             },
             "errors": dict(self.errors),
             "grace": self.grace,
-        }
+        } | ({} if self.clock is None else {"clock": dict(self.clock)})
 
     def write(self, path: str | Path) -> None:
         safefile.write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
@@ -180,7 +184,7 @@ class MetricsSnapshot:
     def from_dict(cls, data: Any, source_file: str = "metrics") -> MetricsSnapshot:
         if not isinstance(data, dict):
             raise SnapshotError(f"{source_file}: expected a JSON object with 'series', got {type(data).__name__}")
-        unknown = sorted(set(data) - {"source", "unreachable", "series", "errors", "grace"})
+        unknown = sorted(set(data) - {"source", "unreachable", "series", "errors", "grace", "clock"})
         if unknown:
             raise SnapshotError(f"{source_file}: unknown field(s) {', '.join(unknown)}")
         series: dict[str, Series] = {}
@@ -224,6 +228,7 @@ class MetricsSnapshot:
             {str(k): str(v) for k, v in errors.items()},
             unreachable and str(unreachable),
             float(grace),
+            _clock_reading(source_file, data.get("clock")),
         )
 
     @classmethod
@@ -241,6 +246,21 @@ def _number(value: float) -> float | None:
 
 def _clock(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _clock_reading(source_file: str, raw: Any) -> dict[str, float] | None:
+    """A snapshot's `clock`: finite seconds for skew_s, uncertainty_s and measured_at, or absent."""
+    if raw is None:
+        return None
+    keys = ("skew_s", "uncertainty_s", "measured_at")
+    if not isinstance(raw, dict) or set(raw) != set(keys):
+        raise SnapshotError(f"{source_file}: clock must be an object of {', '.join(keys)}")
+    values = {k: raw[k] for k in keys}
+    if any(isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) for v in values.values()):
+        raise SnapshotError(f"{source_file}: clock: {', '.join(keys)} must be finite seconds")
+    if values["uncertainty_s"] < 0:
+        raise SnapshotError(f"{source_file}: clock.uncertainty_s must not be negative")
+    return {k: float(v) for k, v in values.items()}
 
 
 def _sampled(where: str, raw: Any, count: int) -> NDArray[np.float64] | None:

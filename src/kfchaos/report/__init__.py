@@ -323,7 +323,12 @@ def _abort_value(check: dict[str, Any]) -> str:
     threshold, worst = _fmt(check.get("threshold"), unit), _fmt(check.get("value"), unit)
     if not isinstance(run, int) or not isinstance(needed, int):
         return f"worst {worst}; rule > {threshold}"
-    return f"{run}/{needed} windows > {threshold}; worst {worst}"
+    observed, shown = details.get("windows_above_observed"), details.get("windows_above_shown")
+    blips = observed - shown if isinstance(observed, int) and isinstance(shown, int) else 0
+    # A window counts only where its own requests show the threshold crossed (kfchaos.verdict.gate): the others
+    # are blips, said as such.
+    extra = f" ({blips} more above on too few requests)" if blips else ""
+    return f"{run}/{needed} windows > {threshold}{extra}; worst {worst}"
 
 
 def _fmt(v: Any, unit: str) -> str:

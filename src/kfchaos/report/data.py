@@ -104,7 +104,7 @@ def _succeeded(frame: pd.DataFrame) -> pd.Series:
     if "error" in frame:
         ok &= frame["error"].isna()
     if "status" in frame:
-        ok &= frame["status"].fillna(0).between(200, 399)
+        ok &= frame["status"].fillna(0).between(200, 299)  # a completion is a 2xx (kfchaos.verdict.requests)
     return ok
 
 
@@ -242,9 +242,9 @@ def time_series(frame: pd.DataFrame) -> TimeSeries | None:
             series.errors[kind] = np.bincount(at[frame["error"] == kind], minlength=count).astype(float)
     if "status" in frame:
         http = frame["error"].isna() if "error" in frame else pd.Series(True, index=frame.index)
-        bad = http & frame["status"].notna() & ~frame["status"].fillna(0).between(200, 399)
+        bad = http & frame["status"].notna() & ~frame["status"].fillna(0).between(200, 299)
         if bad.any():
-            series.errors["HTTP status >= 400"] = np.bincount(failed_bins[bad], minlength=count).astype(float)
+            series.errors["HTTP status not 2xx"] = np.bincount(failed_bins[bad], minlength=count).astype(float)
     return series
 
 

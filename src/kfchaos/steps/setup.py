@@ -52,13 +52,16 @@ def baseline(experiment_text: str, baseline_text: str, out_path: str) -> str:
 
     No baseline is not an error here: the verdict then reports P99 drift INCONCLUSIVE, never PASS.
     """
-    from kfchaos.baseline import load_baseline
+    from kfchaos.baseline import load_baseline, scope_problems
 
-    experiment_from_text(experiment_text)
+    experiment = experiment_from_text(experiment_text)
     safefile.write_text(out_path, baseline_text)
     if not baseline_text.strip():
         return ""
     loaded, _warnings = load_baseline(out_path)  # checks content_hash: an edited baseline is refused
+    problems = scope_problems(loaded, experiment)  # another target's figures: refused before any fault
+    if problems:
+        raise KfchaosError("the baseline is not this experiment's target's: " + "; ".join(problems))
     return str(loaded.content_hash)
 
 

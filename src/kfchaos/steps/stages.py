@@ -20,10 +20,12 @@ def _judge(
     valid: Any,
     fault_windows: list[dict[str, Any]] | None = None,
     fault_free: bool = False,
+    duration: float | None = None,
 ) -> tuple[Any, Any]:
     """(StageResult, GateResult) of one stage's records: one evaluation, whose stage gate is the gate.
     `fault_free`: a probe replayed without any fault (seams.replay_stage leaves them out of its plan) is judged
-    as the experiment without faults, so no planned fault is looked for in it."""
+    as the experiment without faults, so no planned fault is looked for in it. `duration`: a probe shorter
+    than a stage is judged against its own length (its load check: kfchaos.verdict.load)."""
     from kfchaos.faults.activity import FaultActivity
     from kfchaos.records import unfinished_stages
     from kfchaos.verdict import evaluate, load_requests
@@ -32,6 +34,9 @@ def _judge(
     experiment = experiment_from_text(experiment_text)
     if fault_free:
         experiment = experiment.model_copy(update={"spec": experiment.spec.model_copy(update={"faults": []})})
+    if duration is not None:
+        traffic = experiment.spec.traffic.model_copy(update={"stage_duration": duration})
+        experiment = experiment.model_copy(update={"spec": experiment.spec.model_copy(update={"traffic": traffic})})
     requests = load_requests(records_path)
     baseline = load_optional_baseline(baseline_path)
     window = (float(requests.intended.min()), float(requests.intended.max())) if len(requests) else (0.0, 0.0)
@@ -68,7 +73,9 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
         summary = seams.replay_stage(
             experiment, first, experiment_dir, target, records, duration=probe, fault_active=False
         )
-        stage_result, gate_result = _judge(experiment_text, first, records, baseline_path, None, fault_free=True)
+        stage_result, gate_result = _judge(
+            experiment_text, first, records, baseline_path, None, fault_free=True, duration=probe
+        )
     # Proceed unless the probe clearly failed: a short probe often lacks samples or metrics, which the final
     # verdict reports as INCONCLUSIVE anyway; a FAIL (not at baseline, abort rule hit) means do not inject.
     failed = [c for c in stage_result.checks if c.gating and c.status.value == "FAIL"]

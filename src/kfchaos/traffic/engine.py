@@ -141,9 +141,17 @@ class _Stage:
         status = exchange.status
         if error is None and status >= 500:
             error = "http"
+        elif error is None and 300 <= status < 400:
+            error = "redirect"  # not followed: a completed answer is a 2xx (docs/verdict.md)
         sse = exchange.sse
         if error is None and sse is not None and 200 <= status < 300:
             error = stream_error(sse)
+        elif error is None and 200 <= status < 300 and not exchange.body_bytes and status != 204:
+            # 204 No Content and a HEAD answer have no body by definition.
+            error = "empty_body" if request.method != "HEAD" else None
+        answered = sse.model if sse is not None else None
+        if error is None and answered is not None and answered != self.builder.requested_model(request):
+            error = "wrong_model"  # a fallback's answer is not the target's (docs/verdict.md, "Who answered")
         if error is not None:
             self.errors += 1
         sent = exchange.sent
@@ -175,6 +183,7 @@ class _Stage:
             status, error, latency, ttft, itl, tpot, prompt_tokens, output_tokens,
             exchange.bytes_sent if sent else -1, exchange.bytes_received, request.long_context, active,
             exchange.connect if sent else math.nan, request.fault, exchange.ended + self.epoch if sent else math.nan,
+            sse.finish_reason if sse is not None else None, answered,
         )  # fmt: skip
 
     def _sweep(self) -> None:

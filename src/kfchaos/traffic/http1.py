@@ -75,6 +75,7 @@ class Exchange:
     """One request in flight: what the engine needs to record when it ends."""
 
     __slots__ = (
+        "body_bytes",
         "bytes_received",
         "bytes_sent",
         "complete",
@@ -101,6 +102,7 @@ class Exchange:
         self.connect = 0.0
         self.status = -1
         self.bytes_received = 0
+        self.body_bytes = 0  # of the answer's body (bytes_received counts its head too)
         self.ended = 0.0
         self.error: str | None = None
         self.complete = False
@@ -165,7 +167,10 @@ class Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         exchange = self.exchange
-        if exchange is not None and exchange.sse is not None and exchange.status < 300:
+        if exchange is None:
+            return
+        exchange.body_bytes += len(body)
+        if exchange.sse is not None and exchange.status < 300:
             exchange.sse.feed(body, self.clock())
 
     def on_message_complete(self) -> None:

@@ -30,6 +30,26 @@ NAN = math.nan
 ERROR_CODE = {kind: i for i, kind in enumerate(ERROR_KINDS)}
 
 
+# A server names the finish reason: a hostile one could name a new one every time. The names kept per recorder are
+# bounded; beyond them a reason is recorded as OTHER_NAME (never mistaken for "stop" or "length").
+MAX_FINISH_NAMES = 32
+MAX_MODEL_NAMES = 256  # model names answered, likewise
+OTHER_NAME = "(other)"
+
+
+def _code(names: dict[str, int], name: str, limit: int) -> int:
+    if name not in names and len(names) >= limit - 1:
+        name = OTHER_NAME
+    return names.setdefault(name, len(names))
+
+
+def _dictionary(codes: array, names: dict[str, int], index_type: pa.DataType, n: int) -> pa.DictionaryArray:
+    values = np.frombuffer(codes, dtype=np.dtype(codes.typecode)) if n else np.zeros(0, dtype=np.int8)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(values, type=index_type, mask=values < 0), pa.array(list(names), type=pa.string())
+    )
+
+
 class Recorder:
     def __init__(self, stage: int, shard: int) -> None:
         self.stage = stage
@@ -57,6 +77,10 @@ class Recorder:
         self.bytes_received = array("q")
         self.connect = array("d")
         self.ended = array("d")
+        self.finish = array("b")  # -1: none; else index in finish_names
+        self.finish_names: dict[str, int] = {}
+        self.model = array("h")  # -1: none; else index in model_names
+        self.model_names: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.intended)
@@ -82,6 +106,8 @@ class Recorder:
         connect: float = NAN,
         fault_request: str | None = None,
         ended: float = NAN,
+        finish_reason: str | None = None,
+        model: str | None = None,
     ) -> None:
         self.ids += record_id.encode()
         self.id_ends.append(len(self.ids))
@@ -108,6 +134,8 @@ class Recorder:
             self.fault_request.append(-1)
         else:
             self.fault_request.append(self.fault_names.setdefault(fault_request, len(self.fault_names)))
+        self.finish.append(-1 if finish_reason is None else _code(self.finish_names, finish_reason, MAX_FINISH_NAMES))
+        self.model.append(-1 if model is None else _code(self.model_names, model, MAX_MODEL_NAMES))
 
     def sliced(self, start: int, end: int) -> Recorder:
         """A copy of rows [start, end) (each column copied: the original keeps growing while the copy is
@@ -122,6 +150,8 @@ class Recorder:
         part.ids = bytearray(self.ids[first : (ends[-1] if len(ends) else first)])
         part.trace = bytearray(self.trace[16 * start : 16 * end])
         part.fault_names = dict(self.fault_names)
+        part.finish_names = dict(self.finish_names)
+        part.model_names = dict(self.model_names)
         return part
 
     def nbytes(self) -> int:
@@ -184,12 +214,14 @@ class Recorder:
                 pa.array(list(self.fault_names), type=pa.string()),
             ),
             "ended": floats(self.ended),
+            "finish_reason": _dictionary(self.finish, self.finish_names, pa.int8(), n),
+            "model": _dictionary(self.model, self.model_names, pa.int16(), n),
         }
         table = pa.table([columns[name] for name in REQUEST_SCHEMA.names], schema=REQUEST_SCHEMA)
         return table.sort_by("intended")
 
 
-LATER_COLUMNS = ("ended",)  # columns older records files lack, read as null
+LATER_COLUMNS = ("ended", "finish_reason", "model")  # columns older records files lack, read as null
 
 # How often a replay with an output file writes the records taken since the last part (kfchaos.traffic.engine).
 SPOOL_S = 10.0

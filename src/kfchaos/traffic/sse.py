@@ -12,14 +12,31 @@ a list, a token count that is not an integer from 0 to 2^31-1, an event over MAX
 nested deeper than MAX_JSON_DEPTH) raises SseError, which records that one request as a protocol error.
 Messages never quote the payload (it may echo the prompt).
 
-A 2xx stream is a success only if it served output: vLLM's generators (vllm/entrypoints/openai/serving_chat.py
-`chat_completion_stream_generator`, serving_completion.py `completion_stream_generator`) send one chunk per
-engine output with the new text in `choices[i].delta.content` / `choices[i].text`, then, with
-`stream_options.include_usage`, a last chunk with `choices: []` and `usage`, then `data: [DONE]`; vLLM refuses
-max_tokens below 1 (vllm/sampling_params.py `_verify_args`: "max_tokens must be at least 1", a 400), so a real
-2xx completion holds at least one token. A stream that ends without a token
-chunk served nothing (`stream_error`): "empty_completion" when it says it generated no tokens (or says nothing),
-"protocol" when its usage claims tokens it never streamed.
+A 2xx stream is a success only if it served output and completed (`stream_error`). vLLM's generators
+(vllm-project/vllm vllm/entrypoints/openai/chat_completion/serving.py `chat_completion_stream_generator`,
+completion/serving.py `completion_stream_generator`) send one chunk per engine output with the new text in
+`choices[i].delta.content` / `choices[i].text` and the `model` they answer as, the last one with its
+`finish_reason`, then, with `stream_options.include_usage`, a chunk with `choices: []` and `usage`, then
+`data: [DONE]`; vLLM refuses max_tokens below 1 (vllm/sampling_params.py `_verify_args`), so a real 2xx
+completion holds at least one token. The chat stream's first chunk is the role alone (`delta: {role, content:
+""}`): not a token, so TTFT runs to the first content, reasoning or tool-call delta. So a 2xx stream
+- with no body at all: "empty_body";
+- that carried an error event: "stream_error". When generation fails mid-stream vLLM does not end the HTTP
+  response with an error status (the 200 and the first chunks are sent): it writes
+  `data: {"error": {"message", "type", "code"}}` (`create_streaming_error_response`, engine/serving.py; older
+  versions wrote the ErrorResponse flat, `{"object": "error", "message", ...}`) and then `data: [DONE]`;
+- without `data: [DONE]`: "protocol";
+- without a token chunk: "empty_completion" when it says it generated no tokens (or says nothing),
+  "protocol" when its usage claims tokens it never streamed;
+- whose choice finished with finish_reason "abort" (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS: aborted)
+  or "error" (a retryable request-level internal error; vLLM's `_raise_if_error` turns it into an error event,
+  a gateway or another server may pass it on as is): "finish_abort" / "finish_error".
+finish_reason "length" (max_tokens or max_model_len reached) is a completion, recorded for the report; a
+tool-call-only answer (`delta.tool_calls`, finish_reason "tool_calls") is a completion.
+
+Who answered: every chunk names the model it answers as (`model`: the served model's first name, or a LoRA
+adapter's name when the request named one; vllm/entrypoints/openai/models/serving.py `model_name`). The timer
+keeps that name; the engine compares it with the model the request asked for (`wrong_model`).
 """
 
 from __future__ import annotations
@@ -34,11 +51,32 @@ class SseError(Exception):
     """The stream is not valid SSE carrying JSON chunks."""
 
 
+MAX_NAME = 128  # a finish_reason or model name longer than this is cut (a hostile server's names are bounded)
+FAILED_FINISH = {"abort": "finish_abort", "error": "finish_error"}
+
+
 class SseTimer:
-    __slots__ = ("buffer", "chunks", "completion_tokens", "done", "first", "gaps", "last", "prompt_tokens")
+    __slots__ = (
+        "buffer",
+        "chunks",
+        "completion_tokens",
+        "done",
+        "error_event",
+        "finish_reason",
+        "first",
+        "gaps",
+        "last",
+        "model",
+        "prompt_tokens",
+        "received",
+    )
 
     def __init__(self) -> None:
         self.buffer = b""
+        self.received = 0  # body bytes fed
+        self.error_event = False  # the stream carried an error event
+        self.finish_reason: str | None = None  # the choices' finish_reason (abort or error win over others)
+        self.model: str | None = None  # the model the chunks name (two names joined by "|" when they disagree)
         self.first: float | None = None  # time of the first token chunk
         self.last: float | None = None  # time of the last token chunk
         self.gaps: list[float] = []  # between successive token chunks
@@ -48,6 +86,7 @@ class SseTimer:
         self.done = False
 
     def feed(self, data: bytes, now: float) -> None:
+        self.received += len(data)
         buffer = self.buffer + data if self.buffer else data
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n")
@@ -75,11 +114,16 @@ class SseTimer:
         if not isinstance(chunk, dict):
             raise SseError("data is not a JSON object")
         choices = chunk.get("choices")
-        if "error" in chunk and not choices:
-            raise SseError("server sent an error event")
+        if "error" in chunk or chunk.get("object") == "error":
+            self.error_event = True  # vLLM's streaming error (see the module's docstring); [DONE] follows
+            return
         if choices is not None and not isinstance(choices, list):
             raise SseError("choices is not a list")
+        model = chunk.get("model")
+        if model is not None:
+            self._model(model)
         if choices:
+            self._finish(choices)
             choice = choices[0]
             if not isinstance(choice, dict):
                 raise SseError("choices[0] is not an object")
@@ -109,6 +153,25 @@ class SseTimer:
             if prompt is not None:
                 self.prompt_tokens = prompt
 
+    def _model(self, model: Any) -> None:
+        if not isinstance(model, str):
+            raise SseError("model is not text")
+        model = model[:MAX_NAME]
+        if self.model is None:
+            self.model = model
+        elif model != self.model and "|" not in self.model:  # the answer changed models midway: named both
+            self.model = f"{self.model}|{model}"
+
+    def _finish(self, choices: list[Any]) -> None:
+        for choice in choices:
+            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+            if reason is None:
+                continue
+            if not isinstance(reason, str):
+                raise SseError("finish_reason is not text")
+            if self.finish_reason not in FAILED_FINISH:  # one choice aborted: the answer is not whole
+                self.finish_reason = reason[:MAX_NAME]
+
     def finish(self, now: float) -> None:
         """At the end of the body: a last event without its blank line still counts."""
         if self.buffer.strip():
@@ -122,8 +185,14 @@ class SseTimer:
 
 def stream_error(timer: SseTimer) -> str | None:
     """The error kind of a finished 2xx stream, None when it is a success (see the module's docstring)."""
+    if not timer.received:
+        return "empty_body"
+    if timer.error_event:
+        return "stream_error"
     if not timer.done:
         return "protocol"  # the stream ended without data: [DONE]
+    if timer.finish_reason in FAILED_FINISH:
+        return FAILED_FINISH[timer.finish_reason]
     if timer.first is None:
         return "protocol" if timer.completion_tokens else "empty_completion"
     return None

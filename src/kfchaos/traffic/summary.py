@@ -44,7 +44,7 @@ class StageSummary:
     intended: int  # requests the plan scheduled
     sent: int
     completed: int  # a response was received (any status)
-    ok: int  # completed without error with a status below 400
+    ok: int  # completed without error with a 2xx status
     dropped: int  # not sent: concurrency limit
     errors: dict[str, int]
     status: dict[str, int]  # by class: 2xx, 3xx, 4xx, 5xx
@@ -123,7 +123,7 @@ def summarize(
     # ok: a 1xx-3xx answer without error. A 4xx is no replay error (records keep error null, as the schema
     # says), but it is not a success either; it is counted under status.
     no_error = errors_col.is_null().to_numpy(zero_copy_only=False) if n else np.zeros(0, bool)
-    ok = int(((status >= 0) & (status < 400) & no_error).sum())
+    ok = int(((status >= 200) & (status < 300) & no_error).sum())  # a completion is a 2xx (docs/verdict.md)
     seconds = duration
 
     def rate(count: float) -> float:

@@ -95,11 +95,15 @@ class RequestBuilder:
             payload["messages"] = [{"role": "user", "content": self._prompt(request)}]
         else:
             payload["prompt"] = self._prompt(request)
-        return (
-            path,
-            self._stream(payload, request.model or (turn.conversation.model if turn is not None else None)),
-            True,
-        )
+        return path, self._stream(payload, self.requested_model(request)), True
+
+    def requested_model(self, request: TrafficRequest) -> str | None:
+        """The model the request asks for: its own (a LoRA churn's adapter), its tenant's, else the target's; None
+        for a plain HTTP API. A recorded body's model is replaced by the target's too (`_stream`)."""
+        if self.api == "http":
+            return None
+        turn = request.turn
+        return request.model or (turn.conversation.model if turn is not None else None) or self.model
 
     def _prompt(self, request: TrafficRequest) -> str:
         if request.prompt is not None:

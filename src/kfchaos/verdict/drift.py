@@ -9,6 +9,11 @@
    holding the baseline P99 or the one holding the drift limit (1 + drift) x P99 is wider than the drift
    tested, or the bounds were not recorded, the check is INCONCLUSIVE (interpolation inside one bucket can
    move the P99 by the bucket's width: a true 212 ms read as 297 ms in vLLM's first 0..300 ms bucket).
+   And only where its intervals rest on enough requests: each interval's P99 comes from that interval's
+   requests alone, and a P99 of 40 requests is their slowest one. The median interval must hold as many as a
+   P99 needs to have an order-statistic interval at the verdict's confidence (299 at 95 %), else INCONCLUSIVE,
+   saying how many requests it rests on; a baseline that records no counts (captured before kfchaos recorded
+   them) cannot say, and is INCONCLUSIVE too.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 
 from kfchaos.baseline import Baseline
 from kfchaos.metrics.histogram import bucket_around, wide_bucket_warning
+from kfchaos.verdict.stats import TAIL, quantile_ranks
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,35 @@ def _band_top(baseline: Baseline) -> float | None:
     return stat.p90
 
 
-def reference(baseline: Baseline | None, stage: int, drift: float) -> DriftReference:
+def p99_requests(confidence: float) -> int:
+    """The fewest requests whose P99 has an order-statistic interval at `confidence` (299 at 95 %)."""
+    n = 1
+    while quantile_ranks(n, 1 - TAIL, confidence) is None:
+        n = n * 2 if n < 128 else n + 1
+    return n
+
+
+def _precision_problem(baseline: Baseline, where: str, confidence: float) -> str | None:
+    needed = p99_requests(confidence)
+    precision = baseline.precision
+    if precision is None:
+        return (
+            f"{where}: the baseline records no request counts per interval (captured before kfchaos recorded "
+            "them): how many requests its P99 rests on is unknown; capture it again or record a control baseline "
+            "(kfchaos baseline control)"
+        )
+    if precision.requests_median < needed:
+        return (
+            f"{where}: the baseline P99 rests on intervals of {precision.requests_median:.0f} requests (the median "
+            f"of {precision.intervals} {precision.step:g}s intervals, {precision.requests_total:.0f} requests in "
+            f"all; the sparsest {precision.requests_min:.0f}): an interval's P99 needs at least {needed} requests "
+            f"to be known at {100 * confidence:g}% confidence, so its drift can be neither shown nor ruled out; "
+            "capture with a longer step or record a control baseline (kfchaos baseline control)"
+        )
+    return None
+
+
+def reference(baseline: Baseline | None, stage: int, drift: float, confidence: float = 0.95) -> DriftReference:
     if baseline is None:
         return _none("no baseline P99 for latency: no baseline, nothing to compare with")
     control = baseline.control.stage(stage) if baseline.control else None
@@ -85,4 +119,7 @@ def reference(baseline: Baseline | None, stage: int, drift: float) -> DriftRefer
         problem = wide_bucket_warning(bounds, value, drift, what=what)
         if problem:
             return _none(f"{where}: {problem}", p99, where)
+    imprecise = _precision_problem(baseline, where, confidence)
+    if imprecise:
+        return _none(imprecise, p99, where)
     return DriftReference(p99, p99, p99, where)

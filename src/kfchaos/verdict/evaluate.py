@@ -8,6 +8,7 @@ experiment-wide checks (faults verified, metrics source reachable, recovery time
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from kfchaos.spec import Experiment, Slo
 from kfchaos.verdict import drift
 from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
+from kfchaos.verdict.clock import metrics_window_check
 from kfchaos.verdict.delivery import fault_requests_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.load import load_check, ramp_rates
@@ -30,8 +32,10 @@ from kfchaos.verdict.recovery import RECOVERY_WINDOW, recorded_check, recovery_c
 from kfchaos.verdict.requests import DROPPED, Requests, load_requests
 
 FaultsVerified = bool | Mapping[str, bool] | None
-# Besides the abort rules (abort.*), the checks that decide whether the ramp may go on after a stage.
-GATE_CHECKS = ("replay", "fault_active", "fault_requests")  # a fault not seen working stops the ramp
+# Besides the abort rules (abort.*), the checks that decide whether the ramp may go on after a stage: a fault not
+# seen working stops the ramp. The load check is not one: a short probe or a stage of a few hundred recorded
+# requests misses its planned span by chance, and the stage it judges is INCONCLUSIVE at the end anyway.
+GATE_CHECKS = ("replay", "fault_active", "fault_requests")
 
 
 def _tail_sample(requests: Requests, column: np.ndarray) -> tuple[np.ndarray, int]:
@@ -81,6 +85,8 @@ def stage_checks(
         max_send_lag_p99=experiment.spec.traffic.max_send_lag_p99,
         replay_valid=replay_valid,
         stage=stage,
+        stages=len(experiment.spec.traffic.stages),
+        confidence=confidence,
     )
     checks = list(stage_gate.checks)
     checks += coverage_checks(fault_activity, window, planned_faults, stage)
@@ -90,7 +96,7 @@ def stage_checks(
             "p99_drift",
             latency,
             beyond,
-            drift.reference(baseline, stage, slo.p99_drift_max),
+            drift.reference(baseline, stage, slo.p99_drift_max, slo.confidence),
             slo.p99_drift_max,
             what="latency",
             min_samples=samples,
@@ -111,18 +117,21 @@ def stage_checks(
                 unknown=unknown,
             )
         )
-    checks.append(
-        rate_check(
-            "error_rate",
-            int(np.count_nonzero(requests.failed())),
-            served,
-            slo.error_rate_max,
-            min_samples=samples,
-            confidence=confidence,
-            unknown=unknown,
-            details=_accounting(requests),
-        )
+    accounting = _accounting(requests)
+    error_rate = rate_check(
+        "error_rate",
+        int(np.count_nonzero(requests.failed())),
+        served,
+        slo.error_rate_max,
+        min_samples=samples,
+        confidence=confidence,
+        unknown=unknown,
+        details=accounting,
     )
+    kinds = requests.failed_by_kind()
+    if kinds:  # what the failures were, in the reason the report shows
+        error_rate = replace(error_rate, reason=f"{error_rate.reason}; {failed_words(kinds)}")
+    checks.append(error_rate)
     checks.append(
         rate_check(
             "timeout_rate",
@@ -134,6 +143,7 @@ def stage_checks(
             unknown=unknown,
         )
     )
+    checks.append(completions_check(requests))
     checks.append(_oom(requests, window, metrics, slo, served))
     for name, limit, column, what in (
         ("ttft_p99", slo.ttft_p99_max, requests.ttft, "time to first token"),
@@ -168,7 +178,68 @@ def _accounting(requests: Requests) -> dict[str, object]:
         "unknown": int(np.count_nonzero(requests.unknown())),
         "excluded": int(np.count_nonzero(requests.excluded())),
         "excluded_statuses": list(requests.excluded_statuses),
+        "failed_by_kind": requests.failed_by_kind(),
+        "finish_reasons": requests.finish_reasons(),
     }
+
+
+# What each kind of failed request was, in the words an SRE reads in the report (docs/verdict.md).
+KIND_WORDS = {
+    "dropped": "dropped at the replayer's concurrency limit",
+    "connect": "no connection",
+    "http": "5xx answers",
+    "protocol": "malformed answers",
+    "empty_completion": "streams that served no token",
+    "redirect": "redirects (3xx), not followed: not the answer asked for",
+    "empty_body": "2xx answers with an empty body",
+    "stream_error": "streams that carried an error event",
+    "finish_abort": 'streams ended with finish_reason "abort"',
+    "finish_error": 'streams ended with finish_reason "error"',
+    "wrong_model": "answers from another model than the one asked for (a fallback's, not the target's)",
+}
+
+
+def failed_words(failed: Mapping[str, int]) -> str:
+    """ "failed: 60 redirects (3xx), not followed: ..., 2 streams that carried an error event"."""
+    return "failed: " + ", ".join(f"{n} {KIND_WORDS.get(k, k)}" for k, n in failed.items())
+
+
+def completions_check(requests: Requests) -> Check:
+    """For information: how the stage's requests completed, and how the others failed (their kinds). A completion
+    is a 2xx answer that completed; finish_reason "length" (capped at max_tokens or max_model_len) is one, shown
+    because it is not the model's own stop."""
+    ok = int(np.count_nonzero(requests.succeeded()))
+    finish = requests.finish_reasons()
+    failed = requests.failed_by_kind()
+    reason = f"{ok} completed"
+    if finish:
+        named = ", ".join(f"{n} {r}" for r, n in finish.items())
+        reason += f" ({named})"
+        if finish.get("length"):
+            reason += (
+                f"; {finish['length']} stopped at their length limit (max_tokens or max_model_len): completions, "
+                "not errors"
+            )
+    if failed:
+        reason += f"; {failed_words(failed)}"
+    counted = int(np.count_nonzero(requests.counted()))
+    answered_by = requests.answered_by()
+    other = failed.get("wrong_model", 0)
+    if other:
+        named = ", ".join(f"{model} {n}" for model, n in answered_by.items())
+        reason += (
+            f"; {other} of {counted} ({100 * other / counted:.3g}%) answered by another model (answers named: {named})"
+        )
+    return Check(
+        "completions",
+        Status.PASS,
+        reason,
+        ok / counted if counted else None,
+        samples=counted,
+        unit="fraction",
+        gating=False,
+        details={"completed": ok, "finish_reasons": finish, "failed_by_kind": failed, "answered_by": answered_by},
+    )
 
 
 def coverage_checks(
@@ -249,6 +320,35 @@ def gate_of(stage: int, checks: Sequence[Check]) -> GateResult:
     return GateResult(stage, status_of(picked), picked)
 
 
+def ramp_consistency(stages: list[StageResult], gates: Mapping[int, GateResult]) -> list[StageResult]:
+    """The ramp stops at the first stage whose gate does not clear it (`proceed`): a later stage with records ran
+    past a stopped gate. Such a stage is not judged as the ramp meant it: after a tripped gate (an abort rule
+    FAILed: users were being hurt) it FAILs with a `ramp` check, after a blind one (INCONCLUSIVE: the gate could
+    not tell) it is INCONCLUSIVE; never PASS."""
+    stopped: GateResult | None = None
+    out = []
+    for stage in stages:
+        if stopped is not None and stage.requests:
+            status = Status.FAIL if stopped.status is Status.FAIL else Status.INCONCLUSIVE
+            tripped = "tripped" if status is Status.FAIL else "did not clear"
+            check = Check(
+                "ramp",
+                status,
+                f"{stage.requests} records of stage {stage.stage}% come after stage {stopped.stage}%'s gate "
+                f"{tripped} the ramp ({'; '.join(stopped.reasons) or stopped.status.value}): the ramp must have "
+                "ended there, so these requests were sent past a stopped gate",
+                samples=stage.requests,
+                details={"stopped_at": stopped.stage, "gate": stopped.to_dict()},
+            )
+            checks = [*stage.checks, check]
+            stage = StageResult(stage.stage, status_of(checks), stage.requests, stage.window, checks, stage.gate)
+        gate = gates.get(stage.stage)
+        if stopped is None and gate is not None and not gate.proceed:
+            stopped = gate
+        out.append(stage)
+    return out
+
+
 def faults_check(experiment: Experiment, verified: FaultsVerified) -> Check | None:
     cluster = [f.name for f in experiment.spec.faults if f.cluster_side]
     if not cluster:
@@ -299,6 +399,7 @@ def evaluate(
         notes.append(f"records for unplanned stage(s) {extra} are not stage-checked (recovery may use them)")
 
     stages: list[StageResult] = []
+    ramp_gates: dict[int, GateResult] = {}
     own = requests.was_sent() & ~requests.injected
     per_percent = ramp_rates(experiment, {p: int(np.count_nonzero(own & (requests.stage == p))) for p in planned})
     for percent in planned:
@@ -324,8 +425,15 @@ def evaluate(
             checks.append(delivered)
         if any(f.type == "client-abort-storm" and percent in experiment.fault_stages(f) for f in spec.faults):
             checks.append(abort_recovery_check(fault_requests, metrics))
+        # The stage's metrics were read over its records' times: they must hold its requests (the fault's too: the
+        # server finished those as well).
+        window_check = metrics_window_check(requests, in_stage, metrics)
+        if window_check is not None:
+            checks.append(window_check)
         stage_gate = gate_of(percent, checks)
+        ramp_gates[percent] = stage_gate
         stages.append(StageResult(percent, status_of(checks), len(subset), window, checks, stage_gate))
+    stages = ramp_consistency(stages, ramp_gates)
 
     overall: list[Check] = []
     if not len(requests):

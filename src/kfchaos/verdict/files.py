@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kfchaos.baseline import Baseline, load_baseline
+from kfchaos.baseline import Baseline, load_baseline, scope_problems, scope_warning
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import stage_activities
 from kfchaos.metrics.snapshot import MetricsSnapshot
@@ -33,13 +33,16 @@ def _baseline(
     else:
         return None, [f"baseline file {spec_file} not found; P99 drift is INCONCLUSIVE"]
     baseline, warnings = load_baseline(path)
-    if baseline.experiment != experiment.metadata.name:
-        # Another experiment's production (or control) figures would judge this one's drift: refused (exit 3).
+    problems = scope_problems(baseline, experiment)
+    if problems:
+        # Another experiment's or another target's production (or control) figures would judge this one's drift:
+        # refused (exit 3).
         raise KfchaosError(
-            f"{path}: experiment: {baseline.experiment!r} is the baseline of another experiment than "
-            f"{experiment_file} ({experiment.metadata.name!r}); give this experiment's baseline"
-        )
-    return baseline, warnings
+            f"{path}: not the baseline of {experiment_file}'s target: " + "; ".join(problems)
+            + "; give this experiment's baseline (kfchaos baseline capture --experiment)"
+        )  # fmt: skip
+    unchecked = scope_warning(baseline)
+    return baseline, [*warnings, *([unchecked] if unchecked else [])]
 
 
 def find_baseline(experiment_file: Path, spec_file: str) -> Path | None:

@@ -12,7 +12,7 @@ these masks, so they cannot disagree on what was sent or what failed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -24,24 +24,44 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from kfchaos import parquetguard
-from kfchaos.records import ERROR_KINDS, REQUEST_SCHEMA, RUN_ID_KEY, SPOOL_KEY, IdReader, RecordsError, impossible_data
+from kfchaos.records import (
+    ERROR_KINDS,
+    ID_BATCH_ROWS,
+    REQUEST_SCHEMA,
+    RUN_ID_KEY,
+    SPOOL_KEY,
+    BatchReader,
+    RecordsError,
+    impossible_data,
+    repeated_requests,
+)
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
-OPTIONAL = ("long_context", "fault_request")  # read when present; older or hand-made records may lack them
+# Read when present; older records may lack them.
+OPTIONAL = ("long_context", "fault_request", "finish_reason", "model")
 NO_ERROR = -1
 _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
 TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT, EMPTY = (
     _KIND_CODE[k]
     for k in ("timeout", "connect", "http", "protocol", "dropped", "cancelled", "client_abort", "empty_completion")
 )
-# A request answered with one of these statuses failed for its user, unless the experiment excludes it: 4xx
-# (429 Too Many Requests is how a server sheds load, vLLM's 400 refuses a prompt over --max-model-len) and
-# 5xx (503 Service Unavailable sheds load too). A success is a 1xx-3xx answer, as in the replay's summary (`ok`).
-FAILED_STATUS = 400
+# Kinds of a failed request (the error column): no answer, a malformed one, or an answer that is not a completion
+# (docs/verdict.md, "What counts as a completion").
+FAILED_KINDS = tuple(
+    _KIND_CODE[k]
+    for k in (
+        "dropped", "connect", "http", "protocol", "empty_completion",
+        "redirect", "empty_body", "stream_error", "finish_abort", "finish_error", "wrong_model",
+    )
+)  # fmt: skip
+# Only a completed 2xx answer is a success. Any other status failed for its user, unless the experiment excludes
+# it: 3xx (the replayer follows no redirect: a gateway sending users to a login page), 4xx (429 Too Many Requests
+# is how a server sheds load, vLLM's 400 refuses a prompt over --max-model-len) and 5xx (503 sheds load too).
+SUCCESS_STATUS = (200, 300)
 
 
 MAX_FAULT_NAMES = 2**15 - 1  # records.REQUEST_SCHEMA keeps fault_request as a dictionary with int16 indices
-_NOT_ROWS = ("_masks", "fault_names", "excluded_statuses")  # fields that are not one value per record
+_NOT_ROWS = ("_masks", "fault_names", "finish_names", "model_names", "excluded_statuses")  # not one value per record
 
 __all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
 
@@ -67,6 +87,12 @@ class Requests:
     # dictionary-encoded: four bytes a record, not a string).
     fault_code: NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     fault_names: tuple[str, ...] = ()
+    # The finish_reason of each request: an index into finish_names, -1 for none (records' finish_reason).
+    finish_code: NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+    finish_names: tuple[str, ...] = ()
+    # The model each answer named: an index into model_names, -1 for none (records' model).
+    model_code: NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+    model_names: tuple[str, ...] = ()
     # Statuses the experiment excludes (spec.slo.excluded_statuses): neither success nor error, out of every
     # denominator and every latency sample.
     excluded_statuses: tuple[int, ...] = ()
@@ -76,18 +102,33 @@ class Requests:
     def __post_init__(self) -> None:
         if len(self.fault_code) != len(self.stage):  # built without fault codes: no request names its fault
             object.__setattr__(self, "fault_code", np.full(len(self.stage), -1, dtype=np.int32))
+        for name in ("finish_code", "model_code"):  # not recorded (older records): none known
+            if len(getattr(self, name)) != len(self.stage):
+                object.__setattr__(self, name, np.full(len(self.stage), -1, dtype=np.int16))
 
     def __len__(self) -> int:
         return len(self.stage)
 
     def where(self, mask: NDArray[np.bool_]) -> Requests:
         rows = {f.name: getattr(self, f.name)[mask] for f in fields(self) if f.name not in _NOT_ROWS}
-        return Requests(**rows, fault_names=self.fault_names, excluded_statuses=self.excluded_statuses)
+        return Requests(
+            **rows,
+            fault_names=self.fault_names,
+            finish_names=self.finish_names,
+            model_names=self.model_names,
+            excluded_statuses=self.excluded_statuses,
+        )
 
     def excluding(self, statuses: tuple[int, ...] | list[int]) -> Requests:
         """The same records, with answers of these statuses excluded (neither success nor error)."""
         rows = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_ROWS}
-        return Requests(**rows, fault_names=self.fault_names, excluded_statuses=tuple(sorted(set(statuses))))
+        return Requests(
+            **rows,
+            fault_names=self.fault_names,
+            finish_names=self.finish_names,
+            model_names=self.model_names,
+            excluded_statuses=tuple(sorted(set(statuses))),
+        )
 
     def sent_by(self, fault: str) -> NDArray[np.bool_]:
         """Rows the named traffic-side fault sent (none when the records do not say which fault sent what)."""
@@ -127,24 +168,63 @@ class Requests:
         return self._mask("timeout", lambda: (self.error == TIMEOUT) & self.counted())
 
     def failed(self) -> NDArray[np.bool_]:
-        """Errors other than timeouts: dropped, connection, protocol, empty completion, and any status >= 400
-        not excluded (timeouts have their own check; cancelled ones are unknown, not failed)."""
+        """Errors other than timeouts: dropped, connection, protocol, an answer that is not a completion (empty,
+        redirected, an error event, finish_reason abort or error), and any status outside 2xx not excluded
+        (timeouts have their own check; cancelled ones are unknown, not failed)."""
 
         def compute() -> NDArray[np.bool_]:
-            by_kind = np.isin(self.error, np.array([DROPPED, CONNECT, HTTP, PROTOCOL, EMPTY], dtype=np.int8))
-            refused = (self.status >= FAILED_STATUS) & (self.error != TIMEOUT) & (self.error != CANCELLED)
+            by_kind = np.isin(self.error, np.array(FAILED_KINDS, dtype=np.int8))
+            low, high = SUCCESS_STATUS
+            outside = (self.status >= high) | ((self.status >= 100) & (self.status < low))  # a 1xx never ends one
+            refused = outside & (self.error != TIMEOUT) & (self.error != CANCELLED)
             return (by_kind | refused) & self.counted()  # NaN (no status) compares False
 
         return self._mask("failed", compute)
 
     def succeeded(self) -> NDArray[np.bool_]:
-        """Sent and answered 1xx-3xx without error: the only requests whose latencies enter a latency quantile."""
+        """Sent and answered 2xx without error: the only requests whose latencies enter a latency quantile."""
 
         def compute() -> NDArray[np.bool_]:
-            answered = (self.error == NO_ERROR) & (self.status < FAILED_STATUS)  # NaN (no status) compares False
+            low, high = SUCCESS_STATUS
+            answered = (self.error == NO_ERROR) & (self.status >= low) & (self.status < high)  # NaN compares False
             return answered & self.was_sent() & self.counted()
 
         return self._mask("ok", compute)
+
+    def failed_by_kind(self) -> dict[str, int]:
+        """How the failed requests failed: their error kind, or for an answer refused by its status alone the
+        status class ("status 429", "status 3xx" for an older record's redirect), most frequent first."""
+        failed = self.failed()
+        out: dict[str, int] = {}
+        for code in np.unique(self.error[failed]).tolist():
+            if code != NO_ERROR:
+                out[ERROR_KINDS[code]] = int(np.count_nonzero(failed & (self.error == code)))
+        bare = failed & (self.error == NO_ERROR) & np.isfinite(self.status)
+        for status in np.unique(self.status[bare]).tolist():
+            label = f"status {int(status)}" if status >= 400 else f"status {int(status) // 100}xx"
+            out[label] = out.get(label, 0) + int(np.count_nonzero(bare & (self.status == status)))
+        return dict(sorted(out.items(), key=lambda item: -item[1]))
+
+    def answered_by(self) -> dict[str, int]:
+        """The model each answered request's answer named, with how many, most frequent first (empty when the
+        records name none)."""
+        named = self.counted() & (self.model_code >= 0)
+        out = {
+            self.model_names[code]: int(np.count_nonzero(named & (self.model_code == code)))
+            for code in np.unique(self.model_code[named]).tolist()
+        }
+        return dict(sorted(out.items(), key=lambda item: -item[1]))
+
+    def finish_reasons(self) -> dict[str, int]:
+        """The finish_reason of the successful requests (stop, length, tool_calls, ...), most frequent first; empty
+        when the records carry none (a plain HTTP API, older records)."""
+        ok = self.succeeded()
+        out = {
+            self.finish_names[code]: int(np.count_nonzero(ok & (self.finish_code == code)))
+            for code in np.unique(self.finish_code[ok]).tolist()
+            if code >= 0
+        }
+        return dict(sorted(out.items(), key=lambda item: -item[1]))
 
     def unknown(self) -> NDArray[np.bool_]:
         """Counted, and neither a success, an error nor a timeout: cancelled in flight when the stage or replay
@@ -183,7 +263,10 @@ def _error_codes(column: pa.ChunkedArray) -> NDArray[np.int8]:
     return _dictionary_codes(column, lambda kind: _KIND_CODE.get(kind, HTTP), NO_ERROR, np.int8)
 
 
-def from_table(table: pa.Table, source: str = "records", request_ids: IdReader | None = None) -> Requests:
+def from_table(
+    table: pa.Table, source: str = "records", batches: BatchReader | None = None, repeated: list[str] | None = None
+) -> Requests:
+    """`repeated`: the identity rule's findings when the caller checked it first (kfchaos.records.repeated_requests)."""
     missing = [name for name in NEEDED if name not in table.column_names]
     if missing:
         raise RecordsError(
@@ -204,7 +287,7 @@ def from_table(table: pa.Table, source: str = "records", request_ids: IdReader |
     stage = table.column("stage")
     if stage.null_count:
         raise RecordsError(f"{source}: column stage has {stage.null_count} null value(s); every record needs its stage")
-    problems = impossible_data(table, request_ids)
+    problems = impossible_data(table, batches, identity=repeated is None) + (repeated or [])
     if problems:
         # Never judged: each of these turned a true FAIL into PASS (issue 11 §4). An input error, exit 3.
         raise RecordsError(f"{source}: impossible records: " + "; ".join(problems))
@@ -222,7 +305,26 @@ def from_table(table: pa.Table, source: str = "records", request_ids: IdReader |
         injected=injected_mask(table),
         fault_code=(faults := _fault_codes(table))[0],
         fault_names=faults[1],
+        finish_code=(finish := _name_codes(table, "finish_reason"))[0],
+        finish_names=finish[1],
+        model_code=(models := _name_codes(table, "model"))[0],
+        model_names=models[1],
     )
+
+
+def _name_codes(table: pa.Table, column: str) -> tuple[NDArray[np.int16], tuple[str, ...]]:
+    """Codes and names of a dictionary column of names (finish_reason, model: absent before records version 4;
+    the records schema keeps at most 2**15 names, two bytes a record)."""
+    if column not in table.column_names:
+        return np.full(table.num_rows, -1, dtype=np.int16), ()
+    names: dict[str, int] = {}
+
+    def code_of(name: str) -> int:
+        if name not in names and len(names) >= MAX_FAULT_NAMES:
+            raise RecordsError(f"column {column} names over {MAX_FAULT_NAMES} distinct values")
+        return names.setdefault(name, len(names))
+
+    return _dictionary_codes(table.column(column), code_of, -1, np.int16), tuple(names)
 
 
 def _fault_codes(table: pa.Table) -> tuple[NDArray[np.int32], tuple[str, ...]]:
@@ -296,13 +398,17 @@ def load_requests(source: pa.Table | str | Path) -> Requests:
         dataset = ds.dataset(path, format="parquet")  # one file, or a folder of per-stage/per-shard files
         _one_run(path, dataset)
         names = set(dataset.schema.names)
+
+        def batches(wanted: tuple[str, ...]) -> Iterator[pa.RecordBatch] | None:
+            # The id columns are the largest in the file: streamed batch by batch, only for the identity checks.
+            if not set(wanted) <= names:
+                return None
+            return iter(dataset.to_batches(columns=list(wanted), batch_size=ID_BATCH_ROWS))
+
+        # Before the columns are read: the identity check's keys are not held beside them (the peak of memory).
+        repeated = repeated_requests(dataset.schema.empty_table(), batches)
         table = dataset.to_table(columns=[n for n in (*NEEDED, *OPTIONAL) if n in names])
-
-        def request_ids(rows: NDArray[np.int64]) -> pa.Array | pa.ChunkedArray:
-            # Only rows that may repeat have their ids read: the column is the largest in the file.
-            return dataset.take(pa.array(rows), columns=["request_id"]).column(0)
-
-        return from_table(table, str(path), request_ids if "request_id" in names else None)
+        return from_table(table, str(path), batches, repeated)
     except FileNotFoundError:
         raise RecordsError(f"{path}: no such records file") from None
     except (pa.ArrowInvalid, OSError, KeyError) as exc:

@@ -28,6 +28,17 @@ def clopper_pearson(successes: int, trials: int, confidence: float) -> tuple[flo
     return (low, high)
 
 
+def lower_bounds(events: NDArray[np.int64], trials: NDArray[np.int64], level: float) -> NDArray[np.float64]:
+    """One-sided Clopper-Pearson lower bounds of events/trials at `level` (the lower tail), element-wise; 0 where
+    there are no events or no trials."""
+    low = np.zeros(len(events))
+    some = (events > 0) & (trials > 0)
+    if some.any():
+        k, n = events[some], trials[some]
+        low[some] = stats.beta.ppf(level, k, n - k + 1)
+    return low
+
+
 def quantile_ranks(n: int, q: float, confidence: float) -> tuple[int, int] | None:
     """1-based ranks (l, u) of the order statistics bracketing the q-quantile with at least `confidence`.
 
