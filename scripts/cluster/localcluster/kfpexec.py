@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -45,19 +44,12 @@ class KfpExecError(RuntimeError):
     pass
 
 
-class Api(Protocol):
-    def request(
-        self, method: str, path: str, body: object | None = None, content_type: str = "application/json"
-    ) -> object: ...
-
-    def apply(self, path: str, body: dict[str, object], field_manager: str = ...) -> object: ...
-
-
 class Images(Protocol):
     argoexec: str
 
 
-Wait = Callable[[str, Callable[[], bool], Path, "str | None"], None]
+Api = kfp.Api
+Wait = kfp.Wait
 
 
 def mlmd_python() -> Path:

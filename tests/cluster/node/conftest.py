@@ -27,6 +27,7 @@ from tests.cluster.test_rbac_real import apply_all
 from tests.manifests.test_manifests import MANIFESTS, kustomize_build
 
 TARGET_NAMESPACE = "llm-serving"  # manifests/overlays/llm-serving
+MODEL = "demo/llama-3-8b-sim"  # the demo server's model name
 NODE_LABEL = "kfchaos.io/real-node"
 NODE_TOLERATION = {"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
 KFCHAOS = Path(sys.executable).parent / "kfchaos"
@@ -195,3 +196,42 @@ def kfchaos(
     )
     print(f"$ kfchaos {' '.join(args)}\n-> exit {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-4000:]}")
     return done
+
+
+def experiment_text(
+    name: str,
+    namespace: str,
+    faults: list[dict[str, Any]],
+    traffic: dict[str, Any],
+    slo: dict[str, Any],
+    *,
+    version: str = "1.0.0",
+    timeout: str = "10s",
+    baseline: dict[str, Any] | None = None,
+) -> str:
+    """An experiment against the demo target in `namespace` (its Service `vllm`, its pods' labels). Without a
+    `baseline` it names a file that is not there: such a run judges what its fault does, not drift (p99_drift
+    INCONCLUSIVE). A busy 2-core node: the replayer's send lag is judged against 250 ms, as the demo's is."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "kfchaos.io/v1alpha1",
+            "kind": "Experiment",
+            "metadata": {"name": name, "version": version, "owner": "kfchaos-tests", "description": "real node"},
+            "spec": {
+                "target": {
+                    "namespace": namespace,
+                    "selector": {"labels": {"app.kubernetes.io/name": "vllm"}},
+                    "endpoint": f"http://vllm.{namespace}.svc:8000",
+                    "api": "openai-completions",
+                    "model": MODEL,
+                    "timeout": timeout,
+                },
+                "traffic": {"max_send_lag_p99": "250ms", **traffic},
+                "faults": faults,
+                "slo": slo,
+                "baseline": baseline or {"file": "../baselines/none.yaml"},
+                "safety": {"max_pod_percent": "100%", "max_fault_duration": "30m"},
+            },
+        },
+        sort_keys=False,
+    )

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from localcluster import node
 
-from tests.cluster.node.conftest import NodeCluster, Target, deploy_target, kfchaos, scratch_root
+from tests.cluster.node.conftest import NodeCluster, Target, deploy_target, experiment_text, kfchaos, scratch_root
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.node_long]
 
@@ -33,41 +32,18 @@ SELECTOR = "app.kubernetes.io/name=vllm"
 
 
 def experiment(fault: dict[str, Any], rate: int = 10) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "kfchaos.io/v1alpha1",
-            "kind": "Experiment",
-            "metadata": {"name": f"node-{fault['name']}", "version": "1.0.0", "owner": "t", "description": "fault"},
-            "spec": {
-                "target": {
-                    "namespace": NAMESPACE,
-                    "selector": {"labels": {"app.kubernetes.io/name": "vllm"}},
-                    "endpoint": f"http://vllm.{NAMESPACE}.svc:8000",
-                    "api": "openai-completions",
-                    "model": "demo/llama-3-8b-sim",
-                    "timeout": "5s",
-                },
-                "traffic": {
-                    "synthetic": {
-                        "rate": rate,
-                        "prompt_tokens": {"distribution": "fixed", "mean": 200},
-                        "output_tokens": {"distribution": "fixed", "mean": 8},
-                    },
-                    "stages": [100],
-                    "stage_duration": "30s",
-                    "warmup": "2s",
-                    # A busy 2-core node: the replayer's send lag is judged against 250 ms, as the demo's is.
-                    "max_send_lag_p99": "250ms",
-                },
-                "faults": [fault],
-                "slo": {"p99_max": "5s", "error_rate_max": "2%"},
-                # No baseline: these runs judge what a fault does, not drift (p99_drift stays INCONCLUSIVE).
-                "baseline": {"file": "../baselines/none.yaml"},
-                "safety": {"max_pod_percent": "100%", "max_fault_duration": "10m"},
-            },
+    traffic = {
+        "synthetic": {
+            "rate": rate,
+            "prompt_tokens": {"distribution": "fixed", "mean": 200},
+            "output_tokens": {"distribution": "fixed", "mean": 8},
         },
-        sort_keys=False,
-    )
+        "stages": [100],
+        "stage_duration": "30s",
+        "warmup": "2s",
+    }
+    slo = {"p99_max": "5s", "error_rate_max": "2%"}
+    return experiment_text(f"node-{fault['name']}", NAMESPACE, [fault], traffic, slo, timeout="5s")
 
 
 @dataclass

@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 
-from tests.cluster.node.conftest import NodeCluster, deploy_target, eventually, kfchaos, scratch_root
+from tests.cluster.node.conftest import NodeCluster, deploy_target, eventually, experiment_text, kfchaos, scratch_root
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
 NAMESPACE = "llm-oom"
-MODEL = "demo/llama-3-8b-sim"
 # vLLM's defaults pushed for throughput (the demo's unsafe scenario: kfchaos.demo.run SCENARIOS), one sixteenth of
 # the modelled host memory resident: 2 GiB of base + 0.75 x the KV pool in use, 0.95 x 24 GiB - 14 GiB of it.
 # The limit holds the idle server (~128 MiB modelled + the interpreter) and not the bursts' KV mirror.
@@ -38,47 +36,20 @@ MEMORY_LIMIT = "448Mi"
 def experiment() -> str:
     """The demo experiment's long-context bursts (16 x 16 000 tokens), without its network delay: this kernel
     has no netem."""
-    return yaml.safe_dump(
-        {
-            "apiVersion": "kfchaos.io/v1alpha1",
-            "kind": "Experiment",
-            "metadata": {"name": "node-oom", "version": "1.0.0", "owner": "kfchaos-tests", "description": "oom"},
-            "spec": {
-                "target": {
-                    "namespace": NAMESPACE,
-                    "selector": {"labels": {"app.kubernetes.io/name": "vllm"}},
-                    "endpoint": f"http://vllm.{NAMESPACE}.svc:8000",
-                    "api": "openai-completions",
-                    "model": MODEL,
-                    "timeout": "30s",
-                },
-                "traffic": {
-                    "synthetic": {
-                        "rate": 10,
-                        "prompt_tokens": {"distribution": "lognormal", "mean": 400, "stddev": 150, "max": 2000},
-                        "output_tokens": {"distribution": "fixed", "mean": 7},
-                    },
-                    "stages": [100],
-                    "stage_duration": "30s",
-                    "warmup": "2s",
-                    # A busy 2-core node: the replayer's send lag is judged against 250 ms, as the demo's is.
-                    "max_send_lag_p99": "250ms",
-                },
-                "faults": [
-                    {
-                        "name": "kv-cache-swell",
-                        "type": "long-context-burst",
-                        "params": {"requests": 16, "context_tokens": 16000, "max_tokens": 4, "start": "5s"},
-                    }
-                ],
-                "slo": {"p99_max": "12s", "error_rate_max": "5%", "oom_kill_rate_max": "0.001%"},
-                # No baseline: these runs judge what a fault does, not drift (p99_drift stays INCONCLUSIVE).
-                "baseline": {"file": "../baselines/none.yaml"},
-                "safety": {"max_pod_percent": "100%", "max_fault_duration": "10m"},
-            },
+    traffic = {
+        "synthetic": {
+            "rate": 10,
+            "prompt_tokens": {"distribution": "lognormal", "mean": 400, "stddev": 150, "max": 2000},
+            "output_tokens": {"distribution": "fixed", "mean": 7},
         },
-        sort_keys=False,
-    )
+        "stages": [100],
+        "stage_duration": "30s",
+        "warmup": "2s",
+    }
+    burst = {"requests": 16, "context_tokens": 16000, "max_tokens": 4, "start": "5s"}
+    faults = [{"name": "kv-cache-swell", "type": "long-context-burst", "params": burst}]
+    slo = {"p99_max": "12s", "error_rate_max": "5%", "oom_kill_rate_max": "0.001%"}
+    return experiment_text("node-oom", NAMESPACE, faults, traffic, slo, timeout="30s")
 
 
 def _restarts(core: k8s.CoreV1Api) -> list[dict[str, Any]]:

@@ -21,61 +21,48 @@ import kfp
 import pytest
 import yaml
 
-from tests.cluster.node.conftest import TARGET_NAMESPACE, NodeCluster, Target, eventually, kfchaos, scratch_root
+from tests.cluster.node.conftest import (
+    MODEL,
+    TARGET_NAMESPACE,
+    NodeCluster,
+    Target,
+    eventually,
+    experiment_text,
+    kfchaos,
+    scratch_root,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
 NAME = "node-e2e"
-MODEL = "demo/llama-3-8b-sim"
 
 
 def experiment(version: str, fault: dict[str, Any], prometheus: str) -> str:
     """At 20 req/s, 40 s stages at 50 and 100 %: 400 and 800 requests, enough for every check to PASS with an
     error rate limit of 1 % (kfchaos validate says so)."""
-    return yaml.safe_dump(
-        {
-            "apiVersion": "kfchaos.io/v1alpha1",
-            "kind": "Experiment",
-            "metadata": {"name": NAME, "version": version, "owner": "kfchaos-tests", "description": "real node"},
-            "spec": {
-                "target": {
-                    "namespace": TARGET_NAMESPACE,
-                    "selector": {"labels": {"app.kubernetes.io/name": "vllm"}},
-                    "endpoint": f"http://vllm.{TARGET_NAMESPACE}.svc:8000",
-                    "api": "openai-completions",
-                    "model": MODEL,
-                    "timeout": "10s",
-                },
-                "traffic": {
-                    "synthetic": {
-                        "rate": 20,
-                        "prompt_tokens": {"distribution": "lognormal", "mean": 300, "stddev": 100},
-                        "output_tokens": {"distribution": "fixed", "mean": 16},
-                    },
-                    "stages": [50, 100],
-                    "stage_duration": "40s",
-                    "warmup": "5s",
-                    # A busy 2-core node: the replayer's send lag is judged against 250 ms, as the demo's is.
-                    "max_send_lag_p99": "250ms",
-                },
-                "faults": [fault],
-                "slo": {"p99_drift_max": "100%", "p99_max": "5s", "error_rate_max": "1%"},
-                "baseline": {
-                    "file": f"../baselines/{NAME}.yaml",
-                    "capture": {
-                        # What the run's pods dial: the cluster's Prometheus by its Service name.
-                        "prometheus": prometheus,
-                        "days": 1,
-                        "step": "10s",
-                        "short_history": "local cluster: the target was deployed minutes before the run",
-                        "detect_releases": False,
-                    },
-                },
-                "safety": {"max_pod_percent": "100%", "max_fault_duration": "30m"},
-            },
+    traffic = {
+        "synthetic": {
+            "rate": 20,
+            "prompt_tokens": {"distribution": "lognormal", "mean": 300, "stddev": 100},
+            "output_tokens": {"distribution": "fixed", "mean": 16},
         },
-        sort_keys=False,
-    )
+        "stages": [50, 100],
+        "stage_duration": "40s",
+        "warmup": "5s",
+    }
+    baseline = {
+        "file": f"../baselines/{NAME}.yaml",
+        "capture": {
+            # What the run's pods dial: the cluster's Prometheus by its Service name.
+            "prometheus": prometheus,
+            "days": 1,
+            "step": "10s",
+            "short_history": "local cluster: the target was deployed minutes before the run",
+            "detect_releases": False,
+        },
+    }
+    slo = {"p99_drift_max": "100%", "p99_max": "5s", "error_rate_max": "1%"}
+    return experiment_text(NAME, TARGET_NAMESPACE, [fault], traffic, slo, version=version, baseline=baseline)
 
 
 CPU_STRESS = {"name": "cpu-burn", "type": "stress-cpu", "mode": "all", "params": {"workers": 1, "load": 10}}
