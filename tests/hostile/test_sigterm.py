@@ -179,3 +179,80 @@ def test_a_pipeline_step_stopped_mid_stage_removes_its_fault_from_the_demo_proxy
     assert left == [], err
     assert unfinished_stages(records)[100].startswith(CUT)
     _judged_cut(experiment, records, capsys)
+
+
+LOCAL_RUN = """\
+apiVersion: kfchaos.io/v1alpha1
+kind: Experiment
+metadata: {name: local-stop, version: 1.0.0, owner: test}
+spec:
+  target:
+    namespace: demo
+    selector: {labels: {app: demo-llm}}
+    endpoint: http://127.0.0.1:9
+    api: openai-completions
+    model: demo/llama-3-8b-sim
+    timeout: 5s
+  traffic:
+    synthetic: {rate: 50, prompt_tokens: {distribution: fixed, mean: 32}, output_tokens: {distribution: fixed, mean: 4}}
+    stages: [10, 30]
+    stage_duration: 60s
+    warmup: 1s
+    seed: 1
+  faults:
+    - {name: delay, type: network-delay, mode: all, duration: 10m, params: {latency: 20ms}}
+  slo: {p99_max: 2s, min_samples: 20}
+  baseline: {file: baselines/none.yaml}
+  safety: {max_pod_percent: 100%, max_fault_duration: 10m}
+"""
+
+
+def _processes_naming(text: str) -> list[str]:
+    """Command lines of the live processes that name `text` (a folder only this test's run uses)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if entry.name.isdigit() and text in line:
+                found.append(line)
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_kfchaos_run_local_stopped_mid_stage_exits_143_with_its_faults_removed_and_records_kept(tmp_path: Path) -> None:
+    """`kfchaos run --local` SIGTERMed while stage 10 replays under its fault. Before: the command died at once
+    (killed by the signal, no word), and the pipeline went on in its orphaned child: stage 30 was still to come."""
+    from tests.kfp_glue.conftest import copy_sources, kfchaos
+
+    root = copy_sources(tmp_path / "repo")
+    for path in (root / "experiments").glob("*.yaml"):
+        path.unlink()
+    experiment = root / "experiments" / "local-stop.yaml"
+    experiment.write_text(LOCAL_RUN)
+    assert kfchaos("compile", "--root", str(root)).returncode == 0
+    with DemoStack(ServerSettings(restart_delay_s=0.3), with_prometheus=False) as stack:
+        env = {**os.environ, "KFCHAOS_FAULT_BACKEND": "local", "KFCHAOS_FAULT_PROXY": stack.control_url,
+               "KFCHAOS_DEMO_STATE": str(stack.state_file)}  # fmt: skip
+        command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--root", str(root),
+                   "--target", stack.target_url, "--output", str(root / "out")]  # fmt: skip
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        process = subprocess.Popen(command, cwd=ROOT, env=env, **pipes)  # type: ignore[call-overload]
+        deadline = time.monotonic() + 240  # kfp.local starts a process per task: the first stage takes a while
+        while not _proxy_faults(stack):
+            assert process.poll() is None and time.monotonic() < deadline, "the fault was never applied"
+            time.sleep(0.1)
+        time.sleep(2.0)  # into stage 10's traffic
+        out, err, took = _stop(process)
+        faults = _proxy_faults(stack)
+    assert process.returncode == EXIT_TERMINATED, out[-3000:] + err[-3000:]
+    assert took < BOUND_S * 2
+    assert faults == [], "a fault outlived the stopped run"
+    assert _processes_naming(str(root)) == [], "a process of the stopped run is still alive"
+    summary = next(line for line in out.splitlines() if line.startswith("INTERRUPTED: "))
+    assert "stopped by SIGTERM; records kept, marked as cut: replay-stage" in summary, summary
+    assert "the exit handler's sweep deleted 0 more fault(s)" in summary, summary  # the task removed its own
+    (run_dir,) = (root / "out").glob("local-stop-*")
+    kept = [p for p in run_dir.glob("replay-stage*/requests") if p.exists()]
+    assert [unfinished_stages(p)[10][: len(CUT)] for p in kept] == [CUT]
+    assert not list(run_dir.glob("verdict-report*")), "a stopped run must not reach a verdict"
