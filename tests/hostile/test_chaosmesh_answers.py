@@ -24,7 +24,8 @@ from kfchaos.faults.chaosmesh import LIST_PAGE, MAX_RELISTS
 from kfchaos.faults.records import MAX_RECORDS
 from tests.faults.experiments import experiment_with
 from tests.hostile.flood_reader import FAULT, RUN_ID, backend
-from tests.support.kubeapi import KubeApiServer
+from tests.support.hostile import hostile_server
+from tests.support.kubeapi import Flood, KubeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOD = 1_000_000  # 191 MB of JSON
@@ -134,3 +135,21 @@ def test_a_list_gone_at_every_later_page_ends_with_an_error_not_a_hang(server: K
     chaos = backend(server.url)
     with pytest.raises(BackendError, match="410"):
         chaos.wait_injected(chaos.handle_of(experiment_with({**FAULT, "name": "delay-0"}).spec.faults[0]))
+
+
+def test_a_compressed_answer_nobody_asked_for_is_refused_before_it_is_decoded() -> None:
+    """A 200 KB gzip body that decodes to 200 MB of records, sent though kfchaos asked for none (urllib3 sends
+    `Accept-Encoding: identity`). Before: decoded whole by the client (urllib3 decodes by Content-Encoding)."""
+    import gzip
+
+    flood = b"".join(Flood("llm-serving", 1_000_000).chunks())
+    head = b'{"apiVersion":"chaos-mesh.org/v1alpha1","kind":"NetworkChaos","metadata":{"name":"x"},'
+    bomb = gzip.compress(head + b'"status":{"experiment":{"containerRecords":' + flood + b"}}}", compresslevel=9)
+    assert len(bomb) < 8 << 20
+    del flood
+    answer = (200, {"Content-Type": "application/json", "Content-Encoding": "gzip"}, bomb)
+    with hostile_server(lambda method, path: answer) as server:
+        chaos = backend(server.url)
+        with pytest.raises(BackendError, match="gzip-encoded, which was not asked for"):
+            chaos.is_active(chaos.handle_of(experiment_with(FAULT).spec.faults[0]))
+        assert server.seen
