@@ -1,6 +1,7 @@
 """The Chaos Mesh backend reading a fault whose status lists a flood of records, in a process of its own so that its
 memory can be measured: `python -m tests.hostile.flood_reader URL MODE`, MODE `wait` (wait_injected), `active`
-(is_active, as the stage's poll does) or `sweep` (the run's sweep, which lists). Prints one JSON line: VmRSS before
+(is_active, as the stage's poll does), `sweep` (the run's sweep, which lists) or `plain` (the plain kubernetes client's
+get of the object, unbounded: the reference). Prints one JSON line: VmRSS before
 the call, VmHWM after it (kB, /proc/self/status), the error the call raised (None: it returned), and its seconds."""
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import kubernetes.client
+
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
 from kfchaos.faults.retry import RetryPolicy
 from tests.faults.experiments import experiment_with
+from tests.support.kubeapi import kubernetes_client
 
 RUN_ID = "run-flood"
 FAULT = {"name": "delay", "type": "network-delay", "mode": "all", "params": {"latency": "100ms"}}
@@ -48,6 +52,10 @@ def main(url: str, mode: str) -> None:
             chaos.wait_injected(handle)
         elif mode == "active":
             chaos.is_active(handle)
+        elif mode == "plain":
+            kubernetes.client.CustomObjectsApi(kubernetes_client(url)).get_namespaced_custom_object(
+                handle.group, handle.version, handle.namespace, handle.plural, handle.name
+            )
         else:
             chaos.sweep(RUN_ID, timeout=20)
     except Exception as exc:

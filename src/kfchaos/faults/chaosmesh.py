@@ -78,9 +78,10 @@ DEFAULT_APPLY_FAILURE_LIMIT = 3
 # larger answer is not the API server's, and is refused unread (kfchaos.netsafe.AnswerLimit) instead of being held and
 # decoded into objects many times its size.
 MAX_OBJECT_BYTES = 4 << 20
-# Lists come in pages of this many objects, each answer under LIST_PAGE objects' worth of bytes.
-LIST_PAGE = 4
-MAX_PAGE_BYTES = LIST_PAGE * MAX_OBJECT_BYTES
+# Lists come in pages of this many objects, each answer under MAX_PAGE_BYTES (1 MiB an object on average; a chaos
+# object, its records and their events included, is a few KB to a few hundred).
+LIST_PAGE = 16
+MAX_PAGE_BYTES = 16 << 20
 # More objects than this in one list (a run's faults, a selector's pods) is not a list kfchaos asked for.
 MAX_LISTED = 10_000
 # A page answered 410 Gone (its continue token expired: k8s.io/apiserver pkg/storage/etcd3/errors.go,
