@@ -201,10 +201,122 @@ def expired() -> bool:
     return any(d.expired for d in _deadlines())
 
 
+# ---------------------------------------------------------------------------------------------- answer limits
+# A deadline bounds how long an answer takes, not how much of it comes: a server can send a gigabyte within any
+# deadline, and a client that preloads (the Kubernetes client does) holds it all, then decodes it into objects several
+# times its size. An AnswerLimit bounds the bytes read for each answer in this thread, on the connections below,
+# however the client reads them: status line, headers and body as they come off the socket.
+
+
+class AnswerTooLarge(KfchaosError):
+    """An answer over the limit the call set (AnswerLimit), or in a content coding nobody asked for (its size is
+    unknown until it is decoded: a few kilobytes of gzip make gigabytes). Not an OSError: a client must not retry
+    it as a network failure."""
+
+
+_limits = threading.local()
+
+
+def _answer_limits() -> list[int]:
+    stack: list[int] | None = getattr(_limits, "stack", None)
+    if stack is None:
+        stack = _limits.stack = []
+    return stack
+
+
+class AnswerLimit:
+    """`with AnswerLimit(max_bytes):` every answer read in this thread within the block, on a watched connection
+    (`watch_pools`), is read up to `max_bytes` and refused beyond (AnswerTooLarge, raised while reading); one in a
+    content coding (gzip, deflate, ...) is refused as it arrives, since kfchaos's clients under a limit ask for
+    none (urllib3 sends `Accept-Encoding: identity`; the API server compresses only when asked: k8s.io/apiserver
+    pkg/endpoints/handlers/responsewriters/writers.go, negotiateContentEncoding). Nested limits: the smallest holds."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+
+    def __enter__(self) -> AnswerLimit:
+        _answer_limits().append(self.max_bytes)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _answer_limits().remove(self.max_bytes)
+
+
+class _CountedReader:
+    """A response's file object that counts what is read through it and refuses more than `limit` bytes."""
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self._raw = raw
+        self._limit = limit
+        self._read = 0
+
+    def _count(self, size: int) -> None:
+        self._read += size
+        if self._read > self._limit:
+            raise AnswerTooLarge(f"the answer is larger than {_size_text(self._limit)}; not read further")
+
+    def read(self, size: int | None = -1) -> bytes:
+        data: bytes = self._raw.read(self._bounded(size))
+        self._count(len(data))
+        return data
+
+    def read1(self, size: int = -1) -> bytes:
+        data: bytes = self._raw.read1(self._bounded(size))
+        self._count(len(data))
+        return data
+
+    def readline(self, size: int | None = -1) -> bytes:
+        data: bytes = self._raw.readline(self._bounded(size))
+        self._count(len(data))
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer)
+        got: int = self._raw.readinto(view[: self._limit - self._read + 1])
+        self._count(got)
+        return got
+
+    def peek(self, size: int = 0) -> bytes:
+        data: bytes = self._raw.peek(size)
+        return data
+
+    def _bounded(self, size: int | None) -> int:
+        """Never ask the socket for more than one byte past the limit: an unsized read would take it all first."""
+        room = self._limit - self._read + 1
+        return room if size is None or size < 0 else min(size, room)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def _size_text(limit: int) -> str:
+    return f"{limit / (1 << 20):g} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+
+
+class _LimitedResponse(http.client.HTTPResponse):
+    """http.client's response under the AnswerLimit active in this thread when it is made (none: as it was)."""
+
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        limits = _answer_limits()
+        self._limit = min(limits) if limits else None
+        if self._limit is not None:
+            self.fp = _CountedReader(self.fp, self._limit)  # type: ignore[assignment]
+
+    def begin(self) -> None:
+        super().begin()
+        coding = (self.getheader("Content-Encoding") or "identity").strip().lower()
+        if self._limit is not None and coding != "identity":
+            self.close()
+            raise AnswerTooLarge(f"the answer is {coding}-encoded, which was not asked for; its size is unknown")
+
+
 class _Watched:
-    """Mixin for urllib3's connection classes: each socket is registered with the active deadlines."""
+    """Mixin for urllib3's connection classes: each socket is registered with the active deadlines, and each
+    answer is read under the active AnswerLimit."""
 
     sock: socket.socket | None
+    response_class: type[http.client.HTTPResponse] = _LimitedResponse  # http.client makes its answer from this
 
     def _new_conn(self) -> socket.socket:
         sock: socket.socket = super()._new_conn()  # type: ignore[misc]

@@ -3,7 +3,8 @@
 
     runs/<run-id>/
       run.json           manifest: layout version, run id (= the folder's name), experiment, target, commit,
-                         start/end, where it came from, the files present, and the re-judged status
+                         start/end, where it came from, the files present, the re-judged status, and
+                         `replaced`: the files an earlier write into the same folder left and this one removed
       experiment.yaml    the experiment as run
       baseline.yaml      the baseline it was judged against (absent: the run had none)
       records.parquet    every request's record (kfchaos.records.REQUEST_SCHEMA), all stages
@@ -20,8 +21,11 @@
                          index.json and one file per item
 
 The folder is self-sufficient to re-judge: `kfchaos verdict --run runs/<run-id>` reads its inputs and gives
-the verdict again. `write()` re-judges on the spot and records the result in run.json (`rejudged`), so a
-pipeline verdict that the offline verdict would not reproduce is visible instead of silent.
+the verdict again. A folder holds one write's files: writing into a folder that holds an earlier write removes
+every file of the layout this write does not make (an old metrics.json would be re-judged with the new records and
+sealed as theirs), and run.json names them (`replaced`). `write()` re-judges on the spot and records the result in
+run.json (`rejudged`), so a pipeline verdict that the offline verdict would not reproduce is visible instead of
+silent.
 """
 
 from __future__ import annotations
@@ -200,12 +204,15 @@ def _write(
     import pyarrow.parquet as pq
 
     run = RunDir(folder.path)
+    written = {EXPERIMENT, RECORDS, VERDICT, REPORT_HTML, REPORT_MD}  # the files every write makes
     folder.write_text(EXPERIMENT, experiment_text)
     if baseline_text and baseline_text.strip():
         folder.write_text(BASELINE, baseline_text)
+        written.add(BASELINE)
         control = _control_records(baseline_text, baseline_path)
         if control is not None:
             folder.copy(CONTROL_RECORDS, control)
+            written.add(CONTROL_RECORDS)
     if isinstance(records, pa.Table):
         table = records
     elif isinstance(records, list):
@@ -236,19 +243,30 @@ def _write(
     if metrics is not None:
         data = metrics if isinstance(metrics, dict) else metrics.to_dict()
         folder.write_text(METRICS, json.dumps(data, indent=1) + "\n")
+        written.add(METRICS)
     if run_state:
         folder.write_text(RUN_STATE, json.dumps(run_state, indent=2) + "\n")
+        written.add(RUN_STATE)
     if stages is not None:
         folder.write_text(STAGES, json.dumps(stages, indent=2) + "\n")
+        written.add(STAGES)
         actions = [a for step in stages for a in (step.get("detail") or {}).get("fault_actions") or []]
         if actions:
             folder.write_text(FAULT_ACTIONS, "".join(json.dumps(a, sort_keys=True) + "\n" for a in actions))
+            written.add(FAULT_ACTIONS)
     if audit is not None:
         folder.write_text(AUDIT, json.dumps(audit, indent=2) + "\n")
-    _write_evidence(folder, evidence)
+        written.add(AUDIT)
+    if _write_evidence(folder, evidence):
+        written.add(EVIDENCE)
+    # Inputs all read and written: what an earlier write left here and this one did not make goes, before anything
+    # is judged or sealed (an old metrics.json would be re-judged with this run's records and sealed as its own).
+    replaced = _remove_others(folder, written)
     verdict = {**verdict, "run_id": run.run_id}
     folder.write_text(VERDICT, json.dumps(verdict, indent=2) + "\n")
     manifest = _manifest(run, experiment_text, verdict, info)
+    if replaced:
+        manifest["replaced"] = replaced  # this write replaced an earlier one; these of its files are gone
     folder.write_text(MANIFEST, json.dumps(manifest, indent=2) + "\n")
     rejudged = _rejudge(run)
     rejudged.pop("stages", None)
@@ -317,13 +335,41 @@ def _stage_statuses(verdict: dict[str, Any]) -> dict[Any, Any]:
     return {s.get("stage"): s.get("status") for s in stages if isinstance(s, dict)}
 
 
-def _write_evidence(folder: safefile.Folder, evidence: dict[str, Any] | None) -> None:
+def _write_evidence(folder: safefile.Folder, evidence: dict[str, Any] | None) -> bool:
+    """evidence/ with this bundle's files only (an earlier write's items are removed, so none is sealed as this
+    run's); whether there was a bundle to write."""
     from kfchaos.evidence import files
     from kfchaos.evidence.model import Bundle
 
     bundle = Bundle.from_dict(evidence) if evidence else None
-    if bundle is not None:
-        files.write(bundle, folder)
+    if bundle is None:
+        return False
+    files.write(bundle, folder)  # refuses a symlink at evidence/ (kfchaos.safefile)
+    keep = {files.INDEX, *(item.file for item in bundle.items if item.collected)}
+    with folder.subfolder(files.FOLDER) as items:
+        for name in items.names():
+            if name not in keep:
+                items.remove_tree(name)
+    return True
+
+
+def _remove_others(folder: safefile.Folder, written: set[str]) -> list[str]:
+    """Remove every file of the layout this write did not make (left by an earlier write into the same folder): a
+    folder holds one write's files, and the seal covers those only. Returns what was removed."""
+    from kfchaos.evidence import files
+
+    removed = []
+    for name in FILES:
+        if name in written:
+            continue
+        if name == EVIDENCE:
+            if folder.exists(files.FOLDER):
+                folder.remove_tree(files.FOLDER)
+                removed.append(f"{files.FOLDER}/")
+        elif folder.exists(name):
+            folder.remove(name)
+            removed.append(name)
+    return removed
 
 
 def _control_records(baseline_text: str, baseline_path: Path | None) -> Path | None:

@@ -196,6 +196,10 @@ class Folder:
         with os.fdopen(fd, "rb") as handle:
             return handle.read(limit + 1), os.fstat(handle.fileno())
 
+    def names(self) -> list[str]:
+        """The entries of the folder (read through its descriptor)."""
+        return os.listdir(self.fd)
+
     def exists(self, name: str) -> bool:
         try:
             os.stat(_check_name(name), dir_fd=self.fd, follow_symlinks=False)

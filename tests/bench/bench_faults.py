@@ -64,6 +64,7 @@ def run() -> None:
         f"ratio backend/plain: total {backend_s / plain_s:.2f}x, "
         f"per call {(backend_s / calls) / (plain_s / plain_calls):.2f}x"
     )
+    run_flood()
 
 
 def _backend_round(url: str, manifests: list[dict[str, Any]]) -> tuple[float, int]:
@@ -85,3 +86,52 @@ def _plain_round(url: str, manifests: list[dict[str, Any]]) -> tuple[float, int]
     for item in listed["items"]:
         custom.delete_namespaced_custom_object(*args, item["metadata"]["name"])
     return time.perf_counter() - started, 2 * len(manifests) + 1
+
+
+FLOOD = 1_000_000  # containerRecords in the flooded status: 191 MB of JSON
+
+
+def run_flood() -> None:
+    """A status with a million records (tests/hostile/test_chaosmesh_answers.py): what reading it costs the backend,
+    in a process of its own (tests/hostile/flood_reader.py: VmHWM after the call minus VmRSS before it); and the
+    cost of one poll of a fault at the records bound (MAX_RECORDS pods read, one GET each)."""
+    from kfchaos.faults.records import MAX_RECORDS
+    from tests.hostile.flood_reader import backend
+
+    with KubeApiServer(inject_delay=0.05) as server:
+        server.add_pod("llm-serving", "vllm-0", {"app.kubernetes.io/name": "vllm"}, containers=["vllm"])
+        chaos = backend(server.url)
+        handle = chaos.apply(chaos.experiment.spec.faults[0])  # type: ignore[union-attr]
+        chaos.wait_injected(handle)
+        server.flood_records(handle.namespace, handle.name, FLOOD)
+        plain = _flood_child(server.url, "plain")  # once: it takes seconds and more than a GB
+        print(
+            f"reference, the plain kubernetes client's get of the same object: peak "
+            f"{(plain['hwm_kb'] - plain['rss_before_kb']) / 1024:.0f} MiB above the start, {plain['seconds']:.1f} s"
+        )
+        for mode in ("wait", "active", "sweep"):
+            runs = [_flood_child(server.url, mode) for _ in range(3)]
+            peak = sorted(r["hwm_kb"] - r["rss_before_kb"] for r in runs)[1]
+            took = sorted(r["seconds"] for r in runs)[1]
+            print(f"flood of {FLOOD:,} records, {mode}: peak {peak / 1024:.1f} MiB above the start, {took:.3f} s "
+                  f"(median of 3); {runs[0]['error']}")  # fmt: skip
+        for index in range(MAX_RECORDS):
+            server.add_pod("llm-serving", f"flood-{index:07d}", {"app": "flood"})
+        server.flood_records(handle.namespace, handle.name, MAX_RECORDS)
+        started = time.perf_counter()
+        active = chaos.is_active(handle)
+        print(
+            f"one poll of a fault with {MAX_RECORDS} records (the bound): {time.perf_counter() - started:.3f} s, "
+            f"active {active}"
+        )
+
+
+def _flood_child(url: str, mode: str) -> dict[str, Any]:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "tests.hostile.flood_reader", url, mode],
+                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result

@@ -4,6 +4,7 @@ chaos-daemon here) keeps `chaos-mesh/records` after deletion, because its record
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import uuid
@@ -73,3 +74,35 @@ def test_cleanup_names_the_finalizer_that_holds_a_stuck_fault_and_a_remedy_that_
     said = done.stderr + done.stdout
     assert "chaos-mesh/records" in said
     assert "kubectl patch" in said and '"finalizers":null' in said
+
+
+def test_the_backend_reads_a_list_longer_than_a_page_from_the_real_api_server(real_cluster: RealCluster) -> None:
+    """Lists are paged (kfchaos.faults.chaosmesh.LIST_PAGE objects, then `metadata.continue`): the real API server
+    pages them so too, and every object of the run is found, once."""
+    from kfchaos.faults.chaosmesh import LIST_PAGE, ChaosMeshBackend
+    from kfchaos.faults.naming import run_selector
+
+    _target_pods(real_cluster)
+    run_id = f"paged-{uuid.uuid4().hex[:6]}"
+    kfchaos = Path(sys.executable).parent / "kfchaos"
+    rendered = subprocess.run(
+        [str(kfchaos), "render", str(ROOT / "experiments" / "vllm-network-delay.yaml"), "--run-id", run_id],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    manifest = next(doc for doc in yaml.safe_load_all(rendered) if doc)
+    api = k8s.CustomObjectsApi(real_cluster.api_client())
+    args = ("chaos-mesh.org", "v1alpha1", TARGET_NAMESPACE, "networkchaos")
+    names = [f"{manifest['metadata']['name'][:50]}-{index}" for index in range(LIST_PAGE + 3)]
+    for name in names:
+        api.create_namespaced_custom_object(*args, {**manifest, "metadata": {**manifest["metadata"], "name": name}})
+    try:
+        backend = ChaosMeshBackend.from_config(kubeconfig=str(real_cluster.admin_kubeconfig))
+        listed = backend._list("networkchaos", TARGET_NAMESPACE, run_selector(run_id)) or []
+        assert sorted(item["metadata"]["name"] for item in listed) == sorted(names)
+        pages = [e for e in backend.events if e.verb == "list" and e.kind == "networkchaos"]
+        assert len(pages) == 2, "the real API server did not page the list"
+    finally:
+        for name in names:  # the objects never inject here: their finalizer goes by hand, as an operator's would
+            api.delete_namespaced_custom_object(*args, name)
+            with contextlib.suppress(k8s.ApiException):  # gone already when no finalizer held it
+                api.patch_namespaced_custom_object(*args, name, {"metadata": {"finalizers": []}})

@@ -45,6 +45,8 @@ chooses which CRDs exist.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import functools
 import itertools
@@ -151,11 +153,15 @@ class FailureRule:
     after_commit: bool = False  # the request takes effect, then the response is an error (a lost reply)
     retry_after: int | None = None
     hits: int = 0
+    query_contains: str | None = None  # e.g. "continue=": only a list's later pages; "watch=": only watches
+    message: str | None = None  # the Status message (default: "injected failure <status>")
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str, query: str = "") -> bool:
         if self.times >= 0 and self.hits >= self.times:
             return False
         if self.method is not None and self.method != method:
+            return False
+        if self.query_contains is not None and self.query_contains not in query:
             return False
         return self.path_contains is None or self.path_contains in path
 
@@ -198,6 +204,7 @@ _REASONS = {
     403: "Forbidden",
     404: "NotFound",
     409: "AlreadyExists",
+    410: "Expired",  # metav1.StatusReasonExpired: an expired list continue token or watch resourceVersion
     415: "UnsupportedMediaType",
     422: "Invalid",
     429: "TooManyRequests",
@@ -252,6 +259,7 @@ class KubeApiServer:
         self._forbidden: set[tuple[str, str]] = set()
         self._denials: list[list[Any]] = []
         self._terminating: set[str] = set()
+        self._floods: dict[tuple[str, str], int] = {}
         self._lock = threading.RLock()
         self._versions = itertools.count(1000)
         self._httpd: ThreadingHTTPServer | None = None
@@ -297,11 +305,21 @@ class KubeApiServer:
         times: int = 1,
         after_commit: bool = False,
         retry_after: int | None = None,
+        query_contains: str | None = None,
+        message: str | None = None,
     ) -> FailureRule:
         rule = FailureRule(status, method, path_contains, times, after_commit, retry_after)
+        rule.query_contains, rule.message = query_contains, message
         with self._lock:
             self._rules.append(rule)
         return rule
+
+    def flood_records(self, namespace: str, name: str, count: int) -> None:
+        """Serve the chaos object `namespace/name` (in gets and lists) with `count` containerRecords, streamed as they
+        are written, never held: what no real API server can hold (etcd stores at most 1.5 MiB a value by default)
+        but a broken or hostile one, or a proxy, can send; the conditions stay as the controller made them."""
+        with self._lock:
+            self._floods[(namespace, name)] = count
 
     def clear_failures(self) -> None:
         with self._lock:
@@ -514,6 +532,9 @@ class KubeApiServer:
             self._reconcile(stored, age)
             body = copy.deepcopy(stored.body)
             body["status"] = self._chaos_status(stored, age)
+            flood = self._floods.get((key[1], key[2]))
+            if flood is not None and body["status"]["experiment"]["containerRecords"]:
+                body["status"]["experiment"]["containerRecords"] = Flood(key[1], flood)
         return body
 
     def _reconcile(self, stored: _Stored, age: float) -> None:
@@ -637,7 +658,7 @@ class KubeApiServer:
         with self._lock:
             self._sync_daemons()
             self.requests.append((method, raw_path))
-            rule = next((r for r in self._rules if r.matches(method, path)), None)
+            rule = next((r for r in self._rules if r.matches(method, path, parts.query)), None)
             if rule is not None:
                 rule.hits += 1
                 if not rule.after_commit:
@@ -677,7 +698,7 @@ class KubeApiServer:
             return code, out
 
     def _failure(self, rule: FailureRule) -> tuple[int, dict[str, Any]]:
-        out = _status(rule.status, f"injected failure {rule.status}")
+        out = _status(rule.status, rule.message or f"injected failure {rule.status}")
         if rule.retry_after is not None:
             out["details"] = {"retryAfterSeconds": rule.retry_after}
         return rule.status, out
@@ -732,16 +753,31 @@ class KubeApiServer:
         if plural == "events":
             return self._list_events(namespace, query)
         if name is None and method == "GET":
-            items = [
-                self._view(key, stored)
+            # In key order (namespace, name), as etcd ranges over /registry/<resource>/<namespace>/<name>
+            # (k8s.io/apiserver pkg/storage/etcd3/store.go GetList); `limit` cuts a page, whose `continue` token
+            # names the key the next page starts after (encodeContinue there; opaque to clients).
+            keys = sorted(
+                key
                 for key, stored in self._live()
                 if key[0] == plural
                 and (namespace is None or key[1] == namespace)
                 and label_selector_matches(query.get("labelSelector"), stored.body["metadata"].get("labels", {}))
-            ]
+            )
+            meta: dict[str, Any] = {"resourceVersion": "1"}
+            if query.get("continue"):
+                after = _continue_key(query["continue"])
+                if after is None:
+                    return 400, _status(400, "continue key is not valid: the token is not one this server gave")
+                keys = [key for key in keys if (key[1], key[2]) > after]
+            limit = int(query.get("limit") or 0)
+            if limit and len(keys) > limit:
+                keys = keys[:limit]
+                meta["continue"] = _continue_token(keys[-1][1], keys[-1][2])
+            live = dict(self._live())
+            items = [self._view(key, live[key]) for key in keys]
             kind = "PodList" if plural == "pods" else self._crds[plural]["spec"]["names"]["listKind"]
             api_version = "v1" if plural == "pods" else f"{CHAOS_GROUP}/{CHAOS_VERSION}"
-            return 200, {"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": "1"}, "items": items}
+            return 200, {"apiVersion": api_version, "kind": kind, "metadata": meta, "items": items}
         if namespace is None:
             return 405, _status(405, "cluster-scoped access to a namespaced resource")
         if name is None and method == "POST":
@@ -1132,17 +1168,34 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         code, body = self.state.handle(self.command, self.path, raw, self.headers.get("Content-Type", ""))
-        payload = body.encode() if isinstance(body, str) else json.dumps(body).encode()  # pods/log: text/plain
+        floods: list[Flood] = []
+
+        def placeholder(value: object) -> str:
+            if not isinstance(value, Flood):
+                raise TypeError(f"{type(value).__name__} is not JSON")
+            floods.append(value)
+            return f"\x00flood{len(floods) - 1}\x00"
+
+        payload = body.encode() if isinstance(body, str) else json.dumps(body, default=placeholder).encode()
+        pieces: list[bytes | Flood] = [payload]
+        for index, flood in enumerate(floods):  # each flood's placeholder string becomes its streamed records
+            head, tail = pieces.pop().split(json.dumps(f"\x00flood{index}\x00").encode(), 1)
+            pieces += [head, flood, tail]
         self.send_response(code)
         self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
-        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Content-Length", str(sum(len(p) for p in pieces)))
         retry_after = (
             (body.get("details") or {}).get("retryAfterSeconds") if code == 429 and isinstance(body, dict) else None
         )
         if retry_after is not None:
             self.send_header("Retry-After", str(retry_after))
         self.end_headers()
-        self.wfile.write(payload)
+        try:
+            for piece in pieces:
+                for chunk in piece.chunks() if isinstance(piece, Flood) else [piece]:
+                    self.wfile.write(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client stopped reading: a bounded one does
 
     do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _dispatch
 
@@ -1210,6 +1263,46 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
+
+
+class Flood:
+    """`count` containerRecords of pods `<namespace>/flood-NNNNNNN`, each Injected with one Apply event, as JSON written
+    a chunk at a time (a fixed width each, so the length is known before the first byte)."""
+
+    CHUNK = 4096
+
+    def __init__(self, namespace: str, count: int) -> None:
+        self.namespace = namespace
+        self.count = count
+        self._stamp = _now()
+
+    def _record(self, index: int) -> bytes:
+        return (
+            f'{{"id":"{self.namespace}/flood-{index:07d}","selectorKey":".","phase":"Injected","injectedCount":1,'
+            f'"recoveredCount":0,"events":[{{"type":"Succeeded","operation":"Apply","timestamp":"{self._stamp}"}}]}}'
+        ).encode()
+
+    def __len__(self) -> int:
+        return 2 + self.count * len(self._record(0)) + max(0, self.count - 1)
+
+    def chunks(self) -> Iterator[bytes]:
+        yield b"["
+        for start in range(0, self.count, self.CHUNK):
+            records = b",".join(self._record(i) for i in range(start, min(self.count, start + self.CHUNK)))
+            yield (b"," if start else b"") + records
+        yield b"]"
+
+
+def _continue_token(namespace: str, name: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"v": "meta.k8s.io/v1", "start": [namespace, name]}).encode()).decode()
+
+
+def _continue_key(token: str) -> tuple[str, str] | None:
+    try:
+        start = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return None
+    return (str(start[0]), str(start[1])) if isinstance(start, list) and len(start) == 2 else None
 
 
 def _status(code: int, message: str, name: str | None = None, kind: str | None = None) -> dict[str, Any]:

@@ -3,8 +3,9 @@ function, discovered at start-up, so parts of the tool can add commands without 
 
 Exit codes (the contract CI jobs rely on): 0 pass, 1 fail, 2 inconclusive, 3 usage or input error, 4 internal
 error (a kfchaos bug: never a verdict); `doctor` alone exits 5 when no cluster can be reached at all
-(kfchaos.doctor.model.EXIT_NO_CLUSTER). An exception nobody handled must not exit 1, which reads as "the model
-server failed" in CI: it exits 4 with one line naming the bug report file that holds the traceback.
+(kfchaos.doctor.model.EXIT_NO_CLUSTER); 130 and 143 when SIGINT or SIGTERM stopped the command (kfchaos.termination:
+faults removed, records kept and marked as cut, never a verdict). An exception nobody handled must not exit 1, which
+reads as "the model server failed" in CI: it exits 4 with one line naming the bug report file that holds the traceback.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from kfchaos import __version__, safefile
+from kfchaos import __version__, safefile, termination
 from kfchaos.errors import KfchaosError
 from kfchaos.netsafe import for_terminal
 from kfchaos.redact import redact
@@ -33,6 +34,8 @@ EXIT_FAIL = 1
 EXIT_INCONCLUSIVE = 2
 EXIT_USAGE = 3
 EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = termination.EXIT_INTERRUPTED  # 130: SIGINT (Ctrl-C)
+EXIT_TERMINATED = termination.EXIT_TERMINATED  # 143: SIGTERM (a pod evicted, a CI job cancelled)
 # Where crash reports go (default: the system temporary folder).
 CRASH_DIR_ENV = "KFCHAOS_CRASH_DIR"
 
@@ -127,7 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kfchaos: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except termination.Interrupted as stopped:
+        print(f"kfchaos: {stopped}", file=sys.stderr)
+        return termination.exit_code(stopped.signum)
     except BrokenPipeError:
         return EXIT_PASS
     except Exception as exc:  # a bug in kfchaos, not a verdict and not the user's input

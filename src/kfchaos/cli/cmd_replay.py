@@ -3,7 +3,8 @@
 Exit codes: 0 the stage ran and is valid; 2 the stage is INVALID (the replayer fell behind, or no
 requests) or no request got any response (a dead target: nothing measured), so any verdict on it would be
 INCONCLUSIVE; 3 input or usage error (every flag is checked before the first request); 130 / 143 stopped by
-SIGINT / SIGTERM, after writing the records taken until then.
+SIGINT / SIGTERM, after writing the records taken until then, marked as cut by the signal (a verdict on them is
+INCONCLUSIVE: kfchaos.termination).
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kfchaos import safefile
+from kfchaos import safefile, termination
 from kfchaos.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_SHARDS, MAX_TIMEOUT
 from kfchaos.cli import EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
@@ -305,9 +305,9 @@ def run(args: argparse.Namespace) -> int:
         if result.path:
             print(f"  records   {result.path} ({result.table.num_rows} rows)")
     if result.interrupted is not None:
-        name = signal.Signals(result.interrupted).name
-        print(f"kfchaos: stopped by {name}; the records up to then are written", file=sys.stderr)
-        return 128 + result.interrupted
+        kept = f"the records up to then are in {result.path}, marked as cut" if result.path else "no --out: no records"
+        print(f"kfchaos: stopped by {termination.name(result.interrupted)}; {kept}", file=sys.stderr)
+        return termination.exit_code(result.interrupted)
     return EXIT_PASS if result.summary.valid and result.summary.answered else EXIT_INCONCLUSIVE
 
 

@@ -144,6 +144,9 @@ def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: Metri
         )
     except OSError as exc:
         raise KfchaosError(f"{args.out}: cannot write the run folder: {exc.strerror or exc}") from None
+    replaced = folder.manifest().get("replaced")
+    if replaced:  # an earlier write's files this one does not make: gone, never sealed as this verdict's
+        print(f"kfchaos: {folder.path} held an earlier write; removed its {', '.join(replaced)}", file=sys.stderr)
     print(f"run folder: {folder.path} (report: {folder.file(rundir.REPORT_HTML)})", file=sys.stderr)
 
 

@@ -8,20 +8,24 @@ parent process can keep off the terminal.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 import yaml
 
-from kfchaos import safefile
+from kfchaos import safefile, termination
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import TASK_NAMES_PREFIX, LocalOutcome
 
@@ -71,7 +75,13 @@ def run_child(
     on_task: Callable[[str, str], None] | None = None,
     extra: list[str] | None = None,
 ) -> LocalOutcome:
-    """Run the pipeline in a child process; its output goes to `log_path`, finished tasks to `on_task`."""
+    """Run the pipeline in a child process; its output goes to `log_path`, finished tasks to `on_task`.
+
+    The child leads a process group of its own, with the tasks it starts: Ctrl-C at the terminal reaches only this
+    process, and SIGTERM or SIGINT here (or an exception, Ctrl-C in `kfchaos demo`) is passed to the whole group as
+    SIGTERM, as a kubelet's reaches a pod's processes. The running task removes its faults and keeps its records
+    (kfchaos.steps.stopping), the child lets the exit handler sweep the rest (kfchaos.kfp.runs.run_local), and
+    this process waits for that (up to STOP_GRACE_S, then kills the group). The outcome is INTERRUPTED then."""
     from kfchaos.kfp.runs import read_local_outcome
 
     command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--target", target,
@@ -84,20 +94,76 @@ def run_child(
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, **(env or {}), CHILD_ENV: "1"},
+            start_new_session=True,
         )
         assert process.stdout is not None
+        group = _ChildGroup(process)
         try:
-            follow_output(process.stdout, log_file, on_task)
-            process.wait()
+            with group.forwarding():
+                follow_output(process.stdout, log_file, on_task)
+                process.wait()
         except BaseException:
-            process.terminate()
-            process.wait(timeout=30)
+            group.stop(signal.SIGTERM)
+            follow_output(process.stdout, log_file, None)  # its last words, until the group is gone
+            process.wait()
             raise
+        finally:
+            group.done()
+    stopped_by = group.signum
+    if stopped_by is None and process.returncode in (termination.EXIT_TERMINATED, termination.EXIT_INTERRUPTED):
+        stopped_by = process.returncode - 128  # the child alone was told to stop
     name = yaml.safe_load(experiment.read_text())["metadata"]["name"]
     try:
-        return read_local_outcome(pipeline_root, name, since=started)
+        return read_local_outcome(pipeline_root, name, since=started, stopped_by=stopped_by)
     except KfchaosError:
         raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}") from None
+
+
+# How long a stopped local run may take to remove its faults and run its exit handler before its processes are killed.
+STOP_GRACE_S = 120.0
+
+
+class _ChildGroup:
+    """The child's process group, told to stop once (SIGTERM to every process in it), killed after STOP_GRACE_S."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.signum: int | None = None
+        self._timer: threading.Timer | None = None
+
+    def stop(self, signum: int) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        self._signal(signal.SIGTERM)
+        self._timer = threading.Timer(STOP_GRACE_S, self._signal, (signal.SIGKILL,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signum)
+
+    @contextlib.contextmanager
+    def forwarding(self) -> Iterator[None]:
+        """SIGTERM and SIGINT here stop the group (handled in the main thread only, where signals arrive)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def forward(signum: int, frame: FrameType | None) -> None:
+            self.stop(signum)
+
+        previous = {signum: signal.signal(signum, forward) for signum in termination.SIGNALS}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def done(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def child_run_folder(log_path: Path) -> tuple[str | None, str | None]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from kfchaos import safefile
+from kfchaos import safefile, termination
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, _raise_interrupt
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
@@ -293,7 +293,7 @@ def _run_pipeline(
     """`kfchaos run --local` in a child process: kfp.local's own logs go to a file, progress to the terminal."""
     from kfchaos.demo.localrun import run_child
 
-    return run_child(
+    outcome = run_child(
         experiment,
         root=repo_root,
         target=target,
@@ -303,6 +303,9 @@ def _run_pipeline(
         on_task=on_task,
         extra=["--runs", str(pipeline_root.parent)],  # the child's run folder lands where ours does
     )
+    if outcome.signum is not None:  # stopped: no scenario after it, the stacks torn down (kfchaos.termination)
+        raise termination.Interrupted(outcome.signum)
+    return outcome
 
 
 @dataclass

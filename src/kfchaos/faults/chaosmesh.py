@@ -72,6 +72,22 @@ DEFAULT_RECOVER_TIMEOUT = 300.0
 # controller's rate limiter, "TODO: add backoff and retry mechanism"), so three in a row take well under a second
 # and a single transient error (a conflict) does not end the wait.
 DEFAULT_APPLY_FAILURE_LIMIT = 3
+# The most one answer may hold. The API server takes no request body above 3 MiB (k8s.io/apiserver pkg/server/
+# config.go, MaxRequestBodyBytes) and etcd stores no value above 1.5 MiB by default (--max-request-bytes), so no object
+# it serves comes near 4 MiB (a chaos object's status is written by Chaos Mesh's controller through the same API); a
+# larger answer is not the API server's, and is refused unread (kfchaos.netsafe.AnswerLimit) instead of being held and
+# decoded into objects many times its size.
+MAX_OBJECT_BYTES = 4 << 20
+# Lists come in pages of this many objects, each answer under MAX_PAGE_BYTES (1 MiB an object on average; a chaos
+# object, its records and their events included, is a few KB to a few hundred).
+LIST_PAGE = 16
+MAX_PAGE_BYTES = 16 << 20
+# More objects than this in one list (a run's faults, a selector's pods) is not a list kfchaos asked for.
+MAX_LISTED = 10_000
+# A page answered 410 Gone (its continue token expired: k8s.io/apiserver pkg/storage/etcd3/errors.go,
+# continueExpired) restarts the list from its first page, this many times at most. client-go's pager falls back to
+# one unpaged list instead (k8s.io/client-go tools/pager/pager.go, FullListIfExpired), which is unbounded.
+MAX_RELISTS = 3
 
 
 def _now() -> str:
@@ -203,14 +219,23 @@ class ChaosMeshBackend:
         call: Callable[[], T],
         dry_run: bool = False,
         ok_statuses: tuple[int, ...] = (),
+        max_bytes: int = MAX_OBJECT_BYTES,
     ) -> T | ApiException:
-        """Run one API call with retries. Returns the result, or the ApiException when its status is in
-        `ok_statuses` (404 on delete, 409 on create: answers, not failures)."""
+        """Run one API call with retries, each answer read up to `max_bytes` (a larger one is refused unread, and
+        not retried). Returns the result, or the ApiException when its status is in `ok_statuses` (404 on delete,
+        409 on create: answers, not failures)."""
         attempt = 0
         while True:
             attempt += 1
             try:
-                result = call()
+                with netsafe.AnswerLimit(max_bytes):
+                    result = call()
+            except netsafe.AnswerTooLarge as exc:
+                self._record(verb, resource, namespace, name, 0, None, attempt, dry_run, type(exc).__name__)
+                raise BackendError(
+                    f"{verb} {resource} {namespace or ''}/{name or ''}: {exc}: not an answer the Kubernetes API "
+                    "server gives (it serves no object that large)"
+                ) from None
             except ApiException as exc:
                 self._record(verb, resource, namespace, name, exc.status or 0, None, attempt, dry_run, exc.reason)
                 if exc.status in ok_statuses:
@@ -360,31 +385,74 @@ class ChaosMeshBackend:
         )
 
     def _list(self, plural: str, namespace: str | None, selector: str) -> list[dict[str, Any]] | None:
-        """Objects of `plural` matching `selector`, in one namespace or all; None if the kind is not served."""
+        """Objects of `plural` matching `selector`, in one namespace or all; None if the kind is not served. Read in
+        pages (LIST_PAGE objects, each answer under MAX_PAGE_BYTES); a page answered 410 Gone restarts the list
+        (MAX_RELISTS times at most); more than MAX_LISTED objects is refused: memory and time stay bounded whatever
+        the server sends. kfchaos opens no watch: every wait polls (its calls bounded by deadlines), so an expired
+        watch cannot strand it."""
         group = "" if plural == "pods" else GROUP
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        relists = 0
+        while True:
+            result = self._call(
+                "list",
+                plural,
+                group,
+                namespace,
+                None,
+                lambda token=token: self._page(plural, namespace, selector, token),  # type: ignore[misc]
+                ok_statuses=(404, 410),
+                max_bytes=MAX_PAGE_BYTES,
+            )
+            if isinstance(result, ApiException) and result.status == 404:
+                return None
+            if isinstance(result, ApiException):  # 410 Gone: the list's snapshot expired between two pages
+                relists += 1
+                if relists > MAX_RELISTS:
+                    raise BackendError(
+                        f"list {plural} {namespace or '(all namespaces)'}: answered 410 Gone {relists} times "
+                        f"({_message(result)}); the list was restarted {MAX_RELISTS} times and never completed"
+                    )
+                items, token = [], None
+                continue
+            page, token = result
+            items += page
+            if len(items) > MAX_LISTED:
+                raise BackendError(
+                    f"list {plural} {namespace or '(all namespaces)'} {selector!r}: more than {MAX_LISTED} objects; "
+                    "not a list kfchaos reads"
+                )
+            if not token:
+                return items
 
-        def call() -> list[dict[str, Any]]:
-            if plural == "pods":
-                # Raw JSON, not the typed V1PodList: the client's model raises ValueError on a list without
-                # `items` (kubernetes/client/models/v1_pod_list.py), which a proxy or a broken server can send.
-                pods = (
-                    self.core.list_namespaced_pod(namespace, label_selector=selector, **self._raw_kw())
-                    if namespace
-                    else self.core.list_pod_for_all_namespaces(label_selector=selector, **self._raw_kw())
-                )
-                return _items(pods.data)
-            if namespace:
-                listed = self.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, plural, label_selector=selector, **self._kw()
-                )
-            else:
-                listed = self.custom.list_cluster_custom_object(
-                    GROUP, VERSION, plural, label_selector=selector, **self._kw()
-                )
-            return _items(listed)
-
-        result = self._call("list", plural, group, namespace, None, call, ok_statuses=(404,))
-        return None if isinstance(result, ApiException) else result
+    def _page(
+        self, plural: str, namespace: str | None, selector: str, token: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a list: its objects and the token of the next page (None: the last)."""
+        paging: dict[str, Any] = {"label_selector": selector, "limit": LIST_PAGE}
+        if token:
+            paging["_continue"] = token
+        if plural == "pods":
+            # Raw JSON, not the typed V1PodList: the client's model raises ValueError on a list without
+            # `items` (kubernetes/client/models/v1_pod_list.py), which a proxy or a broken server can send.
+            pods = (
+                self.core.list_namespaced_pod(namespace, **paging, **self._raw_kw())
+                if namespace
+                else self.core.list_pod_for_all_namespaces(**paging, **self._raw_kw())
+            )
+            listed = _list_answer(pods.data)
+        elif namespace:
+            custom = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, **paging, **self._kw()
+            )
+            listed = _list_answer(custom)
+        else:
+            listed = _list_answer(
+                self.custom.list_cluster_custom_object(GROUP, VERSION, plural, **paging, **self._kw())
+            )
+        following = (listed.get("metadata") or {}).get("continue")
+        return _items(listed), following if isinstance(following, str) and following else None
 
     # ------------------------------------------------------------ FaultBackend
 
@@ -647,7 +715,9 @@ class ChaosMeshBackend:
             )
             return _items(listed.data)
 
-        result = self._call("list", "events", "", handle.namespace, handle.name, call, ok_statuses=(403, 404))
+        result = self._call(
+            "list", "events", "", handle.namespace, handle.name, call, ok_statuses=(403, 404), max_bytes=MAX_PAGE_BYTES
+        )
         if isinstance(result, ApiException):
             return []
         return [
@@ -687,23 +757,24 @@ class ChaosMeshBackend:
         plural = next(iter(PLURALS.values()))
         headers: Any = None
         try:
-            if namespace:
-                answer = self.custom.list_namespaced_custom_object_with_http_info(
-                    GROUP, VERSION, namespace, plural, limit=1, **self._kw()
-                )
-            else:
-                answer = self.custom.list_cluster_custom_object_with_http_info(
-                    GROUP, VERSION, plural, limit=1, **self._kw()
-                )
+            with netsafe.AnswerLimit(MAX_PAGE_BYTES):  # one object asked for; whatever comes is read no further
+                answer = self._clock_answer(namespace, plural)
             headers = answer[2]
         except ApiException as exc:  # an error answer carries the header too
             headers = exc.headers
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except (urllib3.exceptions.HTTPError, OSError, netsafe.AnswerTooLarge) as exc:
             raise BackendError(f"cannot read the API server's clock: {exc}") from None
         date = (headers or {}).get("Date")
         if not date:
             raise BackendError("the API server sent no Date header; cannot age objects by its clock")
         return parsedate_to_datetime(date).timestamp()
+
+    def _clock_answer(self, namespace: str | None, plural: str) -> Any:
+        if namespace:
+            return self.custom.list_namespaced_custom_object_with_http_info(
+                GROUP, VERSION, namespace, plural, limit=1, **self._kw()
+            )
+        return self.custom.list_cluster_custom_object_with_http_info(GROUP, VERSION, plural, limit=1, **self._kw())
 
     def sweep(
         self,
@@ -945,10 +1016,8 @@ def _is_admission_denial(message: str) -> bool:
     return message.startswith("admission webhook ") and "denied the request" in message
 
 
-def _items(listed: Any) -> list[dict[str, Any]]:
-    """The objects of a list answer (a dict, or the raw JSON bytes): a list without `items`, or with `items`
-    null, is an empty list; an answer that is not a JSON object, or entries that are not objects, are
-    refused or skipped (a list is all the caller reads)."""
+def _list_answer(listed: Any) -> dict[str, Any]:
+    """A list answer (a dict, or the raw JSON bytes) as a dict; refused when it is not a JSON object."""
     if isinstance(listed, bytes | bytearray):
         try:
             listed = json.loads(listed or b"{}")
@@ -956,6 +1025,14 @@ def _items(listed: Any) -> list[dict[str, Any]]:
             raise BackendError("the API server's list answer is not JSON") from None
     if not isinstance(listed, dict):
         raise BackendError("the API server's list answer is not a JSON object")
+    return listed
+
+
+def _items(listed: Any) -> list[dict[str, Any]]:
+    """The objects of a list answer (a dict, or the raw JSON bytes): a list without `items`, or with `items`
+    null, is an empty list; an answer that is not a JSON object, or entries that are not objects, are
+    refused or skipped (a list is all the caller reads)."""
+    listed = _list_answer(listed)
     items = listed.get("items") or []
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 

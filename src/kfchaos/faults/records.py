@@ -31,6 +31,11 @@ from kfchaos.faults.backend import BackendError
 
 # Kinds whose GetSelectorSpecs returns a ContainerSelector (api/v1alpha1/*_types.go).
 CONTAINER_KINDS = frozenset({"StressChaos", "IOChaos", "TimeChaos", "DNSChaos"})
+# The most records kfchaos checks in one fault: each record's pod is read (one GET) at every poll of a stage, a few
+# times a second, so a fault over more targets cannot be watched; it is refused as unverifiable (never verified, so
+# never a PASS). A fault on an LLM server hits a few pods; the API server's object size bounds a real status to a few
+# thousand records at most (kfchaos.faults.chaosmesh.MAX_OBJECT_BYTES).
+MAX_RECORDS = 256
 
 
 def selects_containers(kind: str, action: str | None) -> bool:
@@ -71,7 +76,13 @@ def parse_records(obj: dict[str, Any]) -> list[Record]:
     containers = selects_containers(kind, action)
     name = f"{kind} {(obj.get('metadata') or {}).get('namespace')}/{(obj.get('metadata') or {}).get('name')}"
     out: list[Record] = []
-    for raw in ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []:
+    listed = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
+    if isinstance(listed, list) and len(listed) > MAX_RECORDS:
+        raise BackendError(
+            f"{name}: its status lists {len(listed)} records, more than the {MAX_RECORDS} kfchaos checks one by one; "
+            "the fault cannot be shown to hit live, intended targets"
+        )
+    for raw in listed if isinstance(listed, list) else []:
         ident = str((raw or {}).get("id", ""))
         parts = ident.split("/")
         if len(parts) != (3 if containers else 2) or not all(parts):

@@ -5,15 +5,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import yaml
 
+from kfchaos import termination
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
 from kfchaos.spec import Experiment, baseline_path
@@ -61,13 +64,16 @@ def submit_experiment(
 
 @dataclass(frozen=True)
 class LocalOutcome:
-    status: str  # PASS, FAIL, INCONCLUSIVE, or ERROR when the run failed before a verdict
+    status: str  # PASS, FAIL, INCONCLUSIVE, ERROR when the run failed before a verdict, INTERRUPTED when stopped
     run_dir: Path
     audit: Path | None
     message: str
+    signum: int | None = None  # the signal that stopped the run (status INTERRUPTED)
 
     @property
     def exit_code(self) -> int:
+        if self.signum is not None:
+            return termination.exit_code(self.signum)  # stopped: never a verdict (kfchaos.termination)
         return EXIT_FOR.get(self.status, 2)  # a run that failed before its verdict is inconclusive, never a pass
 
     def summary(self) -> str:
@@ -149,9 +155,34 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
     parameters = parameters_for(experiment_path, experiment, root, target, str(experiment_path.resolve().parent))
     # The tasks inherit this process's env: the local fault backend names this process as its faults' owner.
     os.environ[FAULT_OWNER_ENV] = str(os.getpid())
-    with _git_commit_env(root):
+    stopped: list[int] = []
+    with _git_commit_env(root), _stopping(stopped):
         pipeline(**parameters)
-    return read_local_outcome(pipeline_root, experiment.metadata.name, since=started)
+    return read_local_outcome(
+        pipeline_root, experiment.metadata.name, since=started, stopped_by=stopped[0] if stopped else None
+    )
+
+
+@contextlib.contextmanager
+def _stopping(stopped: list[int]) -> Iterator[None]:
+    """SIGTERM or SIGINT while kfp.local runs the tasks: the task running gets the signal too (`kfchaos run --local`
+    signals this process's whole group) and stops as a pod's step does (kfchaos.steps.stopping: its faults removed,
+    its records kept and marked); kfp.local then runs the exit handler, which sweeps the run's faults. This process
+    goes on to let it: it only notes the signal, and tells every task it still starts that the run was stopped
+    (kfchaos.termination.INTERRUPTED_ENV), so none of them injects or sends."""
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        if not stopped:
+            stopped.append(signum)
+            os.environ[termination.INTERRUPTED_ENV] = termination.name(signum)
+
+    previous = {signum: signal.signal(signum, note) for signum in termination.SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        os.environ.pop(termination.INTERRUPTED_ENV, None)
 
 
 @contextlib.contextmanager
@@ -184,7 +215,9 @@ def _git_commit_env(root: Path) -> Iterator[None]:
         os.environ.pop(GIT_COMMIT_ENV, None)
 
 
-def read_local_outcome(pipeline_root: Path, name: str, since: float) -> LocalOutcome:
+def read_local_outcome(pipeline_root: Path, name: str, since: float, stopped_by: int | None = None) -> LocalOutcome:
+    """The outcome of the newest kfp.local run of `name` since `since`; INTERRUPTED when `stopped_by` (a signal)
+    stopped it, whatever its tasks got to."""
     runs = sorted(
         (p for p in pipeline_root.glob(f"{name}-*") if p.is_dir() and p.stat().st_mtime >= since - 1),
         key=lambda p: p.stat().st_mtime,
@@ -192,6 +225,8 @@ def read_local_outcome(pipeline_root: Path, name: str, since: float) -> LocalOut
     if not runs:
         raise KfchaosError(f"kfp.local wrote no run folder for {name} under {pipeline_root}")
     run_dir = runs[-1]
+    if stopped_by is not None:
+        return _interrupted(run_dir, stopped_by)
     audit = run_dir / "verdict-report" / "audit"
     if not audit.is_file():
         return LocalOutcome("ERROR", run_dir, None, "the run failed before its verdict (see the task logs above)")
@@ -199,3 +234,27 @@ def read_local_outcome(pipeline_root: Path, name: str, since: float) -> LocalOut
     verdict = record["verdict"]
     reasons = "; ".join(verdict["reasons"]) or "all checks passed"
     return LocalOutcome(verdict["status"], run_dir, audit, reasons)
+
+
+# The exit handler's task and its output under kfp.local's run folder (<run>/<task>/<output>: pipelines/
+# chaos_experiment.py names the task after its component, components/cleanup).
+CLEANUP_RECORD = ("cleanup", "cleanup_record")
+
+
+def _interrupted(run_dir: Path, signum: int) -> LocalOutcome:
+    """A run stopped by `signum`: which records were kept marked as cut, and what the exit handler swept."""
+    from kfchaos.records import unfinished_stages
+
+    kept = [p for p in sorted(run_dir.glob("*/requests")) if p.exists() and unfinished_stages(p)]
+    said = [f"stopped by {termination.name(signum)}"]
+    if kept:
+        said.append("records kept, marked as cut: " + ", ".join(str(p.relative_to(run_dir)) for p in kept))
+    record = run_dir.joinpath(*CLEANUP_RECORD)
+    try:
+        swept = json.loads(record.read_text()).get("swept")
+    except (OSError, ValueError, AttributeError):
+        said.append("the exit handler left no record: run `kfchaos cleanup --run-id ...` to be sure no fault is left")
+    else:
+        count = len(swept) if isinstance(swept, list) else swept
+        said.append(f"the exit handler's sweep deleted {count} more fault(s)")
+    return LocalOutcome("INTERRUPTED", run_dir, None, "; ".join(said), signum=signum)

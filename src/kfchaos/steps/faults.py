@@ -18,8 +18,10 @@ from kfchaos.steps import seams
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import describe, load_history
 from kfchaos.steps.setup import load_optional_baseline
+from kfchaos.steps.stopping import guarded
 
 
+@guarded
 def remove_and_recover(
     experiment_text: str, experiment_dir: str, target: str, run_id: str, history: str, baseline_path: str = ""
 ) -> str:

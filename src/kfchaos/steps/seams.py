@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from kfchaos.errors import KfchaosError
 from kfchaos.spec import Experiment, FaultBase
+from kfchaos.steps.stopping import replay_stopping
 
 
 class PartMissing(KfchaosError):
@@ -103,7 +104,11 @@ def replay_stage(
         # so the traffic-side ones (long-context bursts) are left out of its plan too.
         overrides = {"duration": duration, "traffic_faults": ()}
     plan = api.plan_stage(experiment, stage, base_dir=base_dir, **overrides)
-    result = api.run_stage(plan, target or experiment.spec.target.endpoint, out=records_path, fault_active=fault_active)
+    endpoint = target or experiment.spec.target.endpoint
+    # Under a step's guard, SIGTERM ends the stage with its records kept and marked, then stops the step.
+    result = replay_stopping(
+        lambda signals: api.run_stage(plan, endpoint, out=records_path, fault_active=fault_active, signals=signals)
+    )
     summary: dict[str, Any] = result.summary.to_dict()
     summary["valid"] = True if summary.get("valid", True) else (summary.get("invalid_reason") or "replay invalid")
     return summary

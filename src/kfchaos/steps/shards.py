@@ -31,10 +31,12 @@ from kfchaos.faults.safety import fault_stage_span
 from kfchaos.steps import gates
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.stagefaults import StageFaults, faults_in_stage, mark_fault_active, open_stage_faults
+from kfchaos.steps.stopping import guarded, replay_stopping
 
 WATCH_MARGIN = 0.5  # seconds past the other shards' last possible response (engine sweep, clock skew of the pods)
 
 
+@guarded
 def start(
     experiment_text: str, experiment_dir: str, run_id: str, stage: int, shards: int, decision: str = gates.CONTINUE
 ) -> str:
@@ -72,6 +74,7 @@ def start(
     return json.dumps(out, sort_keys=True, default=str)
 
 
+@guarded
 def replay_shard(
     experiment_text: str,
     experiment_dir: str,
@@ -124,7 +127,10 @@ def replay_shard(
         with contextlib.ExitStack() as stack:
             for churn in churns:
                 stack.enter_context(churn)
-            result = run_stage(plan, target or experiment.spec.target.endpoint, out=records_path, start_at=start_at)
+            endpoint = target or experiment.spec.target.endpoint
+            result = replay_stopping(
+                lambda signals: run_stage(plan, endpoint, out=records_path, start_at=start_at, signals=signals)
+            )
         summary: dict[str, Any] = result.summary.to_dict()
         return summary
 
@@ -158,6 +164,7 @@ def _sleep_until(when: float) -> None:
         time.sleep(min(left, 1.0))
 
 
+@guarded
 def merge(
     experiment_text: str,
     experiment_dir: str,

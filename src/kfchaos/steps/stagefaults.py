@@ -11,6 +11,7 @@ from it, and the verdict judges the stage's coverage from it (kfchaos.verdict.ev
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kfchaos import safefile
+from kfchaos import safefile, termination
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import FaultActivity, Poller, active_at
 from kfchaos.faults.safety import fault_stage_span
@@ -33,6 +34,8 @@ from kfchaos.verdict.requests import injected_mask
 # Poll often enough to resolve a stage to ~2 % (MAX_UNCOVERED_SHARE), never more than 5 reads a second
 # per fault, never less than one every 2 s.
 MIN_POLL, MAX_POLL = 0.2, 2.0
+# A step told to stop waits this long for each fault it removed to be seen recovered (its pod has seconds).
+STOPPED_RECOVERY_S = 5.0
 
 
 def poll_interval(stage_duration: float) -> float:
@@ -79,6 +82,26 @@ class StageFaults:
             else:
                 activity.removed_at = time.time()
 
+    def remove_now(self) -> None:
+        """Remove every fault of the stage, whoever created it: the step was told to stop (kfchaos.steps.stopping),
+        and no task will watch these faults any more. Every delete is sent before any recovery is waited for (a
+        pod may have a second left); a fault not applied yet is a delete of nothing. Runs on its own thread."""
+        handles = [(fault, self.handles.get(fault.name) or self.backend.handle_of(fault)) for fault in self.faults]
+        for fault, handle in handles:
+            try:
+                self.backend.remove(handle)
+            except Exception as exc:  # a thread of its own: every fault is tried, each failure said
+                print(f"kfchaos: removing {fault.name} failed: {exc}", file=sys.stderr)
+        for fault, handle in handles:
+            if getattr(handle, "one_shot", False):
+                continue
+            try:
+                self.backend.wait_recovered(handle, timeout=STOPPED_RECOVERY_S)
+            except Exception as exc:
+                print(f"kfchaos: {fault.name} not seen recovered: {exc}", file=sys.stderr)
+            else:
+                print(f"kfchaos: {fault.name} removed", file=sys.stderr)
+
     def detail(self) -> dict[str, Any]:
         return {
             "chaos_objects": self.created,
@@ -104,6 +127,9 @@ def open_stage_faults(
     if not faults:
         return None
     held = StageFaults(experiment, stage, faults, seams.fault_backend(experiment, run_id))
+    guard = termination.current()
+    if guard is not None:  # a step told to stop removes them at once (kfchaos.steps.stopping)
+        guard.on_signal(held.remove_now)
     manifests = seams.render_faults(experiment, run_id)
     for fault in faults:
         span = fault_stage_span(experiment, fault)

@@ -10,6 +10,7 @@ from kfchaos.steps import gates, seams
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import StepResult
 from kfchaos.steps.setup import load_optional_baseline
+from kfchaos.steps.stopping import guarded
 
 
 def _judge(
@@ -56,6 +57,7 @@ def _judge(
     return result, result.gate
 
 
+@guarded
 def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id: str, baseline_path: str) -> str:
     """A short replay at the first stage's rate, no faults; a clear failure (not at baseline) stops the run."""
     run_id = task_run_id(run_id)
@@ -87,6 +89,7 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
     return StepResult("steady_state", 0, stage_result.status.value, ok, reasons, detail).to_json()
 
 
+@guarded
 def replay(
     experiment_text: str,
     experiment_dir: str,

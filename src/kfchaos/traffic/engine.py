@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -52,6 +53,7 @@ START_DELAY = 0.05  # the first request is due this long after the engine starts
 # just before the end and sent a little late is the send lag's business, not a cut.
 OVERRUN_GRACE = 1.0
 STOP_POLL = 0.1  # with a stop event, a long wait for the next request is cut in slices this long
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a stage run with `signals`
 
 
 @dataclass
@@ -418,9 +420,11 @@ def run_stage(
 ) -> StageResult:
     """Synchronous `replay` on a fresh uvloop; writes the records to `out` (Parquet) when given.
 
-    `signals` (the `kfchaos replay` command): SIGINT and SIGTERM stop the stage as an abort does, the records
-    taken until then are returned (and written), and `result.interrupted` names the signal. Off by default:
-    a pipeline step must die on SIGTERM, not report a shortened stage as complete.
+    `signals` (the `kfchaos replay` command, a pipeline step under a kfchaos.termination.Guard): SIGINT and SIGTERM
+    stop the stage as an abort does, the records taken until then are returned and written, marked as cut by the
+    signal (kfchaos.records.END_KEY: a verdict on them is INCONCLUSIVE), and `result.interrupted` names the signal.
+    A Python handler installed before (the step's guard, which starts removing the faults at once) is called too,
+    and is back in place afterwards. Off by default: without it the process dies on SIGTERM as it would anyway.
     """
     raise_open_file_limit(plan.settings.concurrency_limit)
     spool = Spool(out) if out is not None else None
@@ -428,15 +432,19 @@ def run_stage(
         options["spool"] = spool
     loop = new_event_loop()
     caught: list[int] = []
+    previous: dict[int, Any] = {int(signum): signal.getsignal(signum) for signum in STOP_SIGNALS} if signals else {}
     if signals:
         stop = options.get("stop")
         if not isinstance(stop, asyncio.Event):
             stop = options["stop"] = asyncio.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
 
             def handler(signum: int = signum, stop: asyncio.Event = stop) -> None:
                 caught.append(signum)
                 stop.set()
+                chained = previous.get(signum)
+                if callable(chained) and chained is not signal.default_int_handler:
+                    chained(signum, None)
 
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
                 loop.add_signal_handler(signum, handler)
@@ -448,10 +456,13 @@ def run_stage(
         raise
     finally:
         if signals:
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in STOP_SIGNALS:
                 with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-                    loop.remove_signal_handler(signum)
+                    loop.remove_signal_handler(signum)  # leaves SIG_DFL (uvloop, asyncio alike)
         loop.close()
+        for number, before in previous.items():  # the handler before goes back
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(number, before)
     if caught:
         result.interrupted = caught[0]
         result.summary.notes.append(f"stopped by {signal.Signals(caught[0]).name}")
@@ -464,6 +475,11 @@ def _keep_records(result: StageResult, spool: Spool, out: str | Path) -> None:
     """The stage's records as one file; when the disk refuses it (or cut the stage), as the spool's parts, the last
     one saying how the replay ended (kfchaos.records.END_KEY): `<out>` is then a folder of Parquet files."""
     why = None
+    if result.interrupted is not None and spool.cut is None:
+        # One whole file still, marked as this spool's last part and cut by the signal: the stage is not whole.
+        stopped = f"stopped by {signal.Signals(result.interrupted).name}"
+        result.table = spool.mark_end(result.table, stopped)
+        result.summary.notes.append(f"records marked as cut: {stopped}")
     if spool.cut is None:
         try:
             result.path = write_parquet(result.table, out)

@@ -339,6 +339,13 @@ class Spool:
         except OSError:
             return self.folder
 
+    def mark_end(self, table: pa.Table, why: str) -> pa.Table:
+        """The stage's whole table as this spool's one and last part, cut by `why` (a signal that stopped the
+        replay): written as `<out>` like any whole file, it says the stage is not whole
+        (kfchaos.records.unfinished_stages), and a verdict on it is INCONCLUSIVE."""
+        end = {END_KEY: (CUT + why).encode()}
+        return table.replace_schema_metadata({**(table.schema.metadata or {}), **self.metadata, **end})
+
     def close(self) -> None:
         self._worker.shutdown(wait=True)
         self._folder.close()
