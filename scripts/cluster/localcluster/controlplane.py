@@ -232,6 +232,9 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
     existing = reuse(state)
     if existing is not None:
         return existing
+    why_not = node.unavailable()  # before any build: a machine that cannot run the node is told at once
+    if why_not:
+        raise ClusterError(why_not)
     down(state)  # a stale or half-started one
     bins = bins or build()
     started = time.monotonic()
