@@ -64,8 +64,8 @@ scenarios: setup prometheus
 # lint-imports checks the layers of docs/architecture.md ([tool.importlinter] in pyproject.toml); the import graph
 # is built fresh each time (--no-cache, a second or two), never read from a cache left by another checkout.
 lint: setup
-	$(BIN)/ruff check src tests components pipelines scripts
-	$(BIN)/ruff format --check src tests components pipelines scripts
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

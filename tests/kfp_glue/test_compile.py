@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 from kfp.components import load_component_from_file
 
+from kfchaos.kfp.compile import component_names
 from kfchaos.kfp.versioning import embedded_ir_hash, ir_hash, read_lock
 from tests.conftest import ROOT
 from tests.kfp_glue.conftest import copy_sources, kfchaos
@@ -34,14 +35,12 @@ def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Pat
     assert kfchaos("compile", "--root", str(root)).returncode == 0
     assert kfchaos("compile", "--check", "--root", str(root)).returncode == 0
 
-    component = root / "components/replay_stage/component.py"
-    component.write_text(
-        component.read_text().replace("from kfchaos.steps import stages", "import kfchaos.steps.stages as stages")
-    )
+    # Another component image changes every component, as a changed component.py in the package would.
+    changed = {"KFCHAOS_IMAGE": "registry.internal/kfchaos:changed"}
     compiled = root / "pipelines/compiled/vllm-network-delay/1.2.1.yaml"
     before = compiled.read_bytes()
 
-    check = kfchaos("compile", "--check", "--root", str(root))
+    check = kfchaos("compile", "--check", "--root", str(root), env=changed)
     assert check.returncode == 1
     assert "pipeline vllm-network-delay changed but its version 1.2.1 did not" in check.stderr
     assert "experiments/vllm-network-delay.yaml (metadata.version), e.g. to 1.2.2" in check.stderr
@@ -50,7 +49,7 @@ def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Pat
     # Compiling without --force refuses to rewrite a released version.
     lock_file = root / "pipelines/versions.lock.yaml"
     lock_before = lock_file.read_bytes()
-    refused = kfchaos("compile", "--root", str(root))
+    refused = kfchaos("compile", "--root", str(root), env=changed)
     assert refused.returncode == 1 and compiled.read_bytes() == before
     # ...and leaves the lock describing the files that exist (it was rewritten with the refused hash before).
     assert lock_file.read_bytes() == lock_before
@@ -59,7 +58,7 @@ def test_check_fails_on_a_changed_component_without_a_version_bump(tmp_path: Pat
     # Bumping the experiment's version compiles a new file and leaves the old version untouched.
     experiment = root / "experiments/vllm-network-delay.yaml"
     experiment.write_text(experiment.read_text().replace("version: 1.2.1", "version: 1.2.2", 1))
-    kfchaos("compile", "--root", str(root))
+    kfchaos("compile", "--root", str(root), env=changed)
     assert (root / "pipelines/compiled/vllm-network-delay/1.2.2.yaml").is_file()
     assert compiled.read_bytes() == before
     assert read_lock(root / "pipelines/versions.lock.yaml")["vllm-network-delay"].version == "1.2.2"
@@ -84,7 +83,7 @@ def test_committed_pipelines_are_valid_yaml_and_carry_their_own_ir_hash() -> Non
 
 
 def test_every_component_yaml_loads_for_reuse_in_other_pipelines() -> None:
-    folders = sorted(p for p in (ROOT / "components").iterdir() if (p / "component.py").is_file())
+    folders = sorted(ROOT / "components" / name for name in component_names())
     # Faults are injected inside the stage tasks: no inject_faults component; 3 for sharded stages (steps.shards);
     # no skip_stage: a stage after a stopped gate is skipped by its own replay (kfchaos.steps.gates).
     assert len(folders) == 12

@@ -99,7 +99,7 @@ def _artifact_store(args: argparse.Namespace) -> Any:
     keys = os.environ.get(ACCESS_KEY_ENV, ""), os.environ.get(SECRET_KEY_ENV, "")
     if not all(keys):
         raise KfchaosError(f"--artifact-store needs the store's keys in env {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}")
-    # The compiled pipeline is named after the experiment (pipelines/chaos_experiment.py, PipelineDefaults.name).
+    # The compiled pipeline is named after the experiment (PipelineDefaults.name in kfchaos.kfp.pipelines).
     name = load_experiment(args.experiment).metadata.name
     return ArtifactStore(ObjectStore(args.artifact_store, *keys), args.pipeline_root, name)
 

@@ -13,10 +13,10 @@ silently change what an existing KFP pipeline version means.
 from __future__ import annotations
 
 import importlib
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ class Target:
     name: str
     version: str
     version_source: str  # the file to bump the version in
-    defaults: Any  # pipelines.chaos_experiment.PipelineDefaults
+    defaults: Any  # kfchaos.kfp.pipelines.chaos_experiment.PipelineDefaults
 
     @property
     def file(self) -> Path:
@@ -55,11 +55,21 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
-def _import(root: Path, module: str) -> Any:
-    # pipelines/ and components/ live at the repository root, not in the installed package.
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    return importlib.import_module(module)
+def _pipeline_module() -> Any:
+    # Imported when something is compiled, not with this module: it loads kfp's DSL, which the commands that
+    # only read the lock (upload, schedule) do not need.
+    from kfchaos.kfp.pipelines import chaos_experiment
+
+    return chaos_experiment
+
+
+COMPONENTS_PACKAGE = "kfchaos.kfp.components"
+
+
+def component_names() -> list[str]:
+    """The package's components: one folder each under kfchaos/kfp/components/ with a component.py."""
+    folder = resources.files(COMPONENTS_PACKAGE)
+    return sorted(p.name for p in folder.iterdir() if p.joinpath("component.py").is_file())
 
 
 def comment_header(text: str) -> str:
@@ -91,7 +101,7 @@ def _bump_hint(version: str) -> str:
 
 def experiment_target(root: Path, path: Path, experiment: Experiment | None = None) -> Target:
     """The pipeline of one experiment file: parameters default to its text and its committed baseline."""
-    module = _import(root, "pipelines.chaos_experiment")
+    module = _pipeline_module()
     experiment = experiment or load_experiment(path)
     meta = experiment.metadata
     found = baseline_path(path, experiment)
@@ -147,7 +157,7 @@ def outside(root: Path, path: Path) -> bool:
 
 def discover(root: Path, extra: Sequence[Path] = ()) -> list[Target]:
     """The generic pipeline plus one per experiment file, in a stable order; invalid experiments are errors."""
-    module = _import(root, "pipelines.chaos_experiment")
+    module = _pipeline_module()
     defaults_cls = module.PipelineDefaults
     targets = [
         Target(
@@ -185,16 +195,16 @@ def discover(root: Path, extra: Sequence[Path] = ()) -> list[Target]:
 
 def compile_target(root: Path, target: Target) -> tuple[bytes, str]:
     """Sealed pipeline YAML and its IR hash."""
-    module = _import(root, "pipelines.chaos_experiment")
+    module = _pipeline_module()
     return seal(_compile_bytes(module.build_pipeline(target.defaults)))
 
 
 def component_outputs(root: Path) -> dict[Path, bytes]:
     """components/<name>/component.yaml for every component folder, so other pipelines can load them."""
     out: dict[Path, bytes] = {}
-    for folder in sorted(p for p in (root / COMPONENTS_DIR).iterdir() if (p / "component.py").is_file()):
-        module = _import(root, f"components.{folder.name}.component")
-        out[COMPONENTS_DIR / folder.name / "component.yaml"] = _compile_bytes(getattr(module, folder.name))
+    for name in component_names():
+        module = importlib.import_module(f"{COMPONENTS_PACKAGE}.{name}.component")
+        out[COMPONENTS_DIR / name / "component.yaml"] = _compile_bytes(getattr(module, name))
     return out
 
 

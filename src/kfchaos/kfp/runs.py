@@ -81,7 +81,7 @@ TASK_NAMES_PREFIX = "kfchaos task names: "
 
 
 # What the progress calls each kind of task (its component), with the stage it runs for: the compiled pipeline keeps
-# KFP's generated task names (pipelines/chaos_experiment.py says why it sets no display names).
+# KFP's generated task names (kfchaos/kfp/pipelines/chaos_experiment.py says why it sets no display names).
 TASK_LABELS = {
     "comp-replay-stage": "replay {stage}%",
     "comp-collect-metrics": "metrics {stage}%",
