@@ -30,8 +30,10 @@ def copy_sources(dest: Path) -> Path:
     return dest
 
 
-def kfchaos(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The command in a fresh process (env: variables added to this one's)."""
+def kfchaos(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The command in a fresh process (env: variables added to this one's; cwd: where it runs)."""
     return subprocess.run(
         [*KFCHAOS, *args],
         capture_output=True,
@@ -39,6 +41,7 @@ def kfchaos(*args: str, timeout: float = 120, env: dict[str, str] | None = None)
         timeout=timeout,
         check=False,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 

@@ -170,3 +170,28 @@ def test_compile_refuses_an_experiment_or_baseline_outside_the_repository_unless
     allowed = kfchaos("compile", str(outside_file), "--allow-outside", "--root", str(root))
     assert allowed.returncode == 0, allowed.stderr
     assert "embedding the experiment" in allowed.stderr and "embedding the baseline" in allowed.stderr
+
+
+def test_lock_paths_are_relative_to_the_repository_root_wherever_compile_runs(tmp_path: Path) -> None:
+    """From another folder, with paths relative to it: the lock names the experiment relative to the root (one
+    outside the repository by its absolute path), so `compile --check` in the repository still finds both."""
+    root = copy_sources(tmp_path / "repo")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    text = (root / "experiments/vllm-network-delay.yaml").read_text()
+    (root / "team").mkdir()
+    (root / "team" / "mine.yaml").write_text(text.replace("name: vllm-network-delay", "name: team-delay"))
+    (elsewhere / "out.yaml").write_text(
+        text.replace("name: vllm-network-delay", "name: out").replace("../baselines/vllm-network-delay.yaml", "b.yaml")
+    )
+    done = kfchaos(
+        "compile", "../repo/team/mine.yaml", "out.yaml", "--allow-outside", "--root", "../repo", cwd=elsewhere
+    )
+    assert done.returncode == 0, done.stderr
+    lock = read_lock(root / "pipelines/versions.lock.yaml")
+    assert lock["team-delay"].version_source == "team/mine.yaml (metadata.version)"
+    assert lock["out"].version_source == f"{elsewhere / 'out.yaml'} (metadata.version)"
+    assert all(not Path(entry.file).is_absolute() and (root / entry.file).is_file() for entry in lock.values())
+    check = kfchaos("compile", "--check", "--allow-outside", cwd=root)
+    assert check.returncode == 0, check.stderr
+    assert not (elsewhere / "pipelines").exists()

@@ -3,7 +3,9 @@
 Targets: the generic pipeline (`kfchaos-experiment`, versioned with the package) and one pipeline per
 experiment in experiments/ (named metadata.name, versioned metadata.version, parameters defaulting to the file),
 plus any other experiment file named on the command line (`kfchaos compile PATH`) or already in the lock.
-Outputs: pipelines/compiled/<name>/<version>.yaml, pipelines/versions.lock.yaml, components/<c>/component.yaml.
+Outputs: pipelines/compiled/<name>/<version>.yaml, pipelines/versions.lock.yaml, and where the repository has a
+components/ folder (kfchaos's own), components/<c>/component.yaml. The pipeline and its components are the
+installed package's (kfchaos.kfp.pipelines, kfchaos.kfp.components): any folder can be the repository.
 
 A compiled version is immutable: once pipelines/compiled/<name>/<version>.yaml exists, a different compile result
 for the same version is refused (and `--check` fails) naming the version to bump, because uploading it would
@@ -107,10 +109,12 @@ def experiment_target(root: Path, path: Path, experiment: Experiment | None = No
     found = baseline_path(path, experiment)
     baseline = found.read_text() if found is not None and found.is_file() else ""
     auth = experiment.spec.target.auth
+    # Relative to the repository root, wherever the command runs; absolute for an experiment outside it (the
+    # embedded demo's, or `compile --allow-outside`): never relative to the current directory.
     try:
         where = str(path.resolve().relative_to(root.resolve()))
-    except ValueError:  # an experiment outside the repository (e.g. the embedded demo's)
-        where = str(path)
+    except ValueError:
+        where = str(path.resolve())
     return Target(
         name=meta.name,
         version=meta.version,
@@ -193,15 +197,19 @@ def discover(root: Path, extra: Sequence[Path] = ()) -> list[Target]:
     return targets
 
 
-def compile_target(root: Path, target: Target) -> tuple[bytes, str]:
+def compile_target(target: Target) -> tuple[bytes, str]:
     """Sealed pipeline YAML and its IR hash."""
     module = _pipeline_module()
     return seal(_compile_bytes(module.build_pipeline(target.defaults)))
 
 
 def component_outputs(root: Path) -> dict[Path, bytes]:
-    """components/<name>/component.yaml for every component folder, so other pipelines can load them."""
+    """components/<name>/component.yaml for every component of the package, so other pipelines can load them;
+    written where the repository keeps a components/ folder (kfchaos's own, as kubeflow/pipelines-components lays
+    one out). A team's repository holds only its pipelines: its components are the installed kfchaos's."""
     out: dict[Path, bytes] = {}
+    if not (root / COMPONENTS_DIR).is_dir():
+        return out
     for name in component_names():
         module = importlib.import_module(f"{COMPONENTS_PACKAGE}.{name}.component")
         out[COMPONENTS_DIR / name / "component.yaml"] = _compile_bytes(getattr(module, name))
@@ -225,7 +233,7 @@ def plan(root: Path, extra: Sequence[Path] = ()) -> Plan:
     stale: list[Problem] = []
     entries: list[LockEntry] = []
     for target in discover(root, extra):
-        sealed, digest = compile_target(root, target)
+        sealed, digest = compile_target(target)
         entries.append(LockEntry(target.name, target.version, digest, str(target.file), target.version_source))
         existing = root / target.file
         if not existing.exists():

@@ -139,7 +139,7 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
 
     experiment = load_experiment(experiment_path)
     # Run exactly the sealed IR `kfchaos compile` produces, so the audit record's IR hash is the real one.
-    sealed, _digest = compile_target(root, experiment_target(root, experiment_path, experiment))
+    sealed, _digest = compile_target(experiment_target(root, experiment_path, experiment))
     pipeline = load_component_from_text(sealed.decode("utf-8"))
     spec = next((d for d in yaml.safe_load_all(sealed) if isinstance(d, dict) and "root" in d), {})
     print(TASK_NAMES_PREFIX + json.dumps(task_display_names(spec), sort_keys=True), flush=True)
