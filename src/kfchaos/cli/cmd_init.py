@@ -1,6 +1,7 @@
 """`kfchaos init [FILE]`: write the starter experiment (the one the README shows) to copy and edit; with a demo
-stack up (`source runs/.work/demo-up.env` names its control baseline), copy that baseline beside it, so the file
-validates and runs against `kfchaos demo up` as written."""
+stack up (`source runs/.work/demo-up.env` names its control baseline), that baseline beside it as the new
+experiment's own (named after it, its control's records in a file of their own), so the file validates, runs
+and re-judges against `kfchaos demo up` as written."""
 
 from __future__ import annotations
 
@@ -46,21 +47,6 @@ def starter(name: str) -> str:
     return template_text().replace(TEMPLATE_NAME, name)
 
 
-def _control_records(baseline: Path) -> Path | None:
-    """The control's records file the baseline names (a bare file name beside it), if there is one."""
-    import yaml  # for start-up speed: only `init` with a demo baseline reads YAML
-
-    try:
-        control = (yaml.safe_load(baseline.read_text()) or {}).get("control")
-    except (OSError, yaml.YAMLError) as exc:
-        raise KfchaosError(f"{baseline}: unreadable demo baseline ({exc})") from None
-    name = control.get("records") if isinstance(control, dict) else None
-    if not isinstance(name, str) or Path(name).name != name:
-        return None
-    found = baseline.parent / name
-    return found if found.is_file() else None
-
-
 def _write(path: Path, force: bool, write: Any) -> None:
     if path.exists() and not force:
         raise KfchaosError(f"{path} exists; give --force to overwrite it, or another file name")
@@ -68,6 +54,28 @@ def _write(path: Path, force: bool, write: Any) -> None:
         print(f"note: writing outside the current directory: {path.resolve()}", file=sys.stderr)
     write(path)
     print(f"wrote {path}")
+
+
+def copy_demo_baseline(source: Path, target: Path, experiment: str, force: bool) -> None:
+    """The demo stack's control baseline as `experiment`'s own, at `target`, its control's records beside it under
+    a name of their own (<target stem>.control.parquet, as `kfchaos baseline control` names them): the starter
+    replays the very traffic, ramp and target the control was recorded with, so its figures are the right drift
+    reference. Sealed again for the new name (content_hash, records_sha256 unchanged); a records file that is
+    not the one the demo's control measured is refused, as are files already there without --force."""
+    # Imported here, for start-up speed: the baseline model pulls in numpy, and `init` without a demo stack up
+    # (the usual case) must not wait for it.
+    from kfchaos.baseline import check_control_records, control_records_beside, for_experiment, load_baseline
+
+    baseline, _ = load_baseline(source)  # its content hash, and its records' hash when they lie beside it
+    records = control_records_beside(baseline, source)
+    if baseline.control is not None and records is None:
+        raise KfchaosError(f"{source}: its control's records {baseline.control.records} are not beside it")
+    copied = target.with_name(f"{target.stem}.control.parquet")
+    if records is not None:
+        check_control_records(baseline, records, source)
+        _write(copied, force, lambda p: safefile.copy_file(p, records))
+    own = for_experiment(baseline, experiment, copied.name if records is not None else None)
+    _write(target, force, lambda p: safefile.write_text(p, own.to_yaml()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,13 +88,7 @@ def run(args: argparse.Namespace) -> int:
     _write(path, args.force, lambda p: safefile.write_text(p, text))
     target = path.parent / f"{name}.baseline.yaml"
     if demo_baseline:
-        source = Path(demo_baseline)
-        records = _control_records(source)
-        # The demo's control was replayed with the same traffic as the starter's: the right drift reference.
-        _write(target, args.force, lambda p: safefile.copy_file(p, source))
-        if records is not None:
-            # Under the name the baseline records (its content hash covers that name).
-            _write(target.parent / records.name, True, lambda p: safefile.copy_file(p, records))
+        copy_demo_baseline(Path(demo_baseline), target, name, args.force)
         print(f"the demo stack's control baseline is {target}: edit the traffic and it no longer fits")
     else:
         print(

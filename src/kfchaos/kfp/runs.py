@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kfchaos.baseline import load_baseline
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
 from kfchaos.spec import Experiment, baseline_path
@@ -26,9 +27,14 @@ EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
 def parameters_for(
     experiment_path: Path, experiment: Experiment, root: Path, target: str, experiment_dir: str | None
 ) -> dict[str, str]:
-    """The run parameters: the experiment YAML, its committed baseline, where traffic resolves, the target."""
+    """The run parameters: the experiment YAML, its committed baseline, where traffic resolves, the target. A
+    baseline that would be refused when the run is re-judged (edited, or its control's records replaced) is
+    refused here, before anything runs."""
     found = baseline_path(experiment_path, experiment)
-    baseline = found.read_text() if found is not None and found.is_file() else ""
+    baseline = ""
+    if found is not None and found.is_file():
+        load_baseline(found)
+        baseline = found.read_text()
     parameters = {"experiment": experiment_path.read_text(), "baseline": baseline, "target": target}
     if experiment_dir is not None:
         parameters["experiment_dir"] = experiment_dir
