@@ -19,7 +19,7 @@ from kfchaos.cli import EXIT_PASS, EXIT_USAGE
 from kfchaos.cli.jsonout import emit, problem_dict
 from kfchaos.errors import KfchaosError, Problem, SpecError
 from kfchaos.spec import Experiment, baseline_path
-from kfchaos.validate import load_experiment, load_experiment_warnings
+from kfchaos.validate import load_experiment, load_experiment_warnings, missing_files
 from kfchaos.yamlsource import load_yaml, read_source
 
 
@@ -104,12 +104,13 @@ def run(args: argparse.Namespace) -> int:
                 for problem in exc.problems:
                     print(problem, file=sys.stderr)
             continue
-        refused = _baseline_problem(path, experiment)
-        if refused is not None:
+        refused = [*missing_files(path, experiment), *filter(None, [_baseline_problem(path, experiment)])]
+        if refused:
             failed = True
-            entry.update(valid=False, problems=[problem_dict(refused)])
+            entry.update(valid=False, problems=[problem_dict(p) for p in refused])
             if not args.json:
-                print(refused, file=sys.stderr)
+                for problem in refused:
+                    print(problem, file=sys.stderr)
             continue
         support, lines, sample_warnings = _sample_sizes(path, experiment)
         warnings = [*load_experiment_warnings(path), *sample_warnings]

@@ -97,7 +97,38 @@ def run_child(
     try:
         return read_local_outcome(pipeline_root, name, since=started)
     except KfchaosError:
-        raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}") from None
+        raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}{_cause_text(log_path)}") from None
+
+
+# kfp.local's line when a task fails (kfp/local/pipeline_orchestrator.py: "Pipeline ... finished with status FAILURE.
+# Inner task failed: ..."), and the start of a Python traceback, which a failed task's executor prints raw.
+_INNER_FAILED = "Inner task failed:"
+_TRACEBACK = "Traceback (most recent call last):"
+CAUSE_LINES = 8
+
+
+def failure_cause(log_path: Path, limit: int = CAUSE_LINES) -> list[str]:
+    """Why the run failed, from its log: kfp.local's line naming the task that failed, and the last traceback's
+    exception (the lines after its frames), at most `limit` lines; without a traceback, the last lines that say
+    error. Empty when the log says neither."""
+    try:
+        lines = [_ANSI.sub("", line).rstrip() for line in log_path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return []
+    task = [line.strip() for line in lines if _INNER_FAILED in line][-1:]
+    starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
+    if starts:
+        after = lines[starts[-1] + 1 :]
+        # Frames are indented; the exception and its message are the first unindented lines after them.
+        cause = [line for line in after if line and not line.startswith((" ", "\t"))][:limit]
+    else:
+        cause = [line.strip() for line in lines if re.search(r"\berror\b", line, re.I)][-limit:]
+    return [*task, *cause][: limit + 1]
+
+
+def _cause_text(log_path: Path) -> str:
+    cause = failure_cause(log_path)
+    return ("\n  " + "\n  ".join(cause)) if cause else ""
 
 
 def child_run_folder(log_path: Path) -> tuple[str | None, str | None]:
@@ -148,6 +179,8 @@ def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path, runs
         print(verdict_table(json.loads(verdict_file.read_text())))
     print()
     print(outcome.summary())
+    if outcome.status == "ERROR":
+        print(f"the failed task's last error lines (whole log: {log_path}):{_cause_text(log_path) or ' none found'}")
     for line in (f"run folder: {folder}" if folder else None, report):
         if line:
             print(line)
