@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 from kfp.components import load_component_from_file
 
+from kfchaos.cli import teamrepo
 from kfchaos.kfp.compile import component_names
 from kfchaos.kfp.versioning import embedded_ir_hash, ir_hash, read_lock
 from tests.conftest import ROOT
@@ -111,13 +112,23 @@ def test_the_image_override_reaches_every_component(tmp_path: Path) -> None:
 
 
 def test_the_ci_template_checks_on_pull_requests_and_uploads_on_main() -> None:
-    workflow = yaml.safe_load((ROOT / "ci-templates/github/kfchaos.yml").read_text())
+    starter = teamrepo.Starter(file="experiments/my-experiment.yaml", name="my-experiment", namespace="demo")
+    rendered = teamrepo.files(starter)
+    workflow = yaml.safe_load(rendered[".github/workflows/kfchaos.yml"])
     check_steps = " ".join(step.get("run", "") for step in workflow["jobs"]["check"]["steps"])
-    assert "kfchaos compile --check" in check_steps and "pytest" in check_steps
+    # A team's repository is not kfchaos: CI installs the pinned release, never this checkout (`-e .[test]`).
+    assert "pip install -r requirements.txt" in check_steps and "-e" not in check_steps.split()
+    assert "kfchaos validate experiments/*.yaml" in check_steps and "kfchaos compile --check" in check_steps
+    assert rendered["requirements.txt"].splitlines()[-1] == f"kfchaos=={teamrepo.pinned_version()}"
     upload = workflow["jobs"]["upload"]
     assert upload["needs"] == "check" and "refs/heads/main" in upload["if"]
     assert any("kfchaos upload" in step.get("run", "") for step in upload["steps"])
     assert True in workflow and "pull_request" in workflow[True]  # YAML 1.1 reads the key `on` as True
+    gitlab = yaml.safe_load(rendered[".gitlab-ci.yml"])
+    assert gitlab["default"]["before_script"] == ["python -m pip install -r requirements.txt"]
+    assert gitlab["check"]["script"] == ["kfchaos validate experiments/*.yaml", "kfchaos compile --check"]
+    assert gitlab["gate"]["needs"] == ["chaos"] and "--require-signed" in " ".join(gitlab["gate"]["script"])
+    assert "KFCHAOS_SIGNING_KEY" not in yaml.safe_dump(gitlab["gate"])
 
 
 def test_pipeline_parameters_carry_descriptions_in_the_ir() -> None:
