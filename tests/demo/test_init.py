@@ -96,3 +96,25 @@ def test_a_gone_demo_baseline_is_an_input_error(tmp_path: Path, monkeypatch: pyt
 )
 def test_names_are_dns_labels(file: str, name: str) -> None:
     assert experiment_name(Path(file)) == name
+
+
+def test_init_repo_lays_out_a_team_repository_and_keeps_what_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(DEMO_BASELINE_ENV, raising=False)
+    (tmp_path / "README.md").write_text("our serving repository\n")
+    assert main(["init", "--repo"]) == 0
+    out = capsys.readouterr().out
+    assert "kept README.md" in out and (tmp_path / "README.md").read_text() == "our serving repository\n"
+    experiment = load_experiment(tmp_path / "experiments" / "my-experiment.yaml")
+    assert experiment.spec.baseline.file == "../baselines/my-experiment.baseline.yaml"
+    assert (tmp_path / "pipelines" / "compiled" / "my-experiment" / "0.1.0.yaml").is_file()
+    assert (tmp_path / ".github" / "workflows" / "kfchaos.yml").is_file() and (tmp_path / ".gitlab-ci.yml").is_file()
+    assert "runs/" in (tmp_path / ".gitignore").read_text().split()
+    assert "no baseline yet (baselines/my-experiment.baseline.yaml)" in out
+    # Again: everything kept, nothing compiled anew, still exit 0.
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert main(["init", "--repo"]) == 0
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert main(["init", "--repo", "../elsewhere.yaml"]) == 3

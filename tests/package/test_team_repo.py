@@ -1,8 +1,8 @@
 """A team's own repository: kfchaos installed from its wheel into a fresh virtualenv outside this checkout, and the
 whole loop run in an empty Git repository laid out by `kfchaos init --repo` (issue 36): validate, compile (twice,
-byte-identical), `compile --check`, the CI template's own check steps, doctor without a cluster (exit 5), the demo
-stack, `run --local` to a verdict, `verdict --run` to the same exit code, `audit verify` (exit 0, signed by the
-user's own key)."""
+byte-identical), `compile --check`, the CI template's own check steps, doctor without a cluster (exit 5), upload,
+schedule sync and a submitted run against a loopback KFP API server, the demo stack, `run --local` to a verdict,
+`verdict --run` to the same exit code, `audit verify` (exit 0, signed by the user's own key)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from kfchaos import __version__
 from kfchaos.kfp.versioning import read_lock
 from tests.conftest import require_tool
 from tests.package.conftest import Installed, wheel_names
+from tests.support.kfpapi import KfpApiServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -119,6 +120,23 @@ def test_init_repo_then_the_whole_loop_in_an_empty_git_repository(installed: Ins
         "doctor", "--experiment", "experiments/my-experiment.yaml", KUBECONFIG=str(tmp_path / "no-kubeconfig")
     )
     assert doctor.returncode == 5, doctor.stdout + doctor.stderr
+
+    # Upload, the schedules and a submitted run, against the loopback KFP API server (tests/support/kfpapi.py).
+    with KfpApiServer() as kfp_api:
+        home = str(tmp_path / "home")  # kfp.Client reads ~/.config/kfp/context.json: none here
+        uploaded = team.kfchaos("upload", "--host", kfp_api.url, HOME=home)
+        assert uploaded.returncode == 0, uploaded.stdout + uploaded.stderr
+        names = {p["display_name"] for p in kfp_api.state.pipelines.values()}
+        assert names == {"my-experiment", "kfchaos-experiment"}
+        synced = team.kfchaos("schedule", "sync", "manifests/schedules.yaml", "--host", kfp_api.url, HOME=home)
+        assert synced.returncode == 0, synced.stdout + synced.stderr
+        assert {r["display_name"] for r in kfp_api.state.recurring.values()} == {"my-experiment-nightly"}
+        submitted = team.kfchaos("run", "experiments/my-experiment.yaml", "--host", kfp_api.url, HOME=home)
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        (run,) = kfp_api.state.runs.values()
+        assert (
+            run["runtime_config"]["parameters"]["experiment"] == (repo / "experiments/my-experiment.yaml").read_text()
+        )
 
     # CI's own steps, as the templates run them: the pin installs (already satisfied: no download), then the checks.
     workflow = yaml.safe_load((repo / ".github/workflows/kfchaos.yml").read_text())

@@ -115,10 +115,10 @@ def _keep_or_write(path: Path, force: bool, write: Any) -> None:
 
 def run_repo(args: argparse.Namespace) -> int:
     """`init --repo`: the team repository's layout in the current folder, its starter compiled."""
-    import yaml  # for start-up speed: only --repo reads the starter's YAML
-
+    # Imported here, for start-up speed: they load kfp's compiler (seconds); --repo compiles, plain init does not.
     from kfchaos.cli import teamrepo
-    from kfchaos.kfp.compile import apply, plan  # loads kfp (seconds): --repo compiles, plain init does not
+    from kfchaos.kfp.compile import apply, plan
+    from kfchaos.validate import load_experiment
 
     root = Path(".")
     path: Path = args.file or DEFAULT_REPO_FILE
@@ -133,8 +133,8 @@ def run_repo(args: argparse.Namespace) -> int:
     text = starter(name).replace(
         f"{{file: {name}.baseline.yaml}}", f"{{file: {os.path.relpath(baseline, path.parent)}}}"
     )
-    namespace = str(yaml.safe_load(text)["spec"]["target"]["namespace"])
     _keep_or_write(path, args.force, lambda p: safefile.write_text(p, text))
+    namespace = load_experiment(path).spec.target.namespace  # the file there, the team's own when kept
     if demo_baseline is not None:
         if baseline.exists() and not args.force:
             print(f"kept {baseline} (exists; --force overwrites it)")
