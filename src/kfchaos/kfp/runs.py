@@ -200,9 +200,7 @@ def read_local_outcome(pipeline_root: Path, name: str, since: float) -> LocalOut
     run_dir = runs[-1]
     audit = run_dir / "verdict-report" / "audit"
     if not audit.is_file():
-        return LocalOutcome(
-            "ERROR", run_dir, None, "the run failed before its verdict: a task failed"
-        )
+        return LocalOutcome("ERROR", run_dir, None, "the run failed before its verdict: a task failed")
     record = json.loads(audit.read_text())
     verdict = record["verdict"]
     reasons = "; ".join(verdict["reasons"]) or "all checks passed"
