@@ -91,17 +91,23 @@ def test_the_one_endpoint_rule(url: str, ok: bool) -> None:
     assert (endpoint_problem(url) is None) is ok
 
 
-# As kfp.local writes a failed task (kfp/local/subprocess_task_handler.py prints the executor's lines raw;
-# kfp/local/pipeline_orchestrator.py, the colored FAILURE line naming the task).
+# As kfp.local writes a failed task: its output streamed indented (kfp/local/logging_utils.py), then the colored
+# lines naming the task (kfp/local/pipeline_orchestrator.py); the shape of a real log of
+# tests/kfp_glue/test_local_pipeline.py's failed stage.
 FAILED_LOG = """\
 kfchaos task names: {}
 12:00:01.100 - INFO - Executing task \x1b[96m'preflight'\x1b[0m
-Traceback (most recent call last):
-  File "<frozen runpy>", line 198, in _run_module_as_main
-  File "/venv/lib/python3.11/site-packages/kfchaos/steps/setup.py", line 40, in preflight
-    raise KfchaosError(f"target {url} does not answer")
-kfchaos.errors.KfchaosError: target http://127.0.0.1:9 does not answer (connection refused)
+12:00:01.101 - INFO - Streamed logs:
+
+    Traceback (most recent call last):
+      File "<frozen runpy>", line 198, in _run_module_as_main
+      File "/venv/lib/python3.11/site-packages/kfchaos/steps/setup.py", line 40, in preflight
+        raise KfchaosError(f"target {url} does not answer")
+    kfchaos.errors.KfchaosError: target http://127.0.0.1:9 does not answer
+    (connection refused)
+
 12:00:02.300 - ERROR - Task \x1b[96m'preflight'\x1b[0m finished with status \x1b[91mFAILURE\x1b[0m
+--------------------------------------------------------------------------------
 12:00:02.400 - ERROR - Pipeline \x1b[95m'exp'\x1b[0m finished with status \x1b[91mFAILURE\x1b[0m. \
 Inner task failed: \x1b[96m'preflight'\x1b[0m.
 """
@@ -112,7 +118,9 @@ def test_a_failed_tasks_cause_is_read_from_its_log(tmp_path: Path) -> None:
     log.write_text(FAILED_LOG)
     cause = failure_cause(log)
     assert cause[0].endswith("Inner task failed: 'preflight'.")
-    assert "kfchaos.errors.KfchaosError: target http://127.0.0.1:9 does not answer (connection refused)" in cause
-    assert not any(line.startswith("  File") for line in cause)
+    assert cause[1:] == [
+        "kfchaos.errors.KfchaosError: target http://127.0.0.1:9 does not answer",
+        "(connection refused)",
+    ]
     log.write_text("nothing went wrong\n")
     assert failure_cause(log) == []

@@ -109,21 +109,33 @@ CAUSE_LINES = 8
 
 def failure_cause(log_path: Path, limit: int = CAUSE_LINES) -> list[str]:
     """Why the run failed, from its log: kfp.local's line naming the task that failed, and the last traceback's
-    exception (the lines after its frames), at most `limit` lines; without a traceback, the last lines that say
-    error. Empty when the log says neither."""
+    exception, at most `limit` lines; without a traceback, the last lines that say error. Empty when the log says
+    neither. kfp.local streams a task's output indented (kfp/local/logging_utils.py, "Streamed logs"): a
+    traceback's frames are indented past its first line, its exception is back at that line's indentation."""
     try:
         lines = [_ANSI.sub("", line).rstrip() for line in log_path.read_text(errors="replace").splitlines()]
     except OSError:
         return []
     task = [line.strip() for line in lines if _INNER_FAILED in line][-1:]
     starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
-    if starts:
-        after = lines[starts[-1] + 1 :]
-        # Frames are indented; the exception and its message are the first unindented lines after them.
-        cause = [line for line in after if line and not line.startswith((" ", "\t"))][:limit]
-    else:
-        cause = [line.strip() for line in lines if re.search(r"\berror\b", line, re.I)][-limit:]
-    return [*task, *cause][: limit + 1]
+    if not starts:
+        return [*task, *[line.strip() for line in lines if re.search(r"\berror\b", line, re.I)][-limit:]]
+    start = starts[-1]
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    cause: list[str] = []
+    for line in lines[start + 1 :]:
+        depth = len(line) - len(line.lstrip())
+        if not line.strip() or depth < indent:
+            if cause or depth < indent:
+                break  # the exception ended, or the task's output did
+            continue
+        if depth == indent:
+            cause.append(line.strip())  # the exception and its message's lines
+        elif cause:
+            break  # indented again after the exception: not part of it
+        if len(cause) == limit:
+            break
+    return [*task, *cause]
 
 
 def _cause_text(log_path: Path) -> str:
