@@ -33,9 +33,10 @@ chromium:
 node-packages:
 	@bash scripts/cluster/ensure-node-packages.sh || test "$$CI" != true
 
-# Everything but the longest real-node tests (marker node_long): `make e2e-local` runs those.
-test: setup prometheus mariadb chromium node-packages cluster-build
-	$(BIN)/python -m pytest -m "not node_long" $(PYTEST_ARGS)
+# Everything but the longest real-node tests (marker node_long): `make e2e-local` runs those. The tests that need
+# no cluster run while the cluster builds (scripts/test.sh).
+test: setup prometheus mariadb chromium node-packages
+	PYTEST_ARGS='$(PYTEST_ARGS)' bash scripts/test.sh
 
 # The local cluster's real node end to end (docs/cluster.md, "The real node"): every test that runs on it --
 # compiled pipelines on KFP 2.1.0 with Argo, faults through chaos-daemon, the kernel's OOM kill, the nightly.

@@ -1,5 +1,6 @@
-"""`make cluster-up` / `make cluster-down`: PYTHONPATH=scripts/cluster python -m localcluster up|down|status|images
-(images: build the node's images from the working tree again and import them into the running cluster)."""
+"""`make cluster-up` / `make cluster-down`: PYTHONPATH=scripts/cluster python -m localcluster up|down|status|images|build
+(images: build the node's images from the working tree again and import them into the running cluster; build: build
+every binary and image the cluster starts from, where not cached, and start nothing)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import argparse
 import sys
 import time
 
-from .controlplane import ClusterError, default_state, down, refresh_images, reuse, up
+from .controlplane import ClusterError, build_all, default_state, down, refresh_images, reuse, up
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="localcluster", description=__doc__)
-    parser.add_argument("action", choices=("up", "down", "status", "images"))
+    parser.add_argument("action", choices=("up", "down", "status", "images", "build"))
     args = parser.parse_args(argv)
     state = default_state()
     try:
@@ -23,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "down":
             stopped = down(state)
             print(f"cluster down: stopped {', '.join(stopped) or 'nothing (none was running)'}")
+        elif args.action == "build":
+            built = build_all()
+            print(f"built the control plane's binaries and the node's images ({built.component})")
         elif args.action == "images":
             node_images = refresh_images(state)
             print(f"imported {node_images.component} and the node's other images")

@@ -555,6 +555,19 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     return env
 
 
+def build_all() -> images.Images:
+    """Every binary and every image the cluster starts from, built where not cached yet (nothing is started):
+    `make test` builds them while the tests that need no cluster run. The images are the real node's: where it
+    cannot run, `up` says why, and nothing is built for it."""
+    why_not = node.unavailable()
+    if why_not:
+        raise ClusterError(why_not)
+    try:
+        return images.build(ROOT, ROOT / ".venv" / "bin" / "pip", build())
+    except images.ImageError as error:
+        raise ClusterError(f"building the node's images failed: {error}") from error
+
+
 def refresh_images(state: Path | None = None) -> images.Images:
     """Build the node's images again from the working tree (a changed kfchaos gives a new component tag) and
     import them into the running node's containerd; `<state>/env` then names the new ones."""

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `make test`: the tests that need no cluster run while the local cluster's binaries and images build, then
+# tests/cluster starts the cluster from them. A Go build leaves one of two cores idle most of the time (it links on
+# one: docs/cluster.md, "Build"), so on a fresh machine the two together take about as long as the build alone.
+# A cluster that cannot be built: its tests skip saying why, except under CI=true, where that is a failure
+# (tests/cluster/conftest.py). Both runs exclude the longest real-node tests (marker node_long: `make e2e-local`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+python=.venv/bin/python
+log=$(mktemp -t kfchaos-cluster-build.XXXXXX)
+# A session of its own, so that an interrupted `make test` stops the Go builds too.
+PYTHONPATH=scripts/cluster setsid "$python" -m localcluster build >"$log" 2>&1 &
+build=$!
+trap 'kill -- "-$build" 2>/dev/null; rm -f "$log"' EXIT
+
+# shellcheck disable=SC2086 # PYTEST_ARGS is a list of words
+"$python" -m pytest -m "not node_long" --ignore=tests/cluster ${PYTEST_ARGS:-}
+without_cluster=$?
+
+echo "--- the local cluster's build (scripts/cluster/build.sh, images.py):"
+wait "$build"
+built=$?
+cat "$log"
+if [ "$built" -ne 0 ] && [ "${CI:-}" = true ]; then
+    echo "the local cluster could not be built (CI=true: a failure)" >&2
+    exit 1
+fi
+
+# shellcheck disable=SC2086
+"$python" -m pytest -m "not node_long" tests/cluster ${PYTEST_ARGS:-}
+with_cluster=$?
+[ "$without_cluster" -eq 0 ] && [ "$with_cluster" -eq 0 ]
