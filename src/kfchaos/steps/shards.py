@@ -28,7 +28,7 @@ from typing import Any
 
 from kfchaos.faults import lorachurn
 from kfchaos.faults.safety import fault_stage_span
-from kfchaos.steps import gates
+from kfchaos.steps import gates, targetlease
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.stagefaults import StageFaults, faults_in_stage, mark_fault_active, open_stage_faults
 from kfchaos.steps.stopping import guarded, replay_stopping
@@ -52,7 +52,10 @@ def start(
     if stage not in experiment.spec.traffic.stages:
         return json.dumps({"stage": stage, "not_in_ramp": True})
     plan = plan_stage(experiment, stage, base_dir=experiment_dir)  # reads nothing yet: a missing file fails here
-    held = open_stage_faults(experiment, run_id, stage)
+    with targetlease.holding(experiment, run_id, "") as lease:
+        if lease.lost:  # the shards and the merge pass the marker on, as after a gate that stopped the ramp
+            return json.dumps({"stage": stage, "gated": f"the target's lease: {lease.lost}"})
+        held = open_stage_faults(experiment, run_id, stage)
     faults = held.detail() if held is not None else {"chaos_objects": [], "fault_windows": [], "reasons": []}
     lead = experiment.spec.traffic.shard_start_lead
     notes = []
@@ -111,10 +114,30 @@ def replay_shard(
     }
     late = time.time() - start_at
     out["late_by"] = max(0.0, late)
-    if late > settings.max_send_lag_p99:
-        write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
-        out["sent_share"] = False
-        return json.dumps(out, sort_keys=True, default=str)
+    with targetlease.holding(experiment, run_id, target) as lease:
+        if lease.lost or late > settings.max_send_lag_p99:  # the merge finds its share missing: INCONCLUSIVE
+            write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
+            out["sent_share"] = False
+            if lease.lost:
+                out["fault_reasons"] = [f"shard {shard} sent nothing: the target's lease: {lease.lost}"]
+            return json.dumps(out, sort_keys=True, default=str)
+        return _replay_shard(experiment, target, run_id, stage, shard, plan, begun, records_path, out)
+
+
+def _replay_shard(
+    experiment: Any,
+    target: str,
+    run_id: str,
+    stage: int,
+    shard: int,
+    plan: Any,
+    begun: dict[str, Any],
+    records_path: str,
+    out: dict[str, Any],
+) -> str:
+    from kfchaos.traffic.api import run_stage
+
+    settings, start_at = plan.settings, float(begun["start_at"])
 
     # Shard 0 alone churns LoRA adapters (as it alone watches the faults), so a sharded stage churns once.
     churns = (
