@@ -96,8 +96,10 @@ def selector_reaches(selector: dict[str, Any] | None, object_namespace: str, pod
 def object_reaches(obj: dict[str, Any], pod: dict[str, Any]) -> bool:
     spec = obj.get("spec") or {}
     namespace = (obj.get("metadata") or {}).get("namespace", "")
-    other = spec.get("target") if isinstance(spec.get("target"), dict) else {}
-    return selector_reaches(spec.get("selector"), namespace, pod) or selector_reaches(other.get("selector"), namespace, pod)
+    target = spec.get("target")
+    other: dict[str, Any] = target if isinstance(target, dict) else {}
+    reaches_own = selector_reaches(spec.get("selector"), namespace, pod)
+    return reaches_own or selector_reaches(other.get("selector"), namespace, pod)
 
 
 def _over(obj: dict[str, Any]) -> bool:

@@ -49,12 +49,13 @@ def remove_and_recover(
     slo = experiment.spec.slo
     probe = min(slo.recovery_max or 60.0, experiment.spec.traffic.stage_duration)
     stage = experiment.spec.traffic.stages[0]
-    with targetlease.holding(experiment, run_id, target) as lease, tempfile.TemporaryDirectory(
-        prefix="kfchaos-recovery-"
-    ) as tmp:
+    with (
+        targetlease.holding(experiment, run_id, target) as lease,
+        tempfile.TemporaryDirectory(prefix="kfchaos-recovery-") as tmp,
+    ):
         if lease.lost:  # the faults are removed (above); the target is no longer this run's to probe
-            check = {"status": "INCONCLUSIVE", "reason": f"recovery not probed: the target's lease: {lease.lost}"}
-            out = {"removed": removed, "removed_at": removed_at, "recovery": check, "lora_adapters": adapters}
+            unprobed = {"status": "INCONCLUSIVE", "reason": f"recovery not probed: the target's lease: {lease.lost}"}
+            out = {"removed": removed, "removed_at": removed_at, "recovery": unprobed, "lora_adapters": adapters}
             return json.dumps(out, sort_keys=True, default=str)
         records = str(Path(tmp) / "recovery.parquet")
         summary = seams.replay_stage(

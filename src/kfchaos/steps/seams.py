@@ -139,14 +139,10 @@ def target_lease(experiment: Experiment, run_id: str, target: str = "") -> Any:
 
 
 def foreign_watch(experiment: Experiment, run_id: str, stage: int, own: list[dict[str, Any]]) -> Any | None:
-    """The stage's watch for foreign interference (kfchaos.faults.foreign, or the demo's fault proxy under the local
-    backend); None where the run has neither a cluster nor the demo. `own`: this run's manifests alive in the
-    stage."""
+    """The stage's watch for foreign interference (kfchaos.faults.foreign); None where the run has no cluster (the
+    demo's local backend has no objects another tool could make: its lock keeps other kfchaos runs out). `own`:
+    this run's manifests alive in the stage."""
     interval = min(10.0, max(1.0, experiment.spec.traffic.stage_duration / 10))
-    if os.environ.get(BACKEND_ENV) == "local":
-        backend = fault_backend(experiment, run_id)
-        watch: Any = backend.foreign_watch(interval)
-        return watch
     if not uses_cluster(experiment):
         return None
     foreign = _module("kfchaos.faults.foreign", "watching for foreign interference")

@@ -92,7 +92,7 @@ def replay_shard(
     """Replay shard `shard` of `shards` from the common start time; write its records; return its summary."""
     run_id = task_run_id(run_id)
     from kfchaos.records import REQUEST_SCHEMA
-    from kfchaos.traffic.api import plan_stage, run_stage
+    from kfchaos.traffic.api import plan_stage
     from kfchaos.traffic.merge import stage_plan_hash
     from kfchaos.traffic.recorder import write_parquet
 

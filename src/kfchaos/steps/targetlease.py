@@ -94,4 +94,3 @@ def release(experiment: Experiment, run_id: str, target: str) -> str:
         return seams.target_lease(experiment, run_id, target).release()
     except KfchaosError as exc:
         return f"the target's lease was not released ({exc}); it expires by itself"
-
