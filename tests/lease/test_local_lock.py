@@ -136,4 +136,3 @@ def test_a_lock_file_that_is_not_a_lease_is_a_clear_error_naming_it(tmp_path: Pa
     (tmp_path / "lease.json").write_bytes(content)
     with pytest.raises(Exception, match=r"lease\.json.*remove it once no run uses the target"):
         lease_for(tmp_path, "run-a").acquire(0)
-
