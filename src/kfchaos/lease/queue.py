@@ -87,8 +87,10 @@ class Timings:
 
     @classmethod
     def for_duration(cls, seconds: int) -> Timings:
-        """client-go's defaults scaled to `seconds` (15 s / 10 s / 2 s: the renew deadline two thirds of the lease,
-        the retry period two fifteenths), the retry period at most MAX_RETRY_PERIOD."""
+        """The durations Kubernetes recommends for client-go's leader election, scaled to `seconds`: 15 s / 10 s /
+        2 s (kubernetes/kubernetes staging/src/k8s.io/component-base/config/v1alpha1/defaults.go,
+        RecommendedDefaultLeaderElectionConfiguration): the renew deadline two thirds of the lease, the retry
+        period two fifteenths, at most MAX_RETRY_PERIOD."""
         return cls(seconds, seconds * 2 / 3, min(MAX_RETRY_PERIOD, seconds * 2 / 15))
 
     @classmethod
