@@ -53,7 +53,7 @@ def _sweep_dead(experiment: Experiment, run_id: str, result: Acquired, lease: Ta
     taken: dict[str, Any] = {"run_id": dead.run_id, "experiment": dead.experiment, "where": dead.where,
                              "held_since": clock(dead.since)}  # fmt: skip
     try:
-        swept = seams.fault_backend(experiment, run_id).sweep(dead.run_id, dead.namespaces or None)
+        swept = seams.fault_backend(experiment, run_id).sweep(dead.run_id)
     except KfchaosError as exc:
         raise KfchaosError(
             f"took over the target from run {dead.run_id}, whose lease expired, but could not remove its chaos "
