@@ -1,0 +1,56 @@
+"""Two `kfchaos run --local` against one demo server (issue 37): the second, started while the first runs, queues
+for the target's local lock (kfchaos.lease.local) and replays only after the first released it in its exit
+handler, so neither measures the other's load or faults: their records' spans do not overlap. The whole pipeline
+under kfp.local, the local fault backend (the demo's fault proxy), real processes and a real lock file."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from kfchaos.demo.stack import DemoStack
+from tests.kfp_glue.test_local_pipeline import SYNTHETIC, _env, _repo, _run_command, _run_dir
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _span(root: Path) -> tuple[float, float]:
+    folder = root / "runs" / _run_dir(root).name
+    sent = [s for s in pq.read_table(folder / "records.parquet", columns=["sent"]).column("sent").to_pylist() if s]
+    assert sent, f"no request was sent by the run in {root}"
+    return min(sent), max(sent)
+
+
+def test_two_local_runs_against_one_demo_server_serialize(tmp_path: Path, stack: DemoStack) -> None:
+    first_root, second_root = _repo(tmp_path / "a", SYNTHETIC), _repo(tmp_path / "b", SYNTHETIC)
+    env = _env(stack)
+    first = subprocess.Popen(
+        _run_command(first_root, stack), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        time.sleep(5)  # as in the issue: the second started five seconds after the first
+        second = subprocess.Popen(
+            _run_command(second_root, stack), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            second_out, _ = second.communicate(timeout=600)
+        finally:
+            if second.poll() is None:
+                second.kill()
+        first_out, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    # No baseline here: each verdict is INCONCLUSIVE (exit 2) for that reason, neither is "target busy".
+    assert first.returncode == 2 and "no baseline" in first_out, first_out[-3000:]
+    assert second.returncode == 2 and "no baseline" in second_out, second_out[-3000:]
+    # The second run's preflight said whom it waited for, in the run's task log (`run --local` names that file).
+    (log,) = (second_root / "out" / ".logs").glob("*.log")
+    waited = [line for line in log.read_text().splitlines() if "target busy: held by run" in line]
+    assert waited and "kfchaos run --local on" in waited[0] and str(first_root / "out") in waited[0], waited
+    (first_start, first_end), (second_start, second_end) = _span(first_root), _span(second_root)
+    assert first_end < second_start, ((first_start, first_end), (second_start, second_end))
