@@ -62,10 +62,10 @@ def test_two_local_runs_against_one_demo_server_serialize(tmp_path: Path, stack:
     # No baseline here: each verdict is INCONCLUSIVE (exit 2) for that reason, neither is "target busy".
     assert first.returncode == 2 and "no baseline" in first_out, first_out[-3000:]
     assert second.returncode == 2 and "no baseline" in second_out, second_out[-3000:]
-    # The second run's preflight said whom it waited for, in the run's task log (`run --local` names that file).
-    (log,) = (second_root / "out" / ".logs").glob("*.log")
-    waited = [line for line in log.read_text().splitlines() if "target busy: held by run" in line]
-    assert waited and "kfchaos run --local on" in waited[0] and str(first_root / "out") in waited[0], waited
+    # The second run said whom it waited for, on its console: the holder's run, where it runs, since when.
+    waited = [line for line in second_out.splitlines() if "target  " in line and "target busy: held by run" in line]
+    assert waited and "kfchaos run --local on" in waited[0] and str(first_root / "out") in waited[0], second_out
+    assert " since " in waited[0] and "waiting up to 7200s (spec.safety.wait_for_target)" in waited[0]
     (first_start, first_end), (second_start, second_end) = _span(first_root), _span(second_root)
     assert first_end < second_start, ((first_start, first_end), (second_start, second_end))
     assert _served(stack) > 0  # the counter the next test reads counts these runs' requests

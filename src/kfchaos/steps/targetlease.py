@@ -23,9 +23,13 @@ from kfchaos.spec import Experiment
 from kfchaos.steps import seams
 from kfchaos.steps.results import describe
 
+# What the lease steps say (who holds the target, the wait, a takeover) starts with this, so that `kfchaos run
+# --local` can show it beside the task lines (kfchaos.demo.localrun.follow_output): a run that waits says why.
+CONSOLE_MARK = "kfchaos target lease: "
+
 
 def _say(line: str) -> None:
-    print(f"kfchaos: {line}", file=sys.stderr, flush=True)
+    print(CONSOLE_MARK + line, file=sys.stderr, flush=True)
 
 
 def acquire(experiment: Experiment, run_id: str, target: str) -> dict[str, Any]:
