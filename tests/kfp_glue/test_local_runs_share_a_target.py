@@ -100,5 +100,6 @@ def test_a_local_run_still_queued_at_its_deadline_ends_inconclusive_target_busy_
     ), out[-3000:]
     folder = root / "runs" / _run_dir(root).name
     assert pq.read_table(folder / "records.parquet").num_rows == 0
+    assert "- target busy: held by run run-holding of nightly" in (folder / "report.md").read_text()  # "## Why"
     assert _served(stack) == served  # the server finished not one request more
     assert _proxy_faults(stack) == []
