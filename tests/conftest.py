@@ -42,11 +42,16 @@ def _config_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
     (kfchaos.signing): the tests' key lives in a folder of their own, never in the real one. Set in os.environ, so
     that the commands the tests start (kfp.local tasks, demo stacks) use it too; a pipeline's key is unset."""
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
-    # Local runs lock their target under the user's cache folder (kfchaos.lease.local): the tests' locks live in
-    # a folder of their own, so a test never queues behind a person's run nor leaves a lock in their cache.
-    os.environ["KFCHAOS_LOCK_DIR"] = str(tmp_path_factory.mktemp("locks"))
     for name in ("KFCHAOS_SIGNING_KEY", "KFCHAOS_SIGNING_KEY_FILE", "KFCHAOS_SEAL_KEY"):
         os.environ.pop(name, None)
+
+
+@pytest.fixture(autouse=True)
+def _lock_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local runs lock their target under the user's cache folder (kfchaos.lease.local): each test's locks live in
+    a folder of its own, so a test never queues behind a person's run or another test's (tests reuse run ids and
+    ports), nor leaves a lock in the user's cache. Set in os.environ, for the commands the test starts too."""
+    monkeypatch.setenv("KFCHAOS_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,7 +68,7 @@ def as_runner(rbac_applied: RealCluster, monkeypatch: pytest.MonkeyPatch) -> Rea
 
 
 def test_a_second_run_of_another_experiment_waits_and_runs_after_the_first_releases(
-    as_runner: RealCluster, capfd: pytest.CaptureFixture[str]
+    as_runner: RealCluster, capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     first_text, second_text = experiment_text("nightly-delay"), experiment_text("pr-gate-kill")
     first_id, second_id = f"run-a-{uuid.uuid4().hex[:6]}", f"run-b-{uuid.uuid4().hex[:6]}"
@@ -83,6 +84,16 @@ def test_a_second_run_of_another_experiment_waits_and_runs_after_the_first_relea
     assert [w.run_id for w in read_lease(as_runner).waiting] == [second_id]
     with targetlease.holding(experiment_from_text(second_text), second_id, "") as lease:
         assert lease.lost and f"held by run {first_id} of nightly-delay" in lease.lost  # no step of it acts meanwhile
+    experiment_file = tmp_path / "pr-gate-kill.yaml"
+    experiment_file.write_text(second_text)
+    shown = subprocess.run(
+        [sys.executable, "-m", "kfchaos", "status", str(experiment_file)],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ),
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert f"(Lease {TARGET_NAMESPACE}/{LEASE})" in shown.stdout
+    assert f"held by run {first_id} of nightly-delay (KFP run {first_id}) since " in shown.stdout
+    assert f"waiting: run {second_id} of pr-gate-kill" in shown.stdout
     assert "released" in targetlease.release(experiment_from_text(first_text), first_id, "")
     waiting.join(timeout=120)
     assert second["lease"]["status"] == "held" and second["lease"]["how"] == "acquired"

@@ -67,11 +67,11 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
     from kfchaos.kfp.targetsecret import require_target_credential
 
     experiment = experiment_from_text(experiment_text)
+    require_target_credential(experiment)  # before any fault: a missing token is a clear stop, not 401s
     with targetlease.holding(experiment, run_id, target) as lease:
         if lease.lost:  # another run's turn (or this run's is over): not one request
             reasons = [f"not run: {lease.lost}"]
             return StepResult("steady_state", 0, "INCONCLUSIVE", False, reasons, {"run_id": run_id}).to_json()
-        require_target_credential(experiment)  # before any fault: a missing token is a clear stop, not 401s
         first = experiment.spec.traffic.stages[0]
         probe = min(experiment.spec.traffic.warmup or 60.0, experiment.spec.traffic.stage_duration)
         with tempfile.TemporaryDirectory(prefix="kfchaos-steady-") as tmp:
