@@ -30,7 +30,13 @@ from kfchaos.faults import lorachurn
 from kfchaos.faults.safety import fault_stage_span
 from kfchaos.steps import gates, targetlease
 from kfchaos.steps.context import experiment_from_text, task_run_id
-from kfchaos.steps.stagefaults import StageFaults, faults_in_stage, mark_fault_active, open_stage_faults
+from kfchaos.steps.stagefaults import (
+    StageFaults,
+    faults_in_stage,
+    mark_fault_active,
+    open_stage_faults,
+    stage_foreign_watch,
+)
 from kfchaos.steps.stopping import guarded, replay_stopping
 
 WATCH_MARGIN = 0.5  # seconds past the other shards' last possible response (engine sweep, clock skew of the pods)
@@ -157,6 +163,15 @@ def _replay_shard(
         summary: dict[str, Any] = result.summary.to_dict()
         return summary
 
+    # Shard 0 alone watches the target for foreign interference too (kfchaos.faults.foreign), as it watches the faults.
+    watch, notes = stage_foreign_watch(experiment, run_id, stage) if shard == 0 else (None, [])
+    if watch is not None:
+        unwatched = replay
+
+        def replay() -> dict[str, Any]:
+            with watch.watching():
+                return unwatched()
+
     held = open_stage_faults(experiment, run_id, stage, apply=False, **_times(begun)) if shard == 0 else None
     if held is None:
         summary = replay()
@@ -173,6 +188,9 @@ def _replay_shard(
         out["fault_windows"] = [*(out.get("fault_windows") or []), *(c.activity.to_dict() for c in churns)]
         out["fault_reasons"] = [*(out.get("fault_reasons") or []), *(r for c in churns for r in c.reasons)]
         out["fault_actions"] = lorachurn.actions_dicts(churns)
+    if shard == 0:
+        out["interference"] = watch.reasons() if watch is not None else []
+        out["interference_notes"] = [*notes, *(watch.notes if watch is not None else [])]
     out.update(summary=summary, sent_share=True)
     return json.dumps(out, sort_keys=True, default=str)
 
@@ -344,4 +362,7 @@ def _faults(
     }
     if watcher.get("fault_actions"):
         detail["fault_actions"] = watcher["fault_actions"]
+    # What acted on the target that this run did not (shard 0 watched it): stages.collect makes it INCONCLUSIVE.
+    detail["interference"] = list(watcher.get("interference") or [])
+    detail["interference_notes"] = list(watcher.get("interference_notes") or [])
     return detail

@@ -170,7 +170,7 @@ def under_faults(
     fault_actions, and `interference`: what acted on the target that this run did not). `churn`: run this
     stage's lora-adapter-churn faults here (shard 0 only, so a sharded stage churns once); they load, swap and
     unload adapters at `target` beside the replay."""
-    watch, notes = _foreign_watch(experiment, run_id, stage)
+    watch, notes = stage_foreign_watch(experiment, run_id, stage)
     if watch is not None:
         unwatched = replay
 
@@ -186,7 +186,7 @@ def under_faults(
     return summary, detail
 
 
-def _foreign_watch(experiment: Experiment, run_id: str, stage: int) -> tuple[Any | None, list[str]]:
+def stage_foreign_watch(experiment: Experiment, run_id: str, stage: int) -> tuple[Any | None, list[str]]:
     """The stage's watch for foreign interference (kfchaos.faults.foreign), over the stage's own faults; none, with
     a note, where it cannot be made."""
     own = [m for name, m in seams.render_faults(experiment, run_id).items()
