@@ -1,5 +1,6 @@
 """Foreign interference on the real control plane (issue 37 §4): a Chaos Mesh object made by hand against the
-target while a stage replays makes that stage INCONCLUSIVE, naming it; the same stage without it is not. The
+target while a stage replays makes that stage INCONCLUSIVE, naming it and the pod it killed; the same stage
+without it is not. The
 run's own steps (kfchaos.steps.stages replay and collect) as kfchaos-runner under the real RBAC, the object
 made by an admin and acted on by the real Chaos Mesh controller."""
 
@@ -89,3 +90,6 @@ def test_a_chaos_object_made_by_hand_mid_stage_makes_that_stage_inconclusive_nam
     assert shared["status"] == "INCONCLUSIVE" and shared["proceed"] is False
     named = [r for r in shared["reasons"] if f"PodChaos {TARGET_NAMESPACE}/{name} (pod-kill), not made by kfchaos" in r]
     assert named, shared["reasons"]
+    # ... and the pod its pod-kill deleted, which no fault of this run reaches.
+    killed = [r for r in shared["reasons"] if f"foreign interference: target pod {TARGET_NAMESPACE}/vllm-" in r]
+    assert killed and ("was deleted during this stage" in killed[0] or "is being deleted" in killed[0]), shared
