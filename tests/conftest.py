@@ -46,6 +46,14 @@ def _config_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
         os.environ.pop(name, None)
 
 
+@pytest.fixture(autouse=True)
+def _lock_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local runs lock their target under the user's cache folder (kfchaos.lease.local): each test's locks live in
+    a folder of its own, so a test never queues behind a person's run or another test's (tests reuse run ids and
+    ports), nor leaves a lock in the user's cache. Set in os.environ, for the commands the test starts too."""
+    monkeypatch.setenv("KFCHAOS_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+
+
 @pytest.fixture
 def root() -> Path:
     return ROOT

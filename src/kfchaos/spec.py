@@ -46,6 +46,7 @@ DEFAULT_PROTECTED_NAMESPACES = (
     "cert-manager",
 )
 DEFAULT_MAX_POD_PERCENT = 0.5
+DEFAULT_WAIT_FOR_TARGET = 7200.0
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?$")
 
 
@@ -602,6 +603,14 @@ class Safety(StrictModel):
         DEFAULT_MAX_POD_PERCENT, description="largest share of matching pods a fault may hit"
     )
     dry_run: bool = Field(False, description="validate everything server-side, inject nothing")
+    # A run queued behind one run of the default shape (five 20-minute stages, a warm-up and a recovery probe:
+    # under two hours) gets its turn; one queued behind more gives up rather than hold a nightly slot or a
+    # pull-request gate for hours (docs/running-on-a-cluster.md, "Runs that share a target").
+    wait_for_target: Duration = Field(
+        DEFAULT_WAIT_FOR_TARGET,
+        description="how long a run queues for its target while another run holds it; then it ends INCONCLUSIVE "
+        "'target busy' having touched nothing (0s: do not queue)",
+    )
 
 
 class EvidenceOptions(StrictModel):

@@ -49,7 +49,13 @@ def test_a_fault_runs_only_in_its_stage_and_is_watched_while_it_replays(cluster:
     experiment = experiment_from_text(_text("      stages: [30]\n"))
     seen: list[int] = []
     _, before = under_faults(experiment, "run-mid", 10, _replay(seen, cluster))
-    assert before == {"chaos_objects": [], "fault_windows": [], "reasons": []}
+    assert before == {
+        "chaos_objects": [],
+        "fault_windows": [],
+        "reasons": [],
+        "interference": [],
+        "interference_notes": [],
+    }
     assert not [path for verb, path in cluster.requests if verb == "POST"]  # nothing created before stage 30
     _, during = under_faults(experiment, "run-mid", 30, _replay(seen, cluster))
     assert seen == [0, 1]  # the object existed while stage 30 replayed, not while stage 10 did

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from kfchaos.demo.stack import DemoStack
+from kfchaos.lease import LeaseRecord
+from kfchaos.lease.local import FileLeaseStore
 from tests.kfp_glue.conftest import copy_sources, kfchaos
 from tests.support.kubeapi import KubeApiServer
 
@@ -221,3 +223,9 @@ def test_when_a_stage_task_fails_the_exit_handler_still_removes_every_fault(tmp_
     cleanup = json.loads((run_dir / "cleanup" / "cleanup_record").read_text())
     assert cleanup["swept"] == 1
     assert _proxy_faults(stack) == []
+    # ... and then gave the target back: the next run gets it at once (kfchaos.steps.faults.cleanup).
+    assert cleanup["lease"].startswith("released lock ")
+    lock = FileLeaseStore.for_url(stack.target_url).get()
+    assert lock is not None
+    record = LeaseRecord.from_object(lock)
+    assert record.holder_identity == "" and record.history[-1].outcome == "released without a verdict"

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from kubernetes.client import CustomObjectsApi
 
 from kfchaos.demo.stack import DemoStack
 from kfchaos.steps import shards, stages
+from tests.faults.conftest import kubernetes_client
+from tests.support.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -86,3 +90,40 @@ def test_doctor_asks_for_a_backend_that_runs_a_parallel_for_inside_the_exit_hand
     assert kfpcheck.missing((2, 15, 0), [kfpcheck.SHARDED]) == [kfpcheck.SHARDED]
     assert kfpcheck.missing((2, 17, 0), [kfpcheck.SHARDED]) == []
     assert kfpcheck.SHARDED not in kfpcheck.requirements([{"root": {"dag": {"tasks": {}}}}])
+
+
+def test_a_foreign_chaos_object_in_a_sharded_stage_makes_it_inconclusive_naming_it(
+    tmp_path: Path, stack: DemoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shard 0 watches the target for foreign interference as the single replay task does (kfchaos.faults.foreign):
+    a PodChaos that no run of kfchaos made, reaching the target's pods, makes the merged stage INCONCLUSIVE."""
+    text = EXPERIMENT.replace("TARGET", stack.server_url).replace("stages: [10]", "stages: [10, 30]")
+    text = text.replace(
+        "faults: []", "faults: [{name: delay, type: network-delay, mode: all, stages: [30], params: {latency: 5ms}}]"
+    ).replace("baseline: {file: none.yaml}", "baseline: {file: none.yaml}\n  safety: {max_pod_percent: 100%}")
+    with KubeApiServer() as kube:
+        kube.add_pod("demo", "demo-llm-0", {"app": "demo-llm"})
+        monkeypatch.setenv("KFCHAOS_KUBE_HOST", kube.url)
+        monkeypatch.delenv("KFCHAOS_FAULT_BACKEND", raising=False)
+        by_hand = {
+            "apiVersion": "chaos-mesh.org/v1alpha1", "kind": "PodChaos",
+            "metadata": {"name": "by-hand", "namespace": "demo"},
+            "spec": {"action": "pod-failure", "mode": "one", "duration": "10m",
+                     "selector": {"labelSelectors": {"app": "demo-llm"}}},
+        }  # fmt: skip
+        CustomObjectsApi(kubernetes_client(kube.url)).create_namespaced_custom_object(
+            "chaos-mesh.org", "v1alpha1", "demo", "podchaos", by_hand
+        )
+        start = shards.start(text, str(tmp_path), "run-1", 10, 2)
+        paths = [str(tmp_path / f"s{i}.parquet") for i in range(2)]
+        with ThreadPoolExecutor(2) as pool:  # the two shards' pods, at once
+            results = list(pool.map(
+                lambda i: shards.replay_shard(text, str(tmp_path), "", "run-1", 10, i, 2, start, paths[i]), (0, 1)
+            ))  # fmt: skip
+        assert all(json.loads(r)["sent_share"] for r in results), results
+        merged_path = str(tmp_path / "merged.parquet")
+        merged = shards.merge(text, str(tmp_path), "run-1", 10, 2, start, results, paths, merged_path)
+    result = json.loads(stages.collect(text, 10, merged, "", merged_path)[0])
+    assert result["status"] == "INCONCLUSIVE" and not result["proceed"], result
+    assert any("foreign interference: PodChaos demo/by-hand (pod-failure), not made by kfchaos" in r
+               for r in result["reasons"]), result["reasons"]  # fmt: skip

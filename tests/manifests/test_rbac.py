@@ -19,6 +19,8 @@ from kfchaos.errors import KfchaosError
 from kfchaos.faults.render import render_experiment
 from kfchaos.kfp.identity import FAULT_CALLS, KFP_RUNTIME_CALLS, PLACEMENT_CALLS, RUN_CALLS, RUN_SERVICE_ACCOUNT, Call
 from kfchaos.kfp.schedules import load_schedules
+from kfchaos.lease import Acquired, RunInfo, TargetLease
+from kfchaos.lease.kube import KubeLeaseStore
 from tests.faults.conftest import TARGET_LABELS, make_backend
 from tests.faults.experiments import experiment_with
 from tests.manifests.test_manifests import MANIFESTS, kustomize_build
@@ -90,7 +92,17 @@ def lifecycle_calls() -> set[tuple[str, str, str]]:
             backend.wait_injected(slow, timeout=0.3)
         backend.sweep("run-rbac", ["llm-serving"], timeout=5)
         backend.sweep("run-slow", ["llm-serving"], timeout=5)
+        _lease_lifecycle(backend.api_client)
         return {api_call(method, path) for method, path in server.requests}
+
+
+def _lease_lifecycle(api_client: Any) -> None:
+    """The target's lease as a run uses it: created by the first run, renewed, released (kfchaos.lease.kube)."""
+    store = KubeLeaseStore(api_client, TARGET_NAMESPACE, "kfchaos-target-rbac")
+    lease = TargetLease(store, RunInfo("run-rbac"), name=store.name, namespace=TARGET_NAMESPACE, target="rbac")
+    assert isinstance(lease.acquire(0), Acquired)
+    assert isinstance(lease.hold(), Acquired)
+    assert lease.release().startswith("released")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ chaos-mesh.org/v1alpha1 (create with dryRun=All, get, list with labelSelector, m
 (create, get, list, delete), events (list, with fieldSelector and limit), the pods/log subresource
 (previous, tailLines, limitBytes), pods/exec over a websocket (`exec_handler` answers the command) and
 containers that restart (`restart_container`: restartCount and
-lastState.terminated, the current log becoming the previous one). Created chaos objects are validated
+lastState.terminated, the current log becoming the previous one), and coordination.k8s.io/v1 leases (get, list,
+create, update with the API server's optimistic concurrency: `_serve_leases`). Created chaos objects are validated
 against their CRD's schema with unknown fields as errors, as the API server does under fieldValidation=Strict.
 
 It also plays the Chaos Mesh controller, computed lazily from clocks so no background thread is needed:
@@ -729,6 +730,9 @@ class KubeApiServer:
         cluster = re.fullmatch(r"/api/v1/(namespaces|nodes)(?:/([^/]+))?", path)
         if cluster:
             return cluster.group(1), None, cluster.group(2)
+        lease = re.fullmatch(r"/apis/coordination\.k8s\.io/v1(?:/namespaces/([^/]+))?/leases(?:/([^/]+))?", path)
+        if lease:
+            return "leases", lease.group(1), lease.group(2)
         review = re.fullmatch(r"/apis/authorization\.k8s\.io/v1/(subjectaccessreviews|selfsubjectaccessreviews)", path)
         if review:
             return review.group(1), None, None
@@ -752,6 +756,8 @@ class KubeApiServer:
             return self._serve_stored(method, plural, namespace, name, query)
         if plural == "events":
             return self._list_events(namespace, query)
+        if plural == "leases":
+            return self._serve_leases(method, namespace, name, raw)
         if name is None and method == "GET":
             # In key order (namespace, name), as etcd ranges over /registry/<resource>/<namespace>/<name>
             # (k8s.io/apiserver pkg/storage/etcd3/store.go GetList); `limit` cuts a page, whose `continue` token
@@ -932,6 +938,85 @@ class KubeApiServer:
             "spec": spec,
             "status": status,
         }
+
+    def _serve_leases(
+        self, method: str, namespace: str | None, name: str | None, raw: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        """coordination.k8s.io/v1 leases as the API server keeps them (kubernetes v1.35): get, list, create, update
+        (PUT) and delete. An update must carry the resourceVersion it read: none is 422 "must be specified for an
+        update" (leases do not allow unconditional updates: pkg/registry/coordination/lease/strategy.go
+        AllowUnconditionalUpdate false), another than the stored one is 409 Conflict "the object has been
+        modified" (k8s.io/apiserver pkg/registry/generic/registry/store.go Update, OptimisticLockErrorMsg);
+        a create of an existing name is 409 AlreadyExists; leaseDurationSeconds <= 0 and leaseTransitions < 0
+        are 422 (pkg/apis/coordination/validation/validation.go ValidateLeaseSpec)."""
+        what = "leases.coordination.k8s.io"
+        if method == "GET" and name is None:
+            items = [self._view(key, stored) for key, stored in self._live()
+                     if key[0] == "leases" and namespace in (None, key[1])]  # fmt: skip
+            return 200, {"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList", "metadata": {}, "items": items}
+        if namespace is None:
+            return 405, _status(405, "cluster-scoped access to a namespaced resource")
+        if method == "GET":
+            stored = dict(self._live()).get(("leases", namespace, name or ""))
+            if stored is None:
+                return 404, _status(404, f'{what} "{name}" not found', name=name, kind="leases")
+            return 200, copy.deepcopy(stored.body)
+        if method == "DELETE":
+            if self._store.pop(("leases", namespace, name or ""), None) is None:
+                return 404, _status(404, f'{what} "{name}" not found', name=name, kind="leases")
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name}}
+        if method not in ("POST", "PUT"):
+            return 405, _status(405, f"method {method} not allowed")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return 400, _status(400, "request body is not JSON")
+        meta = body.setdefault("metadata", {})
+        if method == "PUT" and meta.get("name") != name:
+            return 400, _status(400, "the name of the object does not match the name on the URL")
+        name = meta.get("name")
+        if not name:
+            return 422, _status(422, "metadata.name: Required value")
+        if meta.setdefault("namespace", namespace) != namespace:
+            return 400, _status(400, "the namespace of the object does not match the namespace of the request")
+        spec = body.get("spec") or {}
+        duration, transitions = spec.get("leaseDurationSeconds"), spec.get("leaseTransitions")
+        if isinstance(duration, int) and duration <= 0:
+            return 422, _status(422, f'Lease.coordination.k8s.io "{name}" is invalid: spec.leaseDurationSeconds: '
+                                f"Invalid value: {duration}: must be greater than 0")  # fmt: skip
+        if isinstance(transitions, int) and transitions < 0:
+            return 422, _status(422, f'Lease.coordination.k8s.io "{name}" is invalid: spec.leaseTransitions: '
+                                f"Invalid value: {transitions}: must be greater than or equal to 0")  # fmt: skip
+        key = ("leases", namespace, name)
+        stored = dict(self._live()).get(key)
+        if method == "POST":
+            if stored is not None:
+                return 409, _status(409, f'{what} "{name}" already exists', name=name, kind="leases")
+            meta.pop("resourceVersion", None)
+            self._stamp(body)
+            self._store[key] = _Stored(body, time.monotonic())
+            return 201, copy.deepcopy(body)
+        if stored is None:
+            return 404, _status(404, f'{what} "{name}" not found', name=name, kind="leases")
+        version = meta.get("resourceVersion")
+        if not version:
+            return 422, _status(422, f'leases.coordination.k8s.io "{name}" is invalid: metadata.resourceVersion: '
+                                "Invalid value: 0x0: must be specified for an update")  # fmt: skip
+        if version != stored.body["metadata"]["resourceVersion"]:
+            conflict = _status(409, f'Operation cannot be fulfilled on {what} "{name}": the object has been '
+                               "modified; please apply your changes to the latest version and try again",
+                               name=name, kind="leases")  # fmt: skip
+            conflict["reason"] = "Conflict"
+            return 409, conflict
+        for kept in ("uid", "creationTimestamp", "generation"):
+            meta[kept] = stored.body["metadata"].get(kept)
+        # Nothing changed: the API server writes nothing and the resourceVersion stays (as the real one answered in
+        # tests/cluster/test_lease_contract_real.py).
+        if body == stored.body:
+            return 200, copy.deepcopy(stored.body)
+        self._stamp(body)
+        stored.body = body
+        return 200, copy.deepcopy(body)
 
     def _serve_crds(self, method: str, name: str | None) -> tuple[int, dict[str, Any]]:
         if method != "GET":

@@ -28,6 +28,7 @@ import yaml
 from kfchaos import safefile, termination
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import TASK_NAMES_PREFIX, LocalOutcome
+from kfchaos.steps.targetlease import CONSOLE_MARK
 
 CHILD_ENV = "KFCHAOS_LOCAL_RUN_CHILD"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -54,11 +55,14 @@ def progress_line(line: str) -> tuple[str, str] | None:
 
 
 def follow_output(lines: Iterable[str], log_file: IO[str], on_task: Callable[[str, str], None] | None) -> None:
-    """Copy the child's output to the log; each finished task to `on_task` under the name KFP's UI gives it."""
+    """Copy the child's output to the log; each finished task to `on_task` under the name KFP's UI gives it, and
+    what the target's lease says (whom the run waits for) to `on_task` as a note."""
     names: dict[str, str] = {}
     for line in lines:
         log_file.write(line)
         names = task_names_line(line) or names
+        if CONSOLE_MARK in line and on_task:
+            on_task("target", line.split(CONSOLE_MARK, 1)[1].strip())
         task = progress_line(line)
         if task and on_task:
             on_task(names.get(task[0], task[0]), task[1])

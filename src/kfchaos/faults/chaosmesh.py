@@ -426,6 +426,10 @@ class ChaosMeshBackend:
             if not token:
                 return items
 
+    def list_objects(self, plural: str, namespace: str, selector: str = "") -> list[dict[str, Any]] | None:
+        """Objects of a chaos kind or pods in one namespace (paged and bounded as `_list`); None if not served."""
+        return self._list(plural, namespace, selector)
+
     def _page(
         self, plural: str, namespace: str | None, selector: str, token: str | None
     ) -> tuple[list[dict[str, Any]], str | None]:

@@ -61,6 +61,9 @@ FAULT_CALLS: tuple[Call, ...] = (
     Call("target", "", "pods", "create", "GPU memory pressure runs its allocator pod"),
     Call("target", "", "pods", "delete", "GPU memory pressure removes its allocator pod"),
     Call("target", "", "events", "list", "why a fault did not inject, in the timeout message"),
+    Call("target", "coordination.k8s.io", "leases", "get", "the target's lease: who holds the target"),
+    Call("target", "coordination.k8s.io", "leases", "create", "the target's lease: the first run to use it"),
+    Call("target", "coordination.k8s.io", "leases", "update", "the target's lease: acquire, renew, release"),
     Call("cluster", "apiextensions.k8s.io", "customresourcedefinitions", "get", "preflight: Chaos Mesh installed"),
 )
 

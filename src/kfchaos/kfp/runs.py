@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from kfchaos.baseline import load_baseline
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
 from kfchaos.spec import Experiment, baseline_path
-from kfchaos.steps.seams import FAULT_OWNER_ENV
+from kfchaos.steps.seams import FAULT_OWNER_ENV, RUN_WHERE_ENV, TARGET_URL_ENV
 from kfchaos.validate import load_experiment
 
 EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
@@ -162,11 +163,32 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
     # The tasks inherit this process's env: the local fault backend names this process as its faults' owner.
     os.environ[FAULT_OWNER_ENV] = str(os.getpid())
     stopped: list[int] = []
-    with _git_commit_env(root), _stopping(stopped):
+    with _git_commit_env(root), _stopping(stopped), _lock_env(experiment, target, pipeline_root):
         pipeline(**parameters)
     return read_local_outcome(
         pipeline_root, experiment.metadata.name, since=started, stopped_by=stopped[0] if stopped else None
     )
+
+
+@contextlib.contextmanager
+def _lock_env(experiment: Experiment, target: str, pipeline_root: Path) -> Iterator[None]:
+    """Every task keys the target's local lock by one URL, also those without a `target` parameter (preflight, the
+    exit handler), and names where this run's outputs are, for whoever finds the target held
+    (kfchaos.steps.seams.target_lease)."""
+    chosen = {
+        TARGET_URL_ENV: target or experiment.spec.target.endpoint or "",
+        RUN_WHERE_ENV: f"kfchaos run --local on {socket.gethostname()}, process {os.getpid()}, outputs {pipeline_root}",
+    }
+    before = {name: os.environ.get(name) for name in chosen}
+    os.environ.update({name: value for name, value in chosen.items() if value})
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

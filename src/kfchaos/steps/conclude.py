@@ -14,7 +14,7 @@ import yaml
 from kfchaos import audit, safefile
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import run_fault_windows
-from kfchaos.steps import seams
+from kfchaos.steps import seams, targetlease
 from kfchaos.steps.context import task_run_id
 from kfchaos.steps.results import StepResult, load_history
 
@@ -162,6 +162,9 @@ def conclude(
     results = load_history(history)
     recovery_data = json.loads(recovery) if recovery else None
     status, reasons = overall(results, recovery_data)
+    lease = (json.loads(preflight).get("lease") if preflight else None) or {}
+    if lease.get("status") == "busy":  # said first: the reason no stage ran
+        status, reasons = "INCONCLUSIVE", [lease["reason"], *reasons]
     steps = [json.loads(r.to_json()) for r in results]
     pipeline = {"name": pipeline_name, "version": pipeline_version, "ir_hash": pipeline_ir_hash}
     document: dict[str, Any] = {
@@ -175,7 +178,11 @@ def conclude(
         "steps": steps,
         "fault_windows": run_fault_windows(steps),
         "recovery": recovery_data,
+        "lease": lease,
     }
+    noted = targetlease.note_verdict(experiment, run_id, target, status)
+    if noted:
+        lease["note"] = noted
     started = json.loads(preflight).get("started_at") if preflight else None
     baseline_p99 = _baseline_p99(baseline_text)
     if baseline_p99 is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kfchaos import safefile
-from kfchaos.steps import seams
+from kfchaos.steps import seams, targetlease
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import describe, load_history
 from kfchaos.steps.setup import load_optional_baseline
@@ -49,7 +49,14 @@ def remove_and_recover(
     slo = experiment.spec.slo
     probe = min(slo.recovery_max or 60.0, experiment.spec.traffic.stage_duration)
     stage = experiment.spec.traffic.stages[0]
-    with tempfile.TemporaryDirectory(prefix="kfchaos-recovery-") as tmp:
+    with (
+        targetlease.holding(experiment, run_id, target) as lease,
+        tempfile.TemporaryDirectory(prefix="kfchaos-recovery-") as tmp,
+    ):
+        if lease.lost:  # the faults are removed (above); the target is no longer this run's to probe
+            unprobed = {"status": "INCONCLUSIVE", "reason": f"recovery not probed: the target's lease: {lease.lost}"}
+            out = {"removed": removed, "removed_at": removed_at, "recovery": unprobed, "lora_adapters": adapters}
+            return json.dumps(out, sort_keys=True, default=str)
         records = str(Path(tmp) / "recovery.parquet")
         summary = seams.replay_stage(
             experiment, stage, experiment_dir, target, records, duration=probe, fault_active=False
@@ -72,7 +79,8 @@ def remove_and_recover(
 
 
 def cleanup(experiment_text: str, run_id: str, record_path: str) -> str:
-    """The exit handler: remove every object labelled with the run id, whatever happened before."""
+    """The exit handler: remove every object labelled with the run id, whatever happened before, then give the
+    target's lease back (kfchaos.steps.targetlease)."""
     run_id = task_run_id(run_id)
     experiment = experiment_from_text(experiment_text)
     record: dict[str, Any] = {"run_id": run_id, "started_at": time.time()}
@@ -83,6 +91,7 @@ def cleanup(experiment_text: str, run_id: str, record_path: str) -> str:
     # The exit handler has the experiment's endpoint (not the run's --target) and the credential only where the
     # task has it: a best effort after the stage's own unload and the remove step's (kfchaos.faults.lorachurn).
     record["lora_adapters"] = _unload_adapters(experiment, "")
+    record["lease"] = targetlease.release(experiment, run_id, "")  # last: the target is clean before it is given back
     record["finished_at"] = time.time()
     safefile.write_text(record_path, json.dumps(record, sort_keys=True, default=str))
     return json.dumps(record, sort_keys=True, default=str)

@@ -49,6 +49,14 @@ DEMO_STATE_ENV = "KFCHAOS_DEMO_STATE"  # local backend: the demo supervisor's st
 FAULT_OWNER_ENV = "KFCHAOS_FAULT_OWNER_PID"
 
 
+# Local runs: the URL the tasks replay to (`kfchaos run --local --target`), set by kfchaos.kfp.runs.run_local for the
+# tasks it starts, which inherit it as they inherit FAULT_OWNER_ENV; a task without a `target` parameter (preflight,
+# the exit handler, a sharded stage's start) keys the local lock by it. And where the run can be looked at, for
+# the lease's holder details (`kfchaos status`).
+TARGET_URL_ENV = "KFCHAOS_TARGET_URL"
+RUN_WHERE_ENV = "KFCHAOS_RUN_WHERE"
+
+
 def fault_owner_pid() -> int:
     """The run's owner process (FAULT_OWNER_ENV when it names a process id), else this process."""
     named = os.environ.get(FAULT_OWNER_ENV, "")
@@ -81,6 +89,71 @@ def fault_backend(experiment: Experiment, run_id: str) -> FaultBackend:
     chaosmesh = _module("kfchaos.faults.chaosmesh", "injecting faults on a cluster")
     backend = chaosmesh.ChaosMeshBackend.from_environment(experiment, run_id)
     return backend
+
+
+def uses_cluster(experiment: Experiment) -> bool:
+    """Whether the run's lease and its interference watch live on a cluster: a KFP task pod (KFP_POD_NAME) always,
+    elsewhere a run whose fault backend is Chaos Mesh and that has cluster-side faults (it needs the cluster
+    anyway). Otherwise (the demo's local backend, a local run with no cluster faults) a local run without one."""
+    if os.environ.get(BACKEND_ENV) == "local":
+        return False
+    return bool(os.environ.get("KFP_POD_NAME")) or bool(cluster_faults(experiment))
+
+
+def _run_info(experiment: Experiment, run_id: str, local: bool) -> Any:
+    lease = _module("kfchaos.lease.record", "the target's lease")
+    target = experiment.spec.target
+    namespaces = sorted({target.namespace, *(experiment.fault_namespace(f) for f in cluster_faults(experiment))})
+    if local:
+        owner = fault_owner_pid()
+        where = os.environ.get(RUN_WHERE_ENV) or f"kfchaos on {lease.this_host()}, process {owner}"
+        return lease.RunInfo(run_id, experiment.metadata.name, where, namespaces=namespaces,
+                             host=lease.this_host(), pid=owner)  # fmt: skip
+    where = os.environ.get(RUN_WHERE_ENV) or f"KFP run {run_id}"
+    return lease.RunInfo(run_id, experiment.metadata.name, where, namespaces=namespaces)
+
+
+def target_lease(experiment: Experiment, run_id: str, target: str = "") -> Any:
+    """The run's view of its target's lease (a kfchaos.lease.TargetLease): the Lease named from the target's
+    namespace and selector in that namespace (uses_cluster), else the local lock of the target URL (`target`, else
+    TARGET_URL_ENV, else spec.target.endpoint)."""
+    lease = _module("kfchaos.lease", "the target's lease")
+    spec_target = experiment.spec.target
+    if uses_cluster(experiment):
+        kube = _module("kfchaos.lease.kube", "the target's lease on a cluster")
+        selector = spec_target.selector
+        expressions = [e.model_dump() for e in selector.expressions]
+        name = lease.lease_name(spec_target.namespace, selector.labels, expressions)
+        backend: Any = fault_backend(experiment, run_id)  # the Chaos Mesh backend: its API client and settings
+        api = backend.api_client
+        store = kube.KubeLeaseStore(api, spec_target.namespace, name)
+        text = ",".join(f"{k}={v}" for k, v in sorted(selector.labels.items()))
+        described = f"pods {text or 'matching'} in namespace {spec_target.namespace}"
+        return lease.TargetLease(store, _run_info(experiment, run_id, local=False), name=name,
+                                 namespace=spec_target.namespace, target=described)  # fmt: skip
+    local = _module("kfchaos.lease.local", "the target's local lock")
+    url = target or os.environ.get(TARGET_URL_ENV) or spec_target.endpoint
+    store = local.FileLeaseStore.for_url(url)
+    return lease.TargetLease(store, _run_info(experiment, run_id, local=True), name=store.folder.name,
+                             namespace="", target=lease.url_key(url))  # fmt: skip
+
+
+def foreign_watch(experiment: Experiment, run_id: str, stage: int, own: list[dict[str, Any]]) -> Any | None:
+    """The stage's watch for foreign interference (kfchaos.faults.foreign); None where the run has no cluster (the
+    demo's local backend has no objects another tool could make: its lock keeps other kfchaos runs out). `own`:
+    this run's manifests alive in the stage."""
+    interval = min(10.0, max(1.0, experiment.spec.traffic.stage_duration / 10))
+    if not uses_cluster(experiment):
+        return None
+    foreign = _module("kfchaos.faults.foreign", "watching for foreign interference")
+    chaosmesh = _module("kfchaos.faults.chaosmesh", "the cluster's API")
+    target = experiment.spec.target
+    selector = chaosmesh.label_selector(
+        {"labelSelectors": target.selector.labels,
+         "expressionSelectors": [e.model_dump() for e in target.selector.expressions]}
+    )  # fmt: skip
+    backend = fault_backend(experiment, run_id)
+    return foreign.ForeignWatch(backend, run_id, target.namespace, selector, own, interval)
 
 
 def replay_stage(

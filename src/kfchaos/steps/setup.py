@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kfchaos import safefile
 from kfchaos.errors import KfchaosError
-from kfchaos.steps import seams
+from kfchaos.steps import seams, targetlease
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import describe
 
@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 
 
 def preflight(experiment_text: str, run_id: str, ramp: str = "") -> str:
-    """Spec valid, its stages in this pipeline's ramp, faults render and pass the safety guards, cluster checks
-    pass; raises on any problem."""
+    """Spec valid, its stages in this pipeline's ramp, faults render and pass the safety guards, the target's lease
+    held (kfchaos.steps.targetlease: queued for, or taken over from a dead holder whose faults are swept), cluster
+    checks pass; raises on any problem. A target still busy at the queue's deadline is no error: the output says
+    so (`lease`), and no later step sends or injects."""
     run_id = task_run_id(run_id)
     experiment = experiment_from_text(experiment_text)
     if ramp:
@@ -30,21 +32,25 @@ def preflight(experiment_text: str, run_id: str, ramp: str = "") -> str:
                 "compile the experiment's own pipeline (kfchaos compile) or use stages from the ramp"
             )
     manifests = seams.render_faults(experiment, run_id)  # renders run the safety guards
+    lease = targetlease.acquire(experiment, run_id, "")  # before anything reaches the target or its cluster
+    out: dict[str, Any] = {
+        "experiment": experiment.metadata.name,
+        "version": experiment.metadata.version,
+        "run_id": run_id,
+        "started_at": time.time(),
+        "chaos_objects": [f"{m['kind']}/{m['metadata']['name']}" for m in manifests.values()],
+        "lease": lease,
+    }
+    if lease["status"] == "busy":
+        out["backend"] = "not checked: the target is busy, this run touches nothing"
+        return json.dumps(out, sort_keys=True)
     faults = seams.cluster_faults(experiment)
     notes = seams.fault_backend(experiment, run_id).preflight(faults) if faults else []
     lora = _lora_ready(experiment)
-    return json.dumps(
-        {
-            "experiment": experiment.metadata.name,
-            "version": experiment.metadata.version,
-            "run_id": run_id,
-            "started_at": time.time(),
-            "chaos_objects": [f"{m['kind']}/{m['metadata']['name']}" for m in manifests.values()],
-            "backend": describe(notes),
-            **({"lora": lora} if lora else {}),
-        },
-        sort_keys=True,
-    )
+    out["backend"] = describe(notes)
+    if lora:
+        out["lora"] = lora
+    return json.dumps(out, sort_keys=True)
 
 
 def baseline(experiment_text: str, baseline_text: str, out_path: str) -> str:

@@ -28,9 +28,15 @@ from typing import Any
 
 from kfchaos.faults import lorachurn
 from kfchaos.faults.safety import fault_stage_span
-from kfchaos.steps import gates
+from kfchaos.steps import gates, targetlease
 from kfchaos.steps.context import experiment_from_text, task_run_id
-from kfchaos.steps.stagefaults import StageFaults, faults_in_stage, mark_fault_active, open_stage_faults
+from kfchaos.steps.stagefaults import (
+    StageFaults,
+    faults_in_stage,
+    mark_fault_active,
+    open_stage_faults,
+    stage_foreign_watch,
+)
 from kfchaos.steps.stopping import guarded, replay_stopping
 
 WATCH_MARGIN = 0.5  # seconds past the other shards' last possible response (engine sweep, clock skew of the pods)
@@ -52,7 +58,10 @@ def start(
     if stage not in experiment.spec.traffic.stages:
         return json.dumps({"stage": stage, "not_in_ramp": True})
     plan = plan_stage(experiment, stage, base_dir=experiment_dir)  # reads nothing yet: a missing file fails here
-    held = open_stage_faults(experiment, run_id, stage)
+    with targetlease.holding(experiment, run_id, "") as lease:
+        if lease.lost:  # the shards and the merge pass the marker on, as after a gate that stopped the ramp
+            return json.dumps({"stage": stage, "gated": f"the target's lease: {lease.lost}"})
+        held = open_stage_faults(experiment, run_id, stage)
     faults = held.detail() if held is not None else {"chaos_objects": [], "fault_windows": [], "reasons": []}
     lead = experiment.spec.traffic.shard_start_lead
     notes = []
@@ -89,7 +98,7 @@ def replay_shard(
     """Replay shard `shard` of `shards` from the common start time; write its records; return its summary."""
     run_id = task_run_id(run_id)
     from kfchaos.records import REQUEST_SCHEMA
-    from kfchaos.traffic.api import plan_stage, run_stage
+    from kfchaos.traffic.api import plan_stage
     from kfchaos.traffic.merge import stage_plan_hash
     from kfchaos.traffic.recorder import write_parquet
 
@@ -111,10 +120,30 @@ def replay_shard(
     }
     late = time.time() - start_at
     out["late_by"] = max(0.0, late)
-    if late > settings.max_send_lag_p99:
-        write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
-        out["sent_share"] = False
-        return json.dumps(out, sort_keys=True, default=str)
+    with targetlease.holding(experiment, run_id, target) as lease:
+        if lease.lost or late > settings.max_send_lag_p99:  # the merge finds its share missing: INCONCLUSIVE
+            write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
+            out["sent_share"] = False
+            if lease.lost:
+                out["fault_reasons"] = [f"shard {shard} sent nothing: the target's lease: {lease.lost}"]
+            return json.dumps(out, sort_keys=True, default=str)
+        return _replay_shard(experiment, target, run_id, stage, shard, plan, begun, records_path, out)
+
+
+def _replay_shard(
+    experiment: Any,
+    target: str,
+    run_id: str,
+    stage: int,
+    shard: int,
+    plan: Any,
+    begun: dict[str, Any],
+    records_path: str,
+    out: dict[str, Any],
+) -> str:
+    from kfchaos.traffic.api import run_stage
+
+    settings, start_at = plan.settings, float(begun["start_at"])
 
     # Shard 0 alone churns LoRA adapters (as it alone watches the faults), so a sharded stage churns once.
     churns = (
@@ -134,6 +163,15 @@ def replay_shard(
         summary: dict[str, Any] = result.summary.to_dict()
         return summary
 
+    # Shard 0 alone watches the target for foreign interference too (kfchaos.faults.foreign), as it watches the faults.
+    watch, notes = stage_foreign_watch(experiment, run_id, stage) if shard == 0 else (None, [])
+    if watch is not None:
+        unwatched = replay
+
+        def replay() -> dict[str, Any]:
+            with watch.watching():
+                return unwatched()
+
     held = open_stage_faults(experiment, run_id, stage, apply=False, **_times(begun)) if shard == 0 else None
     if held is None:
         summary = replay()
@@ -150,6 +188,9 @@ def replay_shard(
         out["fault_windows"] = [*(out.get("fault_windows") or []), *(c.activity.to_dict() for c in churns)]
         out["fault_reasons"] = [*(out.get("fault_reasons") or []), *(r for c in churns for r in c.reasons)]
         out["fault_actions"] = lorachurn.actions_dicts(churns)
+    if shard == 0:
+        out["interference"] = watch.reasons() if watch is not None else []
+        out["interference_notes"] = [*notes, *(watch.notes if watch is not None else [])]
     out.update(summary=summary, sent_share=True)
     return json.dumps(out, sort_keys=True, default=str)
 
@@ -321,4 +362,7 @@ def _faults(
     }
     if watcher.get("fault_actions"):
         detail["fault_actions"] = watcher["fault_actions"]
+    # What acted on the target that this run did not (shard 0 watched it): stages.collect makes it INCONCLUSIVE.
+    detail["interference"] = list(watcher.get("interference") or [])
+    detail["interference_notes"] = list(watcher.get("interference_notes") or [])
     return detail

@@ -165,9 +165,46 @@ def under_faults(
     churn: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run `replay` (returns its summary) with this stage's faults applied, watched and removed as the file
-    says. Returns (summary, faults detail: chaos_objects created here, fault_windows, reasons, and the LoRA
-    churn's calls as fault_actions). `churn`: run this stage's lora-adapter-churn faults here (shard 0 only,
-    so a sharded stage churns once); they load, swap and unload adapters at `target` beside the replay."""
+    says, and the target watched for foreign interference while it replays (kfchaos.faults.foreign). Returns
+    (summary, faults detail: chaos_objects created here, fault_windows, reasons, the LoRA churn's calls as
+    fault_actions, and `interference`: what acted on the target that this run did not). `churn`: run this
+    stage's lora-adapter-churn faults here (shard 0 only, so a sharded stage churns once); they load, swap and
+    unload adapters at `target` beside the replay."""
+    watch, notes = stage_foreign_watch(experiment, run_id, stage)
+    if watch is not None:
+        unwatched = replay
+
+        def replay() -> dict[str, Any]:
+            with watch.watching():
+                return unwatched()
+
+    summary, detail = _under_churn(experiment, run_id, stage, replay, target, churn)
+    if watch is not None:
+        detail["interference"] = watch.reasons()
+        notes += watch.notes
+    detail["interference_notes"] = notes
+    return summary, detail
+
+
+def stage_foreign_watch(experiment: Experiment, run_id: str, stage: int) -> tuple[Any | None, list[str]]:
+    """The stage's watch for foreign interference (kfchaos.faults.foreign), over the stage's own faults; none, with
+    a note, where it cannot be made."""
+    own = [m for name, m in seams.render_faults(experiment, run_id).items()
+           if any(f.name == name for f in faults_in_stage(experiment, stage))]  # fmt: skip
+    try:
+        return seams.foreign_watch(experiment, run_id, stage, own), []
+    except KfchaosError as exc:
+        return None, [f"foreign interference not checked: {exc}"]
+
+
+def _under_churn(
+    experiment: Experiment,
+    run_id: str,
+    stage: int,
+    replay: Callable[[], dict[str, Any]],
+    target: str,
+    churn: bool,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     from kfchaos.faults import lorachurn
 
     churns = (

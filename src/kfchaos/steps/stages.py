@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from kfchaos.steps import gates, seams
+from kfchaos.steps import gates, seams, targetlease
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import StepResult
 from kfchaos.steps.setup import load_optional_baseline
@@ -68,16 +68,20 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
 
     experiment = experiment_from_text(experiment_text)
     require_target_credential(experiment)  # before any fault: a missing token is a clear stop, not 401s
-    first = experiment.spec.traffic.stages[0]
-    probe = min(experiment.spec.traffic.warmup or 60.0, experiment.spec.traffic.stage_duration)
-    with tempfile.TemporaryDirectory(prefix="kfchaos-steady-") as tmp:
-        records = str(Path(tmp) / "steady.parquet")
-        summary = seams.replay_stage(
-            experiment, first, experiment_dir, target, records, duration=probe, fault_active=False
-        )
-        stage_result, gate_result = _judge(
-            experiment_text, first, records, baseline_path, None, fault_free=True, duration=probe
-        )
+    with targetlease.holding(experiment, run_id, target) as lease:
+        if lease.lost:  # another run's turn (or this run's is over): not one request
+            reasons = [f"not run: {lease.lost}"]
+            return StepResult("steady_state", 0, "INCONCLUSIVE", False, reasons, {"run_id": run_id}).to_json()
+        first = experiment.spec.traffic.stages[0]
+        probe = min(experiment.spec.traffic.warmup or 60.0, experiment.spec.traffic.stage_duration)
+        with tempfile.TemporaryDirectory(prefix="kfchaos-steady-") as tmp:
+            records = str(Path(tmp) / "steady.parquet")
+            summary = seams.replay_stage(
+                experiment, first, experiment_dir, target, records, duration=probe, fault_active=False
+            )
+            stage_result, gate_result = _judge(
+                experiment_text, first, records, baseline_path, None, fault_free=True, duration=probe
+            )
     # Proceed unless the probe clearly failed: a short probe often lacks samples or metrics, which the final
     # verdict reports as INCONCLUSIVE anyway; a FAIL (not at baseline, abort rule hit) means do not inject.
     failed = [c for c in stage_result.checks if c.gating and c.status.value == "FAIL"]
@@ -122,7 +126,13 @@ def replay(
             experiment, stage, experiment_dir, target, records_path, duration=None, fault_active=False
         )
 
-    summary, faults = under_faults(experiment, run_id, stage, run, target=target)
+    with targetlease.holding(experiment, run_id, target) as lease:
+        if lease.lost:  # recorded as a stage the ramp did not reach (kfchaos.steps.gates), which stops the ramp
+            write_parquet(REQUEST_SCHEMA.empty_table(), records_path)
+            return json.dumps({"stage": stage, "gated": f"the target's lease: {lease.lost}"})
+        summary, faults = under_faults(experiment, run_id, stage, run, target=target)
+    if lease.lost:  # lost while the stage ran: what it measured is not this run's alone
+        faults["interference"] = [*faults.get("interference", []), f"the target's lease: {lease.lost}"]
     try:
         faults["marked_requests"] = mark_fault_active(records_path, faults["fault_windows"])
     except OSError as exc:  # the disk that cut the replay: the records stand as written, unmarked, and say so
@@ -167,9 +177,14 @@ def collect(
         "fault_windows": faults.get("fault_windows") or [],
         "fault_actions": faults.get("fault_actions") or [],  # the LoRA churn's calls (kfchaos.faults.lorachurn)
     }
+    interference = list(faults.get("interference") or [])
+    reasons += interference
+    detail["interference"] = {"found": interference, "notes": faults.get("interference_notes") or []}
     status = stage_result.status.value
     blocked = bool(faults.get("reasons") or replay_reasons)
     if blocked and status == "PASS":  # a fault not shown injected or removed, a shard missing: nothing is earned
         status = "INCONCLUSIVE"
-    proceed = stage_gate.proceed and not blocked
+    if interference:  # another's fault, load or hand in the window: neither its PASS nor its FAIL is this run's
+        status = "INCONCLUSIVE"
+    proceed = stage_gate.proceed and not blocked and not interference
     return StepResult("stage", stage, status, proceed, reasons, detail).to_json(), figures
