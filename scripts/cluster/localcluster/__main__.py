@@ -1,6 +1,6 @@
-"""`make cluster-up` / `make cluster-down`: PYTHONPATH=scripts/cluster python -m localcluster up|down|status|images|build
-(images: build the node's images from the working tree again and import them into the running cluster; build: build
-every binary and image the cluster starts from, where not cached, and start nothing)."""
+"""`make cluster-up` / `make cluster-down`: PYTHONPATH=scripts/cluster python -m localcluster ACTION
+(up, down, status; images: build the node's images from the working tree again and import them into the running
+cluster; build: build every binary and image the cluster starts from, where not cached, and start nothing)."""
 
 from __future__ import annotations
 
