@@ -12,19 +12,7 @@ if have; then
   exit 0
 fi
 
-install_with_apt() {
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null || return 1
-    sudo="sudo -n"
-  fi
-  command -v apt-get >/dev/null 2>&1 || return 1
-  echo "kfchaos: installing Debian's chromium package for the report's browser tests" >&2
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || return 1
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null || return 1
-}
-
-install_with_apt || true
+bash "$(dirname "$0")/apt-install.sh" "the report's browser tests" chromium || true
 if have; then
   exit 0
 fi

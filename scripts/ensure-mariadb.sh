@@ -13,21 +13,7 @@ if have_all; then
   exit 0
 fi
 
-install_with_apt() {
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null || return 1
-    sudo="sudo -n"
-  fi
-  command -v apt-get >/dev/null 2>&1 || return 1
-  echo "kfchaos: installing Debian's mariadb-server package for the KFP API server" >&2
-  # Without an init system the maintainer scripts cannot start the packaged service; that is fine here.
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || return 1
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    mariadb-server mariadb-client >/dev/null || return 1
-}
-
-install_with_apt || true
+bash "$(dirname "$0")/apt-install.sh" "the KFP API server" mariadb-server mariadb-client || true
 if have_all; then
   exit 0
 fi

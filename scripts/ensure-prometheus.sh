@@ -8,20 +8,7 @@ if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1;
   exit 0
 fi
 
-install_with_apt() {
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null || return 1
-    sudo="sudo -n"
-  fi
-  command -v apt-get >/dev/null 2>&1 || return 1
-  echo "kfchaos: installing Debian's prometheus package for the integration tests" >&2
-  # The package's maintainer scripts try to start a service; there is none to start here, which is fine.
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || return 1
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null || return 1
-}
-
-install_with_apt || true
+bash "$(dirname "$0")/apt-install.sh" "the integration tests" prometheus || true
 if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
   exit 0
 fi
