@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo scenarios lint bench compile prometheus mariadb node-packages e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
+.PHONY: setup test demo scenarios lint bench compile prometheus mariadb chromium node-packages e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -24,12 +24,17 @@ prometheus:
 mariadb:
 	@bash scripts/ensure-mariadb.sh
 
+# The headless browser the report's tests open report.html in (Debian package `chromium`); skipped with a message
+# where it cannot be installed, except under CI=true where that is a failure.
+chromium:
+	@bash scripts/ensure-chromium.sh
+
 # The real node's Debian packages (containerd, runc, the CNI plugins, iptables, ...; docs/cluster.md).
 node-packages:
 	@bash scripts/cluster/ensure-node-packages.sh || test "$$CI" != true
 
 # Everything but the longest real-node tests (marker node_long): `make e2e-local` runs those.
-test: setup prometheus mariadb node-packages cluster-build
+test: setup prometheus mariadb chromium node-packages cluster-build
 	$(BIN)/python -m pytest -m "not node_long" $(PYTEST_ARGS)
 
 # The local cluster's real node end to end (docs/cluster.md, "The real node"): every test that runs on it --
@@ -64,8 +69,8 @@ scenarios: setup prometheus
 # lint-imports checks the layers of docs/architecture.md ([tool.importlinter] in pyproject.toml); the import graph
 # is built fresh each time (--no-cache, a second or two), never read from a cache left by another checkout.
 lint: setup
-	$(BIN)/ruff check src tests components pipelines scripts
-	$(BIN)/ruff format --check src tests components pipelines scripts
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

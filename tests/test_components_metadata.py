@@ -11,7 +11,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = sorted(p.parent for p in (ROOT / "components").glob("*/component.py"))
+# The component's code is in the package (kfchaos/kfp/components/<name>/component.py); its compiled component.yaml,
+# README and metadata.yaml in the repository's components/<name>/.
+SOURCES = ROOT / "src" / "kfchaos" / "kfp" / "components"
+FOLDERS = sorted(ROOT / "components" / p.parent.name for p in SOURCES.glob("*/component.py"))
 
 
 def _kfp_pin() -> str:
@@ -36,5 +39,5 @@ def test_every_component_has_its_metadata_and_readme() -> None:
         assert called, folder
         module, function = called.groups()
         assert f"src/{module.replace('.', '/')}.py" == metadata["links"]["source"], folder
-        assert f"{function}(" in (folder / "component.py").read_text(), folder
+        assert f"{function}(" in (SOURCES / folder.name / "component.py").read_text(), folder
         assert f"def {function}(" in (ROOT / metadata["links"]["source"]).read_text(), folder

@@ -351,10 +351,47 @@ class Baseline(StrictModel):
         }
 
 
+def for_experiment(baseline: Baseline, experiment: str, records: str | None = None) -> Baseline:
+    """The same figures, sealed as the baseline of `experiment`, its control's records file named `records`. For
+    `kfchaos init`: the starter replays the very traffic, ramp and target the demo stack's control was recorded
+    with, so these figures are the new experiment's own, and its records get a file of their own."""
+    control = baseline.control
+    if control is not None and records is not None:
+        control = control.model_copy(update={"records": records})
+    return baseline.model_copy(update={"experiment": experiment, "control": control}).sealed()
+
+
+def control_records_beside(baseline: Baseline, path: Path) -> Path | None:
+    """The control's records file the baseline at `path` names (a bare file name beside it), if it is there."""
+    name = baseline.control.records if baseline.control else ""
+    if not name or Path(name).name != name:
+        return None  # a bare file name only: never a path out of the baseline's folder
+    found = path.parent / name
+    return found if found.is_file() else None
+
+
+def check_control_records(baseline: Baseline, records: Path, baseline_file: Path | str) -> None:
+    """Refuse a records file that is not the one the baseline's control measured (control.records_sha256): the
+    report would draw another control's requests beside this baseline's figures."""
+    if baseline.control is None:
+        return
+    digest = hashlib.sha256()
+    with records.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != baseline.control.records_sha256:
+        raise BaselineError(
+            f"{records}: sha256 {digest.hexdigest()} is not control.records_sha256 {baseline.control.records_sha256} "
+            f"of {baseline_file}: these are another control's records (written over by a later `kfchaos init` or "
+            "`kfchaos baseline control`?); record the control again (`kfchaos baseline control`)"
+        )
+
+
 def load_baseline(
     path: str | Path, *, now: datetime | None = None, stale_after: timedelta = STALE_AFTER
 ) -> tuple[Baseline, list[str]]:
-    """The baseline in `path` and warnings (stale). Raises BaselineError or SpecError (file:line: field)."""
+    """The baseline in `path` and warnings (stale). Raises BaselineError or SpecError (file:line: field); also
+    BaselineError when the control's records file beside it is not the one it measured (records_sha256)."""
     path = Path(path)
     try:
         raw = read_source(path)
@@ -381,6 +418,9 @@ def load_baseline(
     nonsense = baseline.nonsense()
     if nonsense:
         raise BaselineError(f"{path}: {nonsense}; capture it again")
+    records = control_records_beside(baseline, path)
+    if records is not None:
+        check_control_records(baseline, records, path)
     warnings = []
     try:
         captured = parse_time(baseline.captured_at)

@@ -411,11 +411,22 @@ def _manifest(run: RunDir, experiment_text: str, verdict: dict[str, Any], info: 
     }
 
 
+def check_control_records(run: RunDir) -> None:
+    """The folder's control records are the ones its baseline's control measured (records_sha256): the folder
+    keeps them under one name whatever the baseline calls them, so they are checked here by that name."""
+    from kfchaos.baseline import check_control_records, load_baseline  # lazy, as the readers here
+
+    if run.has(BASELINE) and run.has(CONTROL_RECORDS):
+        baseline, _ = load_baseline(run.file(BASELINE))
+        check_control_records(baseline, run.file(CONTROL_RECORDS), run.file(BASELINE))
+
+
 def _rejudge(run: RunDir) -> dict[str, Any]:
     """The verdict `kfchaos verdict` gives on this folder's inputs, and whether it matches verdict.json."""
     from kfchaos.verdict.files import build_from_files  # lazy, as the readers here: only a re-judgment needs it
 
     try:
+        check_control_records(run)
         again = build_from_files(
             experiment=run.file(EXPERIMENT),
             records=run.file(RECORDS),

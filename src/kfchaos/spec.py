@@ -134,10 +134,32 @@ class Auth(StrictModel):
     header: str = "Authorization"
 
 
+# A base URL the replayer can send to: scheme http or https, a host, an optional path.
+ENDPOINT_PATTERN = r"^https?://[^\s/]+(/\S*)?$"
+
+
+def endpoint_problem(url: str) -> str | None:
+    """Why `url` is not a base URL to send to, in plain words with the fix; None when it is one. The one rule for
+    spec.target.endpoint and every --target."""
+    if re.match(ENDPOINT_PATTERN, url):
+        return None
+    if "://" not in url:
+        return f"{url!r} has no scheme: give a URL, e.g. http://{url.strip() or '127.0.0.1:8000'}"
+    return f"{url!r} is not an http:// or https:// URL with a host (e.g. http://127.0.0.1:8000), without spaces"
+
+
+def _endpoint(url: str) -> str:
+    problem = endpoint_problem(url)
+    if problem:
+        raise ValueError(problem)
+    return url
+
+
 class Target(StrictModel):
     namespace: DnsLabel
     selector: Selector
-    endpoint: str = Field(pattern=r"^https?://[^\s/]+(/\S*)?$", description="base URL the replay sends to")
+    # The pattern is in the JSON Schema for editors; the check itself is endpoint_problem, which says the fix.
+    endpoint: str = Field(json_schema_extra={"pattern": ENDPOINT_PATTERN}, description="base URL the replay sends to")
     api: Literal["http", "openai-completions", "openai-chat"] = "http"
     model: str | None = Field(None, description="model name for OpenAI-compatible APIs")
     timeout: Duration = 30.0
@@ -145,6 +167,7 @@ class Target(StrictModel):
     dependencies: list[Dependency] = Field(default_factory=list)
 
     _protected = field_validator("namespace")(classmethod(lambda cls, v, info: _refuse_protected(v, info)))
+    _url = field_validator("endpoint")(classmethod(lambda cls, v: _endpoint(v)))
 
     @model_validator(mode="after")
     def _model_for_llm(self) -> Target:

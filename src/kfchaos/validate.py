@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from kfchaos.errors import Problem, SpecError
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.safety import FaultInputError, FaultSafetyError, check_fault, fault_path, short_duration_problem
-from kfchaos.spec import Experiment, baseline_path, model_problems
+from kfchaos.spec import Experiment, baseline_path, experiment_relative, model_problems
 from kfchaos.yamlsource import YamlDocument, load_yaml, read_source
 
 
@@ -77,6 +77,22 @@ def experiment_warnings(document: YamlDocument, experiment: Experiment) -> list[
             )
         )
     return warnings
+
+
+def missing_files(path: str | FsPath, experiment: Experiment) -> list[Problem]:
+    """The files the experiment's traffic is read from (traffic.file, traffic.synthetic.fit_from) that are not
+    there, relative to the experiment file: errors where the run reads them here (validate, `run --local`), not
+    in the pipeline's own steps, which find them in the task's experiment_dir."""
+    document = load_yaml(read_source(path), str(path))
+    traffic = experiment.spec.traffic
+    named: list[tuple[tuple[str, ...], str | None]] = [(("spec", "traffic", "file"), traffic.file)]
+    if traffic.synthetic is not None:
+        named.append((("spec", "traffic", "synthetic", "fit_from"), traffic.synthetic.fit_from))
+    return [
+        document.problem(where, f"file {value} not found ({found}: paths in an experiment are relative to its file)")
+        for where, value in named
+        if value and not (found := experiment_relative(path, value)).is_file()
+    ]
 
 
 def parse_experiment(text: str | bytes, file: str) -> Experiment:

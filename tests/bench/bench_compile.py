@@ -40,7 +40,7 @@ def run() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         reference = _best(lambda: compiler.Compiler().compile(_reference, str(Path(tmp) / "r.yaml")))
     targets = discover(ROOT)
-    per_pipeline = [_best(lambda t=t: compile_target(ROOT, t)) for t in targets]
+    per_pipeline = [_best(lambda t=t: compile_target(t)) for t in targets]
     components = _best(lambda: component_outputs(ROOT))
     total = sum(per_pipeline) + components
     print(f"reference (1-task pipeline)      {reference * 1000:8.1f} ms")

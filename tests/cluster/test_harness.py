@@ -80,3 +80,33 @@ def test_stopping_leaves_no_process_behind(tmp_path: Path, monkeypatch: pytest.M
     assert stopped == ["plain", "stubborn"]
     assert procs.leftovers(tmp_path) == []
     assert not (tmp_path / "pids").exists() or not list((tmp_path / "pids").iterdir())
+
+
+def test_without_root_the_real_node_says_so_and_cluster_up_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    from localcluster import node
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    why = node.unavailable()
+    assert why is not None and "needs root" in why
+    with pytest.raises(controlplane.ClusterError, match="needs root"):
+        controlplane._start(Path("/nonexistent-state"), {}, None, None)  # type: ignore[arg-type]
+
+
+def test_a_second_image_build_does_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With the node's images built, building them again calls neither mmdebstrap nor umoci nor tar nor pip: a PATH
+    holding only git (which names the working tree's files) and a pip that cannot run still answer the same archive."""
+    from localcluster import images
+
+    try:
+        bins = controlplane.build()
+        first = images.build(ROOT, ROOT / ".venv" / "bin" / "pip", bins)
+    except (images.ImageError, controlplane.ClusterError) as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the node's images cannot be built here: {error}")
+        pytest.skip(f"the node's images cannot be built here: {error}")
+    only_git = tmp_path / "bin"
+    only_git.mkdir()
+    (only_git / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    monkeypatch.setenv("PATH", str(only_git))
+    again = images.build(ROOT, Path("/bin/false"), bins)
+    assert again == first and again.archive.is_file()

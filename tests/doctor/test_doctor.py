@@ -186,7 +186,8 @@ def test_a_healthy_cluster_passes_every_check(live: Live) -> None:
     names = by_name(report)
     assert names["kfp backend version"].detail.startswith("backend 2.15.0")
     assert "optional Secret as env >= 2.15.0" in names["kfp backend version"].detail
-    # The pipeline has no dsl.OneOf since it runs on KFP 2.1.0 (pipelines/chaos_experiment.py): no such need.
+    # The pipeline has no dsl.OneOf since it runs on KFP 2.1.0
+    # (kfchaos/kfp/pipelines/chaos_experiment.py): no such need.
     assert "OneOf" not in names["kfp backend version"].detail
     for name in PERMISSION_ROWS:
         assert names[name].status is Status.PASS

@@ -23,7 +23,7 @@ from kfchaos import rundir
 from kfchaos.cli import main
 from kfchaos.evidence.model import Bundle, Item
 from kfchaos.report import script_hashes
-from tests.report.browser import chromium, open_page
+from tests.report.browser import open_page, require_chromium
 from tests.report.sample import START, write_sample
 
 MARK = "__kfchaos_pwned"
@@ -104,8 +104,8 @@ def test_outside_text_makes_no_element_and_every_script_is_the_reports_own(repor
     assert "default-src 'none'" in sources and "'unsafe-inline'" not in sources.split("script-src")[1].split(";")[0]
 
 
-@pytest.mark.skipif(chromium() is None, reason="headless Chromium not installed (apt-get install chromium)")
 def test_in_a_browser_nothing_from_outside_runs_and_the_page_draws(report: Path) -> None:
+    require_chromium()
     # The fault's name over the timeline: Plotly shows it as written (its labels read <a href>, <b>, <span style>).
     label = "Array.from(document.querySelectorAll('.annotation-text')).map(e => e.textContent).join('|')"
     page = open_page(report, check_js=f"JSON.stringify([{PWNED}, {label}])")
@@ -116,8 +116,8 @@ def test_in_a_browser_nothing_from_outside_runs_and_the_page_draws(report: Path)
     assert page.plots == 2
 
 
-@pytest.mark.skipif(chromium() is None, reason="headless Chromium not installed (apt-get install chromium)")
 def test_a_script_that_slipped_through_is_stopped_by_the_policy(report: Path, tmp_path: Path) -> None:
+    require_chromium()
     planted = tmp_path / "planted.html"
     raw = f"<script>window.{MARK}='planted'</script><img src=x onerror=\"window.{MARK}='handler'\">"
     planted.write_text(report.read_text().replace("</body>", raw + "</body>", 1))

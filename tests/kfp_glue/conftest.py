@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,8 @@ KFCHAOS = [sys.executable, "-m", "kfchaos"]
 
 
 def copy_sources(dest: Path) -> Path:
-    """What `kfchaos compile` reads: components/*.py, pipelines/*.py, experiments/, baselines/ (no outputs)."""
+    """What `kfchaos compile` reads from a repository: experiments/, baselines/, the components/ folders (their
+    READMEs; no outputs). The pipeline and its components are the installed package's."""
     ignore = shutil.ignore_patterns("__pycache__", "*.yaml", "compiled")
     shutil.copytree(ROOT / "components", dest / "components", ignore=ignore)
     shutil.copytree(ROOT / "pipelines", dest / "pipelines", ignore=ignore)
@@ -28,9 +30,19 @@ def copy_sources(dest: Path) -> Path:
     return dest
 
 
-def kfchaos(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The command in a fresh process (imports of components/ and pipelines/ must not leak between roots)."""
-    return subprocess.run([*KFCHAOS, *args], capture_output=True, text=True, timeout=timeout, check=False)
+def kfchaos(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The command in a fresh process (env: variables added to this one's; cwd: where it runs)."""
+    return subprocess.run(
+        [*KFCHAOS, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
 
 
 @pytest.fixture

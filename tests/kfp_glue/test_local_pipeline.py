@@ -212,6 +212,10 @@ def test_when_a_stage_task_fails_the_exit_handler_still_removes_every_fault(tmp_
             process.kill()
     assert process.returncode == 2, output[-3000:]
     assert "ERROR: the run failed before its verdict" in output
+    # The cause on the console, from the task's own log: which task failed, and its exception.
+    cause = output.split("the failed task's last error lines", 1)[1]
+    assert "Inner task failed: 'replay-stage" in cause, output[-3000:]
+    assert "traffic.jsonl" in cause, output[-3000:]
     run_dir = _run_dir(root)
     assert not (run_dir / "verdict-report").exists() and not (run_dir / "remove-faults").exists()
     cleanup = json.loads((run_dir / "cleanup" / "cleanup_record").read_text())

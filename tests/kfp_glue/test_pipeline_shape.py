@@ -34,7 +34,7 @@ def test_cleanup_is_the_exit_task_and_depends_on_nothing() -> None:
 
 
 def test_each_stage_reads_the_previous_gates_decision_and_the_graph_has_no_branches() -> None:
-    """KFP 2.1.0 runs neither dsl.If/Else/OneOf nor a renamed producer task (pipelines/chaos_experiment.py): every
+    """KFP 2.1.0 runs neither dsl.If/Else/OneOf nor a renamed producer task (kfchaos.kfp.pipelines): every
     stage's replay takes the previous gate's decision as an input, no task has a trigger condition, and no task
     but the exit handler's has a display name of its own."""
     spec, _ = _load()

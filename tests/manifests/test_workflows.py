@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kfchaos.cli import teamrepo
 from kfchaos.doctor.cluster import SUPPORTED_CHAOS_MESH
 from kfchaos.doctor.kfpcheck import OPTIONAL_SECRET, parse_version
 from kfchaos.kfp.image import DEFAULT_REPOSITORY
@@ -34,11 +35,24 @@ def _lint(*paths: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_ci_templates_lint_clean_and_the_gate_trusts_only_a_signed_folder() -> None:
-    templates = sorted((ROOT / "ci-templates" / "github").glob("*.yml"))
+def _team_workflows(folder: Path) -> Path:
+    """The GitHub workflows `kfchaos init --repo` writes into a team's repository, rendered into `folder`."""
+    starter = teamrepo.Starter(file="experiments/my-experiment.yaml", name="my-experiment", namespace="demo")
+    for where, text in teamrepo.files(starter).items():
+        if where.startswith(".github/"):
+            (folder / where).parent.mkdir(parents=True, exist_ok=True)
+            (folder / where).write_text(text)
+    return folder / ".github" / "workflows"
+
+
+def test_ci_templates_lint_clean_and_the_gate_trusts_only_a_signed_folder(tmp_path: Path) -> None:
+    workflows = _team_workflows(tmp_path)
+    templates = sorted(workflows.glob("*.yml"))
+    assert {t.name for t in templates} == {"kfchaos.yml", "kfchaos-gate.yml"}
     done = _lint(*templates)
     assert done.returncode == 0, done.stdout + done.stderr
-    gate = yaml.safe_load((ROOT / "ci-templates" / "github" / "kfchaos-gate.yml").read_text())
+    gate = yaml.safe_load((workflows / "kfchaos-gate.yml").read_text())
+    assert gate["env"]["EXPERIMENT"] == "experiments/my-experiment.yaml"
     runs = [step.get("run", "") for step in gate["jobs"]["gate"]["steps"]]
     verify = next(i for i, run in enumerate(runs) if "kfchaos audit verify" in run)
     assert "--require-signed" in runs[verify] and "--public-key" in runs[verify]

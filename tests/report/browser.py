@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kfchaos.report import with_policy
 
 CHROMIUM_FLAGS = [
@@ -44,6 +46,18 @@ CHROMIUM_FLAGS = [
 
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def require_chromium() -> str:
+    """The browser a test needs. Missing: skip with the reason, or fail under CI=true, where `make test` has
+    installed Debian's chromium (scripts/ensure-chromium.sh), as Prometheus and MariaDB."""
+    found = chromium()
+    if found:
+        return found
+    message = "headless Chromium not installed; `make chromium` installs Debian's (scripts/ensure-chromium.sh)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The report in a real browser (headless Chromium over the DevTools protocol): it fetches nothing, logs no
 error, draws every plot, directly and inside the KFP UI's sandboxed HTML viewer; the full-page screenshot is
-kept in the test's folder. Skipped, with the reason, where Chromium is not installed (Debian: chromium)."""
+kept in the test's folder. Skipped, with the reason, where Chromium is not installed (Debian: chromium; `make
+test` installs it); under CI=true that fails."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from pathlib import Path
 import pytest
 
 from kfchaos.cli import main
-from tests.report.browser import VIEWER_DRAWN, chromium, kfp_viewer_page, open_page
+from tests.report.browser import VIEWER_DRAWN, kfp_viewer_page, open_page, require_chromium
 from tests.report.sample import write_sample
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(chromium() is None, reason="headless Chromium not installed (apt-get install chromium)"),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("browser")]
+
+
+@pytest.fixture(scope="module")
+def browser() -> str:
+    return require_chromium()
 
 
 @pytest.fixture(scope="module")

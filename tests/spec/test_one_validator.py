@@ -95,7 +95,9 @@ def test_render_json_gives_the_manifests() -> None:
 def test_a_fault_cut_to_max_fault_duration_is_warned_about(tmp_path: Path) -> None:
     # Five 20-minute stages make a 100-minute fault; a 30-minute cap cuts it silently unless we say so.
     path = tmp_path / "capped.yaml"
-    path.write_text(BASE.replace("max_fault_duration: 2h", "max_fault_duration: 30m"))
+    text = BASE.replace("max_fault_duration: 2h", "max_fault_duration: 30m")
+    # Its recording where it is: a traffic file that is not there fails validate (kfchaos.validate.missing_files).
+    path.write_text(text.replace("file: ../traffic/", f"file: {EXPERIMENTS.parent / 'traffic'}/"))
     warnings = [str(w) for w in load_experiment_warnings(path)]
     assert any("spec.faults[0]: warning:" in w and "cut to 1800s" in w for w in warnings), warnings
     result = kfchaos("validate", str(path))
@@ -148,12 +150,14 @@ def test_paths_in_an_experiment_are_relative_to_its_file_wherever_it_is_run(
 
     folder = tmp_path / "team" / "exps"
     folder.mkdir(parents=True)
-    (folder / "b.yaml").write_text("beside the experiment\n")
-    (tmp_path / "b.yaml").write_text("in the current directory: the wrong one\n")
+    # Real, sealed baselines (a run loads the one it sends): the right one beside the experiment, another here.
+    beside = (EXPERIMENTS.parent / "baselines" / "vllm-network-delay.yaml").read_text()
+    (folder / "b.yaml").write_text(beside)
+    (tmp_path / "b.yaml").write_text((EXPERIMENTS.parent / "baselines" / "vllm-replica-kill.yaml").read_text())
     path = folder / "x.yaml"
     path.write_text(BASE.replace("file: ../baselines/vllm-network-delay.yaml", "file: b.yaml"))
     monkeypatch.chdir(tmp_path)
     experiment = load_experiment(path)
     assert baseline_path(path, experiment) == folder / "b.yaml"
-    assert parameters_for(path, experiment, tmp_path, "", None)["baseline"] == "beside the experiment\n"
+    assert parameters_for(path, experiment, tmp_path, "", None)["baseline"] == beside
     assert not any("baseline" in str(w) for w in load_experiment_warnings(path))

@@ -66,7 +66,7 @@ def test_invalid_stage_exits_2(server: LoopbackServer, traffic: str, capsys: pyt
     [
         (["replay", "/nonexistent.jsonl", "--target", "http://127.0.0.1:9"], "not found"),
         (["replay", "TRAFFIC", "--target", "http://127.0.0.1:9", "--shard", "2/2"], "is not i/n"),
-        (["replay", "TRAFFIC", "--target", "ftp://x"], "must be an http"),
+        (["replay", "TRAFFIC", "--target", "ftp://x"], "is not an http:// or https:// URL with a host"),
         (["replay", "TRAFFIC", "--target", "http://127.0.0.1:9", "--api", "openai-chat"], "needs a model"),
     ],
 )

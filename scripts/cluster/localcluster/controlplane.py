@@ -232,6 +232,9 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
     existing = reuse(state)
     if existing is not None:
         return existing
+    why_not = node.unavailable()  # before any build: a machine that cannot run the node is told at once
+    if why_not:
+        raise ClusterError(why_not)
     down(state)  # a stale or half-started one
     bins = bins or build()
     started = time.monotonic()
@@ -253,10 +256,10 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
 
 
 def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: KeyPair) -> ClusterEnv:
-    k8s = bins["kubernetes"]
     why_not = node.unavailable()
     if why_not:
         raise ClusterError(why_not)
+    k8s = bins["kubernetes"]
     # The node's network first: the API server and the services pods reach bind its host end.
     net = node.make_network(state)
     node.save_net(state, net)

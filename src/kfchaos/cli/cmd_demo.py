@@ -36,7 +36,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios, one line each, and exit")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where run folders go (default: runs/)")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the kfchaos checkout (default: .)")
+    parser.add_argument(
+        "--root", type=Path, default=Path("."), help="the repository whose commit the audit records (default: .)"
+    )
     parser.add_argument(
         "--baseline-seconds",
         type=float,

@@ -23,6 +23,7 @@ from typing import Any
 from kfchaos import safefile, termination
 from kfchaos.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_SHARDS, MAX_TIMEOUT
 from kfchaos.cli import EXIT_INCONCLUSIVE, EXIT_PASS
+from kfchaos.cli.flags import require_url
 from kfchaos.errors import KfchaosError
 from kfchaos.records import REQUEST_SCHEMA
 from kfchaos.traffic.api import run_stage
@@ -280,6 +281,7 @@ def run(args: argparse.Namespace) -> int:
         return merge(args)
     if not args.target:
         raise KfchaosError("replay: --target URL is required (or --merge to summarize shard records)")
+    require_url("--target", args.target)
     parse_target(args.target)  # every flag is checked before the first request goes out
     if args.out:
         check_out(args.out)

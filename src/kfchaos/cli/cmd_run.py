@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from kfchaos.cli import EXIT_PASS
-from kfchaos.errors import KfchaosError
+from kfchaos.cli.flags import require_url
+from kfchaos.errors import KfchaosError, SpecError
 from kfchaos.kfp.client import RUN_SERVICE_ACCOUNT
 from kfchaos.kfp.objectstore import DEFAULT_PIPELINE_ROOT
 
@@ -99,7 +100,7 @@ def _artifact_store(args: argparse.Namespace) -> Any:
     keys = os.environ.get(ACCESS_KEY_ENV, ""), os.environ.get(SECRET_KEY_ENV, "")
     if not all(keys):
         raise KfchaosError(f"--artifact-store needs the store's keys in env {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}")
-    # The compiled pipeline is named after the experiment (pipelines/chaos_experiment.py, PipelineDefaults.name).
+    # The compiled pipeline is named after the experiment (PipelineDefaults.name in kfchaos.kfp.pipelines).
     name = load_experiment(args.experiment).metadata.name
     return ArtifactStore(ObjectStore(args.artifact_store, *keys), args.pipeline_root, name)
 
@@ -107,11 +108,16 @@ def _artifact_store(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from kfchaos.kfp import runs
 
+    require_url("--target", args.target)
     if args.local:
         from kfchaos.demo.preflight import check_local_run
-        from kfchaos.validate import load_experiment
+        from kfchaos.validate import load_experiment, missing_files
 
-        check_local_run(load_experiment(args.experiment), args.target)  # one line, exit 3, before any task
+        experiment = load_experiment(args.experiment)
+        missing = missing_files(args.experiment, experiment)  # read here, by this process's tasks
+        if missing:
+            raise SpecError(missing)
+        check_local_run(experiment, args.target)  # one line, exit 3, before any task
         import os
 
         from kfchaos.demo import localrun

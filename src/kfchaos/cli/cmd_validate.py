@@ -18,8 +18,8 @@ from typing import Any
 from kfchaos.cli import EXIT_PASS, EXIT_USAGE
 from kfchaos.cli.jsonout import emit, problem_dict
 from kfchaos.errors import KfchaosError, Problem, SpecError
-from kfchaos.spec import Experiment
-from kfchaos.validate import load_experiment, load_experiment_warnings
+from kfchaos.spec import Experiment, baseline_path
+from kfchaos.validate import load_experiment, load_experiment_warnings, missing_files
 from kfchaos.yamlsource import load_yaml, read_source
 
 
@@ -62,6 +62,23 @@ def _sample_sizes(path: str, experiment: Experiment) -> tuple[list[Any], list[st
     return support, [f"  {describe(s)}" for s in support], warnings
 
 
+def _baseline_problem(path: str, experiment: Experiment) -> Problem | None:
+    """The experiment's baseline file, when there is one, loads as a run and a re-judgment load it: its content
+    hash, its figures, and its control's records beside it (records_sha256)."""
+    from kfchaos.baseline import BaselineError, load_baseline  # for start-up speed: the model pulls in numpy
+
+    found = baseline_path(Path(path), experiment)
+    if found is None or not found.is_file():
+        return None  # a warning of its own (kfchaos.validate.experiment_warnings)
+    try:
+        load_baseline(found)
+    except BaselineError as exc:
+        return load_yaml(read_source(path), path).problem(("spec", "baseline", "file"), str(exc))
+    except SpecError as exc:
+        return load_yaml(read_source(path), path).problem(("spec", "baseline", "file"), f"{found}: {exc}")
+    return None
+
+
 def _support_dict(support: Any) -> dict[str, Any]:
     return {
         "stage": support.stage,
@@ -85,6 +102,14 @@ def run(args: argparse.Namespace) -> int:
             entry.update(valid=False, problems=[problem_dict(p) for p in exc.problems])
             if not args.json:
                 for problem in exc.problems:
+                    print(problem, file=sys.stderr)
+            continue
+        refused = [*missing_files(path, experiment), *filter(None, [_baseline_problem(path, experiment)])]
+        if refused:
+            failed = True
+            entry.update(valid=False, problems=[problem_dict(p) for p in refused])
+            if not args.json:
+                for problem in refused:
                     print(problem, file=sys.stderr)
             continue
         support, lines, sample_warnings = _sample_sizes(path, experiment)

@@ -66,6 +66,7 @@ def _from_run_folder(args: argparse.Namespace) -> None:
     """--run DIR: the folder's own files stand in for the input flags (explicit flags still win)."""
     run = rundir.open_run(args.run)
     _refuse_unsealed(run, args)
+    rundir.check_control_records(run)
     args.experiment = args.experiment or str(run.file(rundir.EXPERIMENT))
     args.records = args.records or str(run.file(rundir.RECORDS))
     for attr, name in (("baseline", rundir.BASELINE), ("metrics", rundir.METRICS), ("run_state", rundir.RUN_STATE)):

@@ -116,7 +116,50 @@ def run_child(
     try:
         return read_local_outcome(pipeline_root, name, since=started, stopped_by=stopped_by)
     except KfchaosError:
-        raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}") from None
+        raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}{_cause_text(log_path)}") from None
+
+
+# kfp.local's line when a task fails (kfp/local/pipeline_orchestrator.py: "Pipeline ... finished with status FAILURE.
+# Inner task failed: ..."), and the start of a Python traceback, which a failed task's executor prints raw.
+_INNER_FAILED = "Inner task failed:"
+_TRACEBACK = "Traceback (most recent call last):"
+CAUSE_LINES = 8
+
+
+def failure_cause(log_path: Path, limit: int = CAUSE_LINES) -> list[str]:
+    """Why the run failed, from its log: kfp.local's line naming the task that failed, and the last traceback's
+    exception, at most `limit` lines; without a traceback, the last lines that say error. Empty when the log says
+    neither. kfp.local streams a task's output indented (kfp/local/logging_utils.py, "Streamed logs"): a
+    traceback's frames are indented past its first line, its exception is back at that line's indentation."""
+    try:
+        lines = [_ANSI.sub("", line).rstrip() for line in log_path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return []
+    task = [line.strip() for line in lines if _INNER_FAILED in line][-1:]
+    starts = [i for i, line in enumerate(lines) if line.strip() == _TRACEBACK]
+    if not starts:
+        return [*task, *[line.strip() for line in lines if re.search(r"\berror\b", line, re.I)][-limit:]]
+    start = starts[-1]
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    cause: list[str] = []
+    for line in lines[start + 1 :]:
+        depth = len(line) - len(line.lstrip())
+        if not line.strip() or depth < indent:
+            if cause or depth < indent:
+                break  # the exception ended, or the task's output did
+            continue
+        if depth == indent:
+            cause.append(line.strip())  # the exception and its message's lines
+        elif cause:
+            break  # indented again after the exception: not part of it
+        if len(cause) == limit:
+            break
+    return [*task, *cause]
+
+
+def _cause_text(log_path: Path) -> str:
+    cause = failure_cause(log_path)
+    return ("\n  " + "\n  ".join(cause)) if cause else ""
 
 
 # How long a stopped local run may take to remove its faults and run its exit handler before its processes are killed.
@@ -214,6 +257,8 @@ def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path, runs
         print(verdict_table(json.loads(verdict_file.read_text())))
     print()
     print(outcome.summary())
+    if outcome.status == "ERROR":
+        print(f"the failed task's last error lines (whole log: {log_path}):{_cause_text(log_path) or ' none found'}")
     for line in (f"run folder: {folder}" if folder else None, report):
         if line:
             print(line)

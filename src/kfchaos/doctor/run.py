@@ -46,7 +46,7 @@ def pipeline_documents(root: Path, experiment_path: Path, experiment: Experiment
         return [d for d in yaml.safe_load_all(committed.read_text()) if d], str(committed)
     from kfchaos.kfp.compile import compile_target, experiment_target
 
-    sealed, _ = compile_target(root, experiment_target(root, experiment_path, experiment))
+    sealed, _ = compile_target(experiment_target(root, experiment_path, experiment))
     return [d for d in yaml.safe_load_all(sealed.decode()) if d], "compiled now (not committed)"
 
 

@@ -3,7 +3,9 @@
 Targets: the generic pipeline (`kfchaos-experiment`, versioned with the package) and one pipeline per
 experiment in experiments/ (named metadata.name, versioned metadata.version, parameters defaulting to the file),
 plus any other experiment file named on the command line (`kfchaos compile PATH`) or already in the lock.
-Outputs: pipelines/compiled/<name>/<version>.yaml, pipelines/versions.lock.yaml, components/<c>/component.yaml.
+Outputs: pipelines/compiled/<name>/<version>.yaml, pipelines/versions.lock.yaml, and where the repository has a
+components/ folder (kfchaos's own), components/<c>/component.yaml. The pipeline and its components are the
+installed package's (kfchaos.kfp.pipelines, kfchaos.kfp.components): any folder can be the repository.
 
 A compiled version is immutable: once pipelines/compiled/<name>/<version>.yaml exists, a different compile result
 for the same version is refused (and `--check` fails) naming the version to bump, because uploading it would
@@ -13,10 +15,10 @@ silently change what an existing KFP pipeline version means.
 from __future__ import annotations
 
 import importlib
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ class Target:
     name: str
     version: str
     version_source: str  # the file to bump the version in
-    defaults: Any  # pipelines.chaos_experiment.PipelineDefaults
+    defaults: Any  # kfchaos.kfp.pipelines.chaos_experiment.PipelineDefaults
 
     @property
     def file(self) -> Path:
@@ -55,11 +57,21 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
-def _import(root: Path, module: str) -> Any:
-    # pipelines/ and components/ live at the repository root, not in the installed package.
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    return importlib.import_module(module)
+def _pipeline_module() -> Any:
+    # Imported when something is compiled, not with this module: it loads kfp's DSL, which the commands that
+    # only read the lock (upload, schedule) do not need.
+    from kfchaos.kfp.pipelines import chaos_experiment
+
+    return chaos_experiment
+
+
+COMPONENTS_PACKAGE = "kfchaos.kfp.components"
+
+
+def component_names() -> list[str]:
+    """The package's components: one folder each under kfchaos/kfp/components/ with a component.py."""
+    folder = resources.files(COMPONENTS_PACKAGE)
+    return sorted(p.name for p in folder.iterdir() if p.joinpath("component.py").is_file())
 
 
 def comment_header(text: str) -> str:
@@ -91,16 +103,18 @@ def _bump_hint(version: str) -> str:
 
 def experiment_target(root: Path, path: Path, experiment: Experiment | None = None) -> Target:
     """The pipeline of one experiment file: parameters default to its text and its committed baseline."""
-    module = _import(root, "pipelines.chaos_experiment")
+    module = _pipeline_module()
     experiment = experiment or load_experiment(path)
     meta = experiment.metadata
     found = baseline_path(path, experiment)
     baseline = found.read_text() if found is not None and found.is_file() else ""
     auth = experiment.spec.target.auth
+    # Relative to the repository root, wherever the command runs; absolute for an experiment outside it (the
+    # embedded demo's, or `compile --allow-outside`): never relative to the current directory.
     try:
         where = str(path.resolve().relative_to(root.resolve()))
-    except ValueError:  # an experiment outside the repository (e.g. the embedded demo's)
-        where = str(path)
+    except ValueError:
+        where = str(path.resolve())
     return Target(
         name=meta.name,
         version=meta.version,
@@ -147,7 +161,7 @@ def outside(root: Path, path: Path) -> bool:
 
 def discover(root: Path, extra: Sequence[Path] = ()) -> list[Target]:
     """The generic pipeline plus one per experiment file, in a stable order; invalid experiments are errors."""
-    module = _import(root, "pipelines.chaos_experiment")
+    module = _pipeline_module()
     defaults_cls = module.PipelineDefaults
     targets = [
         Target(
@@ -183,18 +197,22 @@ def discover(root: Path, extra: Sequence[Path] = ()) -> list[Target]:
     return targets
 
 
-def compile_target(root: Path, target: Target) -> tuple[bytes, str]:
+def compile_target(target: Target) -> tuple[bytes, str]:
     """Sealed pipeline YAML and its IR hash."""
-    module = _import(root, "pipelines.chaos_experiment")
+    module = _pipeline_module()
     return seal(_compile_bytes(module.build_pipeline(target.defaults)))
 
 
 def component_outputs(root: Path) -> dict[Path, bytes]:
-    """components/<name>/component.yaml for every component folder, so other pipelines can load them."""
+    """components/<name>/component.yaml for every component of the package, so other pipelines can load them;
+    written where the repository keeps a components/ folder (kfchaos's own, as kubeflow/pipelines-components lays
+    one out). A team's repository holds only its pipelines: its components are the installed kfchaos's."""
     out: dict[Path, bytes] = {}
-    for folder in sorted(p for p in (root / COMPONENTS_DIR).iterdir() if (p / "component.py").is_file()):
-        module = _import(root, f"components.{folder.name}.component")
-        out[COMPONENTS_DIR / folder.name / "component.yaml"] = _compile_bytes(getattr(module, folder.name))
+    if not (root / COMPONENTS_DIR).is_dir():
+        return out
+    for name in component_names():
+        module = importlib.import_module(f"{COMPONENTS_PACKAGE}.{name}.component")
+        out[COMPONENTS_DIR / name / "component.yaml"] = _compile_bytes(getattr(module, name))
     return out
 
 
@@ -215,7 +233,7 @@ def plan(root: Path, extra: Sequence[Path] = ()) -> Plan:
     stale: list[Problem] = []
     entries: list[LockEntry] = []
     for target in discover(root, extra):
-        sealed, digest = compile_target(root, target)
+        sealed, digest = compile_target(target)
         entries.append(LockEntry(target.name, target.version, digest, str(target.file), target.version_source))
         existing = root / target.file
         if not existing.exists():

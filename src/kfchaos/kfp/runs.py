@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from kfchaos import termination
+from kfchaos.baseline import load_baseline
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
 from kfchaos.spec import Experiment, baseline_path
@@ -29,9 +30,14 @@ EXIT_FOR = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
 def parameters_for(
     experiment_path: Path, experiment: Experiment, root: Path, target: str, experiment_dir: str | None
 ) -> dict[str, str]:
-    """The run parameters: the experiment YAML, its committed baseline, where traffic resolves, the target."""
+    """The run parameters: the experiment YAML, its committed baseline, where traffic resolves, the target. A
+    baseline that would be refused when the run is re-judged (edited, or its control's records replaced) is
+    refused here, before anything runs."""
     found = baseline_path(experiment_path, experiment)
-    baseline = found.read_text() if found is not None and found.is_file() else ""
+    baseline = ""
+    if found is not None and found.is_file():
+        load_baseline(found)
+        baseline = found.read_text()
     parameters = {"experiment": experiment_path.read_text(), "baseline": baseline, "target": target}
     if experiment_dir is not None:
         parameters["experiment_dir"] = experiment_dir
@@ -87,7 +93,7 @@ TASK_NAMES_PREFIX = "kfchaos task names: "
 
 
 # What the progress calls each kind of task (its component), with the stage it runs for: the compiled pipeline keeps
-# KFP's generated task names (pipelines/chaos_experiment.py says why it sets no display names).
+# KFP's generated task names (kfchaos/kfp/pipelines/chaos_experiment.py says why it sets no display names).
 TASK_LABELS = {
     "comp-replay-stage": "replay {stage}%",
     "comp-collect-metrics": "metrics {stage}%",
@@ -145,7 +151,7 @@ def run_local(experiment_path: Path, *, root: Path, target: str, pipeline_root: 
 
     experiment = load_experiment(experiment_path)
     # Run exactly the sealed IR `kfchaos compile` produces, so the audit record's IR hash is the real one.
-    sealed, _digest = compile_target(root, experiment_target(root, experiment_path, experiment))
+    sealed, _digest = compile_target(experiment_target(root, experiment_path, experiment))
     pipeline = load_component_from_text(sealed.decode("utf-8"))
     spec = next((d for d in yaml.safe_load_all(sealed) if isinstance(d, dict) and "root" in d), {})
     print(TASK_NAMES_PREFIX + json.dumps(task_display_names(spec), sort_keys=True), flush=True)
@@ -229,7 +235,7 @@ def read_local_outcome(pipeline_root: Path, name: str, since: float, stopped_by:
         return _interrupted(run_dir, stopped_by)
     audit = run_dir / "verdict-report" / "audit"
     if not audit.is_file():
-        return LocalOutcome("ERROR", run_dir, None, "the run failed before its verdict (see the task logs above)")
+        return LocalOutcome("ERROR", run_dir, None, "the run failed before its verdict: a task failed")
     record = json.loads(audit.read_text())
     verdict = record["verdict"]
     reasons = "; ".join(verdict["reasons"]) or "all checks passed"

@@ -29,21 +29,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.baseline.component import baseline as baseline_op
-from components.cleanup.component import cleanup as cleanup_op
-from components.collect_metrics.component import collect_metrics as collect_op
-from components.merge_shards.component import merge_shards as merge_op
-from components.preflight.component import preflight as preflight_op
-from components.remove_faults.component import remove_faults as remove_op
-from components.replay_shard.component import replay_shard as shard_op
-from components.replay_stage.component import replay_stage as replay_op
-from components.stage_gate.component import stage_gate as gate_op
-from components.stage_start.component import stage_start as start_op
-from components.steady_state.component import steady_state as steady_op
-from components.verdict_report.component import verdict_report as verdict_op
 from kfp import dsl, kubernetes
 from kfp.dsl import PipelineTask, graph_component
 
+from kfchaos.kfp.components.baseline.component import baseline as baseline_op
+from kfchaos.kfp.components.cleanup.component import cleanup as cleanup_op
+from kfchaos.kfp.components.collect_metrics.component import collect_metrics as collect_op
+from kfchaos.kfp.components.merge_shards.component import merge_shards as merge_op
+from kfchaos.kfp.components.preflight.component import preflight as preflight_op
+from kfchaos.kfp.components.remove_faults.component import remove_faults as remove_op
+from kfchaos.kfp.components.replay_shard.component import replay_shard as shard_op
+from kfchaos.kfp.components.replay_stage.component import replay_stage as replay_op
+from kfchaos.kfp.components.stage_gate.component import stage_gate as gate_op
+from kfchaos.kfp.components.stage_start.component import stage_start as start_op
+from kfchaos.kfp.components.steady_state.component import steady_state as steady_op
+from kfchaos.kfp.components.verdict_report.component import verdict_report as verdict_op
 from kfchaos.kfp.image import component_image
 from kfchaos.kfp.targetsecret import SIGNING_SECRET, SIGNING_SECRET_KEY, TARGET_SECRET, TARGET_SECRET_KEY
 
