@@ -115,11 +115,12 @@ def tail_check(
 
 
 def _cut_note(cut_beyond: NDArray[np.float64]) -> str:
-    """ "(12 of them cut in flight, waited >= 2.31 s)": requests with no answer when they were cut, each of them
-    already waiting longer than the limit."""
+    """ "(12 of them cut in flight, waited ≥ 2.310 s)": requests with no answer when they were cut, each of them
+    already waiting longer than the limit; the least of their waits, to the millisecond (so a wait just past a
+    whole-second limit does not read as the limit itself)."""
     if not len(cut_beyond):
         return ""
-    return f" ({len(cut_beyond)} of them cut in flight, waited >= {float(cut_beyond.min()):.3g} s)"
+    return f" ({len(cut_beyond)} of them cut in flight, waited ≥ {float(cut_beyond.min()):.3f} s)"
 
 
 def _interval(count: int, unknown: int, total: int, confidence: float) -> tuple[float, float]:

@@ -6,8 +6,8 @@ few vectorized passes, not a Python loop.
 The accounting (docs/verdict.md, "Accounting") is defined here and nowhere else: every request the replay
 scheduled is counted (`counted`), dropped and cancelled ones included; it is a success, an error, a timeout,
 unknown (cancelled in flight: no answer yet; its latency is at least the time it waited, `latency_floor`) or
-excluded (a status the experiment lists in slo.excluded_statuses). The SLO checks, the abort windows, the replay check and the control baseline all read
-these masks, so they cannot disagree on what was sent or what failed.
+excluded (a status the experiment lists in slo.excluded_statuses). The SLO checks, the abort windows, the replay
+check and the control baseline all read these masks, so they cannot disagree on what was sent or what failed.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ SUCCESS_STATUS = (200, 300)
 
 
 MAX_FAULT_NAMES = 2**15 - 1  # records.REQUEST_SCHEMA keeps fault_request as a dictionary with int16 indices
-_NOT_ROWS = ("_masks", "_floats_cache", "fault_names", "finish_names", "model_names", "excluded_statuses")  # not one value per record
+# Not one value per record:
+_NOT_ROWS = ("_masks", "_floats_cache", "fault_names", "finish_names", "model_names", "excluded_statuses")
 
 __all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
 
