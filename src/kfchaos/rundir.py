@@ -672,9 +672,10 @@ def embedded_metrics(report_html: str, key: str = "metrics") -> dict[str, Any] |
     return metrics if isinstance(metrics, dict) else None
 
 
-def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> RunDir:
-    """runs/<run-id>/ from a kfp.local run's outputs (<run>/<task>/<output>): the folder's name is the kfp.local
-    run's (the job-id placeholder is a fresh random id per task there, so no task sees one run id)."""
+def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str, run_id: str | None = None) -> RunDir:
+    """runs/<run-id>/ from a kfp.local run's outputs (<run>/<task>/<output>): the folder's name is `run_id`, the
+    run's own (kfchaos.kfp.runs.LocalOutcome.run_id: its pipeline root's name, time and a random part), else the
+    kfp.local run's (the job-id placeholder is a fresh random id per task there, so no task sees one run id)."""
     audit_path = kfp_run_dir.joinpath(*PIPELINE_ARTIFACTS[AUDIT])
     if not audit_path.is_file():
         raise RunDirError(f"{kfp_run_dir}: the run wrote no audit record (it failed before its verdict)")
@@ -692,7 +693,7 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
     # One records file per stage: the replay task's, or the merge task's for a sharded stage (kfchaos.steps.shards).
     parts = sorted([*kfp_run_dir.glob("replay-stage*/requests"), *kfp_run_dir.glob("merge-shards*/requests")])
     return write(
-        runs_root / safe_id(kfp_run_dir.name),
+        runs_root / safe_id(run_id or kfp_run_dir.name),
         experiment_text=parameters.get("experiment", ""),
         records=[p for p in parts if p.exists()],  # a folder: the parts of a stage its disk cut
         verdict=verdict_from_pipeline(audit, baseline),

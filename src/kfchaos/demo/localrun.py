@@ -82,10 +82,12 @@ def run_child(
     SIGTERM, as a kubelet's reaches a pod's processes. The running task removes its faults and keeps its records
     (kfchaos.steps.stopping), the child lets the exit handler sweep the rest (kfchaos.kfp.runs.run_local), and
     this process waits for that (up to STOP_GRACE_S, then kills the group). The outcome is INTERRUPTED then."""
-    from kfchaos.kfp.runs import read_local_outcome
+    from kfchaos.kfp.runs import read_local_outcome, run_root
 
+    name = yaml.safe_load(experiment.read_text())["metadata"]["name"]
+    own_root = run_root(pipeline_root, name)  # this run's alone: its outputs and its id are found there
     command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--target", target,
-               "--root", str(root), "--output", str(pipeline_root), *(extra or [])]  # fmt: skip
+               "--root", str(root), "--output", str(own_root), *(extra or [])]  # fmt: skip
     started = time.time()
     with safefile.stream(log_path, private=True) as raw, io.TextIOWrapper(raw, encoding="utf-8") as log_file:
         process = subprocess.Popen(
@@ -112,9 +114,8 @@ def run_child(
     stopped_by = group.signum
     if stopped_by is None and process.returncode in (termination.EXIT_TERMINATED, termination.EXIT_INTERRUPTED):
         stopped_by = process.returncode - 128  # the child alone was told to stop
-    name = yaml.safe_load(experiment.read_text())["metadata"]["name"]
     try:
-        return read_local_outcome(pipeline_root, name, since=started, stopped_by=stopped_by)
+        return read_local_outcome(own_root, name, since=started, stopped_by=stopped_by)
     except KfchaosError:
         raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}{_cause_text(log_path)}") from None
 
@@ -236,8 +237,9 @@ def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path, runs
     def progress(task: str, status: str) -> None:
         print(f"  {datetime.now().strftime('%H:%M:%S')}  {task:<22} {status}", flush=True)
 
-    # Not beside the run folders in the pipeline root: nothing else may match "<name>-*" there.
-    log_path = pipeline_root / ".logs" / f"{experiment.stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.log"
+    # Not beside the run folders in the pipeline root: nothing else may match "<name>-*" there. One folder per run
+    # (time and a random part), never one log shared by two runs started in the same second.
+    log_path = safefile.unique_folder(pipeline_root / ".logs", experiment.stem) / "pipeline.log"
     print(f"running {experiment} with kfp.local (task logs: {log_path})", flush=True)
     outcome = run_child(
         experiment,

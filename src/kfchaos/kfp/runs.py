@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from kfchaos import termination
+from kfchaos import safefile, termination
 from kfchaos.baseline import load_baseline
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
@@ -68,6 +68,20 @@ def submit_experiment(
     )
 
 
+# A kfp.local pipeline root made for one run (`run_root`): this file in it says so, and its name is the run's id.
+RUN_ROOT_MARK = ".kfchaos-run-root"
+
+
+def run_root(pipeline_root: Path, name: str) -> Path:
+    """A pipeline root of one run's own under `pipeline_root`: `<name>-<time>-<random>` (kfchaos.safefile.
+    unique_folder: created exclusively, so two runs started in the same second never share it), marked. kfp.local
+    writes exactly one run folder in it, so the run's outputs are found there, never as "the newest run folder" of a
+    root other runs write into too, and the run's id is this folder's name (`LocalOutcome.run_id`)."""
+    root = safefile.unique_folder(pipeline_root, name)
+    safefile.write_text(root / RUN_ROOT_MARK, "one kfp.local run's pipeline root (kfchaos.kfp.runs.run_root)\n")
+    return root
+
+
 @dataclass(frozen=True)
 class LocalOutcome:
     status: str  # PASS, FAIL, INCONCLUSIVE, ERROR when the run failed before a verdict, INTERRUPTED when stopped
@@ -75,6 +89,13 @@ class LocalOutcome:
     audit: Path | None
     message: str
     signum: int | None = None  # the signal that stopped the run (status INTERRUPTED)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id, its run folder's name: its own pipeline root's (`run_root`: time and a random part), else
+        kfp.local's own name for the run (the pipeline's name and the time, to the microsecond)."""
+        own = self.run_dir.parent
+        return own.name if (own / RUN_ROOT_MARK).is_file() else self.run_dir.name
 
     @property
     def exit_code(self) -> int:
@@ -222,15 +243,19 @@ def _git_commit_env(root: Path) -> Iterator[None]:
 
 
 def read_local_outcome(pipeline_root: Path, name: str, since: float, stopped_by: int | None = None) -> LocalOutcome:
-    """The outcome of the newest kfp.local run of `name` since `since`; INTERRUPTED when `stopped_by` (a signal)
-    stopped it, whatever its tasks got to."""
-    runs = sorted(
-        (p for p in pipeline_root.glob(f"{name}-*") if p.is_dir() and p.stat().st_mtime >= since - 1),
-        key=lambda p: p.stat().st_mtime,
-    )
+    """The outcome of the kfp.local run of `name` in `pipeline_root`, a root of that run's own (`run_root`), or of
+    the one run of `name` since `since` in a root given by hand; INTERRUPTED when `stopped_by` (a signal) stopped it,
+    whatever its tasks got to. Never "the newest" of several: a root holding more than one is refused."""
+    own = (pipeline_root / RUN_ROOT_MARK).is_file()
+    runs = sorted(p for p in pipeline_root.glob(f"{name}-*") if p.is_dir() and (own or p.stat().st_mtime >= since - 1))
     if not runs:
         raise KfchaosError(f"kfp.local wrote no run folder for {name} under {pipeline_root}")
-    run_dir = runs[-1]
+    if len(runs) > 1:
+        raise KfchaosError(
+            f"{pipeline_root} holds {len(runs)} kfp.local runs of {name} ({', '.join(p.name for p in runs)}): which is "
+            "this run's cannot be told; give each run a pipeline root of its own (--output)"
+        )
+    run_dir = runs[0]
     if stopped_by is not None:
         return _interrupted(run_dir, stopped_by)
     audit = run_dir / "verdict-report" / "audit"
