@@ -26,6 +26,7 @@ from typing import IO, Any
 import yaml
 
 from kfchaos import safefile, termination
+from kfchaos.demo import lifetime
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import TASK_NAMES_PREFIX, LocalOutcome
 
@@ -90,8 +91,11 @@ def run_child(
                "--root", str(root), "--output", str(own_root), *(extra or [])]  # fmt: skip
     started = time.time()
     with safefile.stream(log_path, private=True) as raw, io.TextIOWrapper(raw, encoding="utf-8") as log_file:
-        process = subprocess.Popen(
+        # Tied to this process: if it dies, however it dies (SIGKILL included), the child is sent SIGTERM and ends
+        # its whole group, the tasks kfp.local started among them (kfchaos.kfp.runs, `_stopping`).
+        process: subprocess.Popen[str] = lifetime.spawn(
             command,
+            death_signal=signal.SIGTERM,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -196,12 +197,19 @@ def _stopping(stopped: list[int]) -> Iterator[None]:
     signals this process's whole group) and stops as a pod's step does (kfchaos.steps.stopping: its faults removed,
     its records kept and marked); kfp.local then runs the exit handler, which sweeps the run's faults. This process
     goes on to let it: it only notes the signal, and tells every task it still starts that the run was stopped
-    (kfchaos.termination.INTERRUPTED_ENV), so none of them injects or sends."""
+    (kfchaos.termination.INTERRUPTED_ENV), so none of them injects or sends.
+
+    Unless the process that started this one died: kfchaos.demo.localrun ties it with a death signal (SIGTERM), and
+    nobody is left to stop the tasks or to wait for the exit handler. Then this process ends its own group, the
+    tasks kfp.local started in it included (`_end_orphaned_group`)."""
+    parent = os.getppid()
+    orphaned = _Orphaned(parent)
 
     def note(signum: int, frame: FrameType | None) -> None:
         if not stopped:
             stopped.append(signum)
             os.environ[termination.INTERRUPTED_ENV] = termination.name(signum)
+        orphaned.check()
 
     previous = {signum: signal.signal(signum, note) for signum in termination.SIGNALS}
     try:
@@ -210,6 +218,56 @@ def _stopping(stopped: list[int]) -> Iterator[None]:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         os.environ.pop(termination.INTERRUPTED_ENV, None)
+
+
+# How long the tasks of a local run whose starter died get to remove their faults (kfchaos.steps.stopping) before
+# their group is killed: the starter cannot wait for an exit handler any more, and nothing may outlive it long.
+ORPHAN_GRACE_S = 5.0
+
+
+# The kernel sends the death signal while it reparents the child, so the handler may still see the old parent: it
+# watches this long for the parent to be gone.
+ORPHAN_WATCH_S = 3.0
+
+
+class _Orphaned:
+    """After a stop signal: whether the process that started this one died (then this one was reparented), watched
+    from a thread for ORPHAN_WATCH_S; if so, this process's group is ended (`_end_orphaned_group`), once."""
+
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
+        self.ended = False
+        self._watching = threading.Lock()
+
+    def check(self) -> None:
+        if not self.ended and self._watching.acquire(blocking=False):
+            threading.Thread(target=self._watch, name="kfchaos-orphan-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        try:
+            deadline = time.monotonic() + ORPHAN_WATCH_S
+            while time.monotonic() < deadline:
+                if os.getppid() != self.parent:
+                    self.ended = True
+                    _end_orphaned_group()
+                    return
+                time.sleep(0.05)
+        finally:
+            self._watching.release()
+
+
+def _end_orphaned_group() -> None:
+    """SIGTERM to this process's group (its tasks stop as a pod's steps do: faults removed, records kept), SIGKILL to
+    it ORPHAN_GRACE_S later, this process with it. Only for a group this process leads (kfchaos.demo.localrun starts
+    it so): never a group it merely belongs to, a user's shell's."""
+    group = os.getpgrp()
+    if group != os.getpid():
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGTERM)  # this process too: its handler has already noted the stop
+    timer = threading.Timer(ORPHAN_GRACE_S, os.killpg, (group, signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
 
 
 @contextlib.contextmanager
