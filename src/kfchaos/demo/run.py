@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from kfchaos import safefile, termination
-from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, _raise_interrupt
+from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, stop_on_signals
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
 from kfchaos.knowledge import failure_modes
@@ -478,7 +478,7 @@ def main(
     runs_root = runs_root.resolve()
     stacks: list[DemoStack] = []
     done: dict[str, ScenarioResult] = {}
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM tears down like Ctrl-C
+    previous = stop_on_signals()  # SIGTERM and SIGINT tear down like Ctrl-C
     try:
         order = run_order(chosen)
         prepared = prepare(order[0], runs_root, baseline_seconds, stacks)
@@ -496,7 +496,8 @@ def main(
     finally:
         for stack in stacks:
             stack.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     results = [done[scenario.name] for scenario in chosen]
     print(summary_table(results))
     print(f"demo finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
