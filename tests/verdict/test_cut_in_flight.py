@@ -107,5 +107,10 @@ def test_a_stopped_replay_against_a_hanging_server_fails_on_the_requests_cut_in_
     # The error and timeout rates do not know how the cut requests would have ended: unknown there.
     assert checks["error_rate"]["details"]["cut_in_flight"] == int(cut.sum())
     assert checks["error_rate"]["details"]["unknown"] == int(cut.sum())
+    # Named: the longest waits, by send time, as the records hold them.
+    named = checks["error_rate"]["details"]["cut_in_flight_longest"]
+    order = np.argsort(-waited[cut], kind="stable")[:10]
+    assert [n["sent"] for n in named] == records.sent[cut][order].tolist()
+    assert named[0]["waited_s"] == float(np.nanmax(waited)) > LIMIT_S
     assert "cut in flight, waited ≥ " in (folder / "report.md").read_text()
     assert "cut in flight, waited ≥ " in (folder / "report.html").read_text()

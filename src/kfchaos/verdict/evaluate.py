@@ -180,11 +180,25 @@ def _accounting(requests: Requests) -> dict[str, object]:
         "timed_out": int(np.count_nonzero(requests.timed_out())),
         "unknown": int(np.count_nonzero(requests.unknown())),
         "cut_in_flight": int(np.count_nonzero(np.isfinite(requests.cut_waited()))),
+        "cut_in_flight_longest": _longest_cut(requests),
         "excluded": int(np.count_nonzero(requests.excluded())),
         "excluded_statuses": list(requests.excluded_statuses),
         "failed_by_kind": requests.failed_by_kind(),
         "finish_reasons": requests.finish_reasons(),
     }
+
+
+# How many of the requests cut in flight the accounting names, longest wait first: enough to find them in the records.
+CUT_NAMED = 10
+
+
+def _longest_cut(requests: Requests) -> list[dict[str, float]]:
+    """The requests cut in flight that had waited longest, named by their send time (epoch s, the records' `sent`)
+    and their wait: [{"sent": ..., "waited_s": ...}, ...], at most CUT_NAMED."""
+    waited = requests.cut_waited()
+    cut = np.flatnonzero(np.isfinite(waited))
+    longest = cut[np.argsort(-waited[cut], kind="stable")[:CUT_NAMED]]
+    return [{"sent": float(requests.sent[i]), "waited_s": float(waited[i])} for i in longest]
 
 
 # What each kind of failed request was, in the words an SRE reads in the report (docs/verdict.md).
