@@ -114,6 +114,7 @@ def run_child(
             process.wait()
             raise
         finally:
+            group.end_leftovers()
             group.done()
     stopped_by = group.signum
     if stopped_by is None and process.returncode in (termination.EXIT_TERMINATED, termination.EXIT_INTERRUPTED):
@@ -169,6 +170,8 @@ def _cause_text(log_path: Path) -> str:
 
 # How long a stopped local run may take to remove its faults and run its exit handler before its processes are killed.
 STOP_GRACE_S = 120.0
+# How long the tasks a killed child left behind get to remove their faults (kfchaos.steps.stopping) before SIGKILL.
+LEFTOVER_GRACE_S = 5.0
 
 
 class _ChildGroup:
@@ -208,6 +211,23 @@ class _ChildGroup:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+    def end_leftovers(self) -> None:
+        """The child has exited: whatever of its group outlived it (kfp.local's tasks, when the child itself was
+        killed and could not end them) gets SIGTERM, and SIGKILL after LEFTOVER_GRACE_S. Nothing when the group is
+        empty, as after every run that ended by itself."""
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        signum = signal.SIGTERM
+        while True:
+            try:
+                os.killpg(self.process.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                return  # the group is empty
+            if signum == signal.SIGKILL:
+                return
+            time.sleep(0.1)
+            if time.monotonic() >= deadline:
+                signum = signal.SIGKILL
 
     def done(self) -> None:
         if self._timer is not None:
