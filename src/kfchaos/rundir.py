@@ -146,6 +146,30 @@ def open_run(path: str | Path) -> RunDir:
     return run
 
 
+def holding(record: Path) -> RunDir | None:
+    """The run folder an audit record lies in (its AUDIT file, beside the folder's manifest or seal), or None: a
+    record verified there is verified with the folder's files (`verify`), the one list of files (SEALED) that
+    `kfchaos verdict --run` checks too."""
+    folder = record.resolve().parent
+    if record.name != AUDIT or not ((folder / MANIFEST).is_file() or (folder / runseal.SEAL).is_file()):
+        return None
+    return RunDir(folder)
+
+
+def open_to_verify(path: str | Path) -> RunDir:
+    """A run folder to verify (`kfchaos audit verify DIR`): a directory with its manifest or its seal. Unlike
+    `open_run`, the inputs may be missing: each file the seal lists and the folder lacks is a finding of `verify`,
+    named, not a refusal to look."""
+    run = RunDir(Path(path))
+    if not run.path.is_dir():
+        raise RunDirError(f"{path}: not a run folder (no such directory)")
+    if not run.has(MANIFEST) and not run.has(runseal.SEAL):
+        raise RunDirError(f"{path}: not a kfchaos run folder: missing {MANIFEST} and {runseal.SEAL}")
+    if run.has(MANIFEST) and (layout := run.manifest().get("layout")) != LAYOUT_VERSION:
+        raise RunDirError(f"{run.file(MANIFEST)}: layout {layout!r}; this kfchaos reads layout {LAYOUT_VERSION}")
+    return run
+
+
 def safe_id(text: str) -> str:
     """A run id usable as a folder name (no separators, no leading dot)."""
     cleaned = _SAFE_ID.sub("-", text).strip(".-")[:120]
@@ -280,23 +304,25 @@ def _write(
     return run
 
 
-def verify(run: RunDir, trusted: signing.Trust | None = None) -> list[runseal.Finding]:
-    """Everything `kfchaos audit verify DIR` checks: the seal (every file's hash, none added or missing, its
-    signature against the keys trusted here, its HMAC where a key is given), the audit record against the folder's
-    experiment and baseline, and the verdict re-judged from the folder's own inputs against verdict.json, stage by
+def verify(run: RunDir, trusted: signing.Trust | None = None, record_checked: bool = False) -> list[runseal.Finding]:
+    """Everything `kfchaos audit verify DIR` (or `RECORD` in a run folder) checks: the seal over SEALED, the one list
+    of the folder's files that `kfchaos verdict --run` checks too (every file's hash, each changed or missing one
+    named, none added; its signature against the keys trusted here, its HMAC where a key is given), the audit
+    record against the folder's experiment and baseline (`record_checked`: the caller verified the record's own
+    hashes already), and the verdict re-judged from the folder's own inputs against verdict.json, stage by
     stage."""
     trusted = signing.trust() if trusted is None else trusted
     findings = runseal.check(run.path, SEALED, trusted)
     if run.has(AUDIT):
-        findings += _audit_findings(run, trusted)
+        findings += _audit_findings(run, trusted, record_checked)
     again = _rejudge(run)
     if again.get("error"):
         findings.append(runseal.Finding("rejudge", False, f"cannot re-judge: {again['error']}"))
     else:
-        held = _stage_statuses(run.verdict())
         found = {stage: status for stage, status, _ in again["stages"]}
         # A pipeline's verdict lists the stages that ran; a stage a gate skipped has no records, and re-judging
         # shows it as INCONCLUSIVE with none: not a disagreement.
+        held = _stage_statuses(run.verdict())
         skipped = [stage for stage, _, requests in again["stages"] if stage not in held and requests == 0]
         same = again["matches"] and all(found.get(stage) == status for stage, status in held.items())
         same = same and set(found) == set(held) | set(skipped)
@@ -307,24 +333,33 @@ def verify(run: RunDir, trusted: signing.Trust | None = None) -> list[runseal.Fi
     return findings
 
 
-def _audit_findings(run: RunDir, trusted: signing.Trust) -> list[runseal.Finding]:
-    """The pipeline's audit record: its own hashes, and its experiment and baseline against the folder's files."""
+def _audit_findings(run: RunDir, trusted: signing.Trust, record_checked: bool = False) -> list[runseal.Finding]:
+    """The pipeline's audit record: its own hashes (unless `record_checked`), and its experiment and baseline
+    against the folder's files."""
     from kfchaos import audit
 
     try:
         record = audit.load_record(run.file(AUDIT))
     except KfchaosError as exc:
         return [runseal.Finding(AUDIT, False, str(exc))]
-    out = [
-        runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail, f.authenticated)
-        for f in audit.verify(record, None, trusted)
-    ]
-    experiment = audit.sha256_text(run.file(EXPERIMENT).read_text())
-    recorded = record["experiment"].get("sha256")
-    out.append(runseal.Finding(f"{EXPERIMENT} vs {AUDIT}", recorded == experiment, f"{experiment}, audit {recorded}"))
-    baseline = audit.sha256_text(run.file(BASELINE).read_text()) if run.has(BASELINE) else None
-    recorded = (record.get("baseline") or {}).get("sha256")
-    out.append(runseal.Finding(f"{BASELINE} vs {AUDIT}", recorded == baseline, f"{baseline}, audit {recorded}"))
+    out = (
+        []
+        if record_checked
+        else [
+            runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail, f.authenticated)
+            for f in audit.verify(record, None, trusted)
+        ]
+    )
+    for name, field in ((EXPERIMENT, "experiment"), (BASELINE, "baseline")):
+        recorded = (record.get(field) or {}).get("sha256")
+        if run.has(name):
+            held: str | None = audit.sha256_text(run.file(name).read_text(errors="replace"))
+        elif name == EXPERIMENT:
+            out.append(runseal.Finding(f"{name} vs {AUDIT}", False, f"missing, audit {recorded}"))
+            continue
+        else:
+            held = None
+        out.append(runseal.Finding(f"{name} vs {AUDIT}", recorded == held, f"{held}, audit {recorded}"))
     return out
 
 
@@ -427,6 +462,7 @@ def _rejudge(run: RunDir) -> dict[str, Any]:
 
     try:
         check_control_records(run)
+        held = run.verdict().get("status")  # refused here when verdict.json is missing or not a verdict
         again = build_from_files(
             experiment=run.file(EXPERIMENT),
             records=run.file(RECORDS),
@@ -438,7 +474,7 @@ def _rejudge(run: RunDir) -> dict[str, Any]:
         return {"status": None, "matches": False, "error": str(exc)}
     status = again.status.value
     stages = [[s.stage, s.status.value, s.requests] for s in again.stages]
-    return {"status": status, "matches": status == run.verdict().get("status"), "stages": stages}
+    return {"status": status, "matches": status == held, "stages": stages}
 
 
 def render_reports(run: RunDir, folder: safefile.Folder) -> None:
@@ -636,9 +672,10 @@ def embedded_metrics(report_html: str, key: str = "metrics") -> dict[str, Any] |
     return metrics if isinstance(metrics, dict) else None
 
 
-def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> RunDir:
-    """runs/<run-id>/ from a kfp.local run's outputs (<run>/<task>/<output>): the folder's name is the kfp.local
-    run's (the job-id placeholder is a fresh random id per task there, so no task sees one run id)."""
+def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str, run_id: str | None = None) -> RunDir:
+    """runs/<run-id>/ from a kfp.local run's outputs (<run>/<task>/<output>): the folder's name is `run_id`, the
+    run's own (kfchaos.kfp.runs.LocalOutcome.run_id: its pipeline root's name, time and a random part), else the
+    kfp.local run's (the job-id placeholder is a fresh random id per task there, so no task sees one run id)."""
     audit_path = kfp_run_dir.joinpath(*PIPELINE_ARTIFACTS[AUDIT])
     if not audit_path.is_file():
         raise RunDirError(f"{kfp_run_dir}: the run wrote no audit record (it failed before its verdict)")
@@ -656,7 +693,7 @@ def from_local_pipeline(kfp_run_dir: Path, runs_root: Path, *, source: str) -> R
     # One records file per stage: the replay task's, or the merge task's for a sharded stage (kfchaos.steps.shards).
     parts = sorted([*kfp_run_dir.glob("replay-stage*/requests"), *kfp_run_dir.glob("merge-shards*/requests")])
     return write(
-        runs_root / safe_id(kfp_run_dir.name),
+        runs_root / safe_id(run_id or kfp_run_dir.name),
         experiment_text=parameters.get("experiment", ""),
         records=[p for p in parts if p.exists()],  # a folder: the parts of a stage its disk cut
         verdict=verdict_from_pipeline(audit, baseline),

@@ -252,7 +252,7 @@ def test_kfchaos_run_local_stopped_mid_stage_exits_143_with_its_faults_removed_a
     summary = next(line for line in out.splitlines() if line.startswith("INTERRUPTED: "))
     assert "stopped by SIGTERM; records kept, marked as cut: replay-stage" in summary, summary
     assert "the exit handler's sweep deleted 0 more fault(s)" in summary, summary  # the task removed its own
-    (run_dir,) = (root / "out").glob("local-stop-*")
+    (run_dir,) = (root / "out").glob("local-stop-*/local-stop-*")  # the run's own pipeline root, then its run
     kept = [p for p in run_dir.glob("replay-stage*/requests") if p.exists()]
     assert [unfinished_stages(p)[10][: len(CUT)] for p in kept] == [CUT]
     assert not list(run_dir.glob("verdict-report*")), "a stopped run must not reach a verdict"

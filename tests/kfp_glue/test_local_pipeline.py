@@ -116,7 +116,7 @@ def _proxy_faults(stack: DemoStack) -> list[dict[str, Any]]:
 
 
 def _run_dir(root: Path) -> Path:
-    (run_dir,) = (root / "out").glob("local-delay-*")
+    (run_dir,) = (root / "out").glob("local-delay-*/local-delay-*")  # the run's own pipeline root, then kfp.local's run
     return run_dir
 
 
@@ -173,7 +173,7 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     assert "local-delay 1.0.0" in report and "INCONCLUSIVE" in report
     assert "<html" in (_run_dir(root) / "verdict-report" / "report_html").read_text().lower()
     # The run folder (kfchaos.rundir) is named after the kfp.local run and re-judges to the same verdict.
-    folder = root / "runs" / _run_dir(root).name
+    folder = root / "runs" / _run_dir(root).parent.name  # the run id: its own pipeline root's name
     assert f"report: {folder / 'report.html'}" in done.stdout
     manifest = json.loads((folder / "run.json").read_text())
     assert manifest["status"] == "INCONCLUSIVE" and manifest["commit"] == commit

@@ -150,7 +150,7 @@ def test_no_planted_secret_reaches_any_output_of_a_local_run(tmp_path: Path, sta
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     # The run must have got as far as its verdict (no baseline: INCONCLUSIVE), or the search proves nothing.
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
-    (run_dir,) = (root / "out").glob("secrets-run-*")
+    (run_dir,) = (root / "out").glob("secrets-run-*/secrets-run-*")  # the run's own pipeline root, then its run
     audit = json.loads((run_dir / "verdict-report" / "audit").read_text())
     replays = [s for s in audit["steps"] if s["step"] == "stage" and s["status"] != "SKIPPED"]
     assert replays, "no stage replayed"

@@ -107,7 +107,7 @@ def test_a_sharded_stage_runs_under_kfp_local_and_its_merged_records_are_the_uns
     verify = kfchaos("audit", "verify", str(run_dir / "verdict-report" / "audit"), "--root", str(root))
     assert "ok       replay_plans[stage 10]" in verify.stdout and "ok       replay_plans[stage 30]" in verify.stdout
     # The run folder takes the merged records of both stages and re-judges to the pipeline's verdict.
-    folder = root / "runs" / run_dir.name
+    folder = root / "runs" / run_dir.parent.name  # the run id: its own pipeline root's name
     manifest = json.loads((folder / "run.json").read_text())
     assert manifest["rejudged"]["matches"], manifest["rejudged"]
     kept = pq.read_table(folder / "records.parquet")

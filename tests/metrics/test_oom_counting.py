@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kfchaos.metrics.oom import _on_grid, cadvisor_events, cumulative, increments, restarts, unseen
+from kfchaos.metrics.counters import increments
+from kfchaos.metrics.oom import _on_grid, cadvisor_events, cumulative, restarts, unseen
 from kfchaos.metrics.source import RangeSeries
 
 T0 = 1.8e9  # epoch seconds: large enough that a relative tolerance would merge distinct points
@@ -28,11 +29,24 @@ def test_several_restarts_between_points_leave_all_but_the_last_without_a_reason
 
 
 def test_a_new_pod_is_counted_from_zero_an_old_one_from_its_first_point() -> None:
-    late = series([30, 45], [1, 1])  # began inside the range: a new pod whose container restarted once
+    late = series([30, 45], [1, 1])  # created inside the range: a new pod whose container restarted once
     reason = [series([30, 45], [1, 1], reason="OOMKilled")]
-    assert [r.reason for r in restarts([late], reason, since=T0)] == ["OOMKilled"]
+    assert [r.reason for r in restarts([late], reason, since=T0, created={"u": T0 + 20})] == ["OOMKilled"]
     early = series([0, 15], [4, 4])  # there from the range's start: its 4 restarts are history
     assert restarts([early], reason, since=T0) == []
+
+
+def test_a_series_first_seen_late_with_no_creation_time_sets_its_level_and_is_unseen_before() -> None:
+    """Absence proves nothing: without kube_pod_created the late series may be an old pod back after a scrape gap,
+    whose restart count is its lifetime's. Its first sample is its level, not 5 kills; the span before it is
+    unknown, so the count cannot PASS either (kfchaos.metrics.counters)."""
+    late = series([30, 45], [5, 5])
+    reason = [series([30, 45], [1, 1], reason="OOMKilled")]
+    assert restarts([late], reason, since=T0) == []
+    assert unseen([late], T0, {}) == [(T0, T0 + 30)]
+    assert unseen([late], T0, {"u": T0 + 20}) == []  # created inside: new, seen from its birth
+    no_uid = RangeSeries({k: v for k, v in POD.items() if k != "uid"}, T0 + np.array([30.0, 45.0]), np.ones(2))
+    assert [r.count for r in restarts([no_uid], [], since=T0, created={"serving/vllm-0": T0 + 20})] == [1.0]
 
 
 def test_counters_are_differenced_per_series_never_summed_first() -> None:
@@ -78,6 +92,16 @@ def test_one_cgroup_scraped_by_two_jobs_counts_its_oom_events_once() -> None:
     first = series([0, 15, 30], [0, 1, 1], id="/kubepods/c1", job="kubelet", instance="node-a")
     second = series([0, 15, 30], [0, 0, 1], id="/kubepods/c1", job="cadvisor", instance="node-a:4194")
     assert cadvisor_events([first, second], since=T0) == [(T0 + 15, 1.0)]
+
+
+def test_a_cgroup_first_seen_late_counts_from_zero_only_when_its_start_time_says_it_is_new() -> None:
+    """A pod-level cgroup's OOM count holds the pod's whole life: seen again after a gap it is its level. Only
+    container_start_time_seconds inside the range makes it a new cgroup, counted from 0."""
+    late = series([30, 45], [1, 1], id="/kubepods/pod-u")
+    assert cadvisor_events([late], since=T0) == []
+    key = ("serving", "vllm-0", "vllm", "/kubepods/pod-u")
+    assert cadvisor_events([late], since=T0, started={key: T0 - 86400}) == []
+    assert cadvisor_events([late], since=T0, started={key: T0 + 20}) == [(T0 + 30, 1.0)]
 
 
 def test_an_event_at_prometheus_millisecond_time_counts_on_its_own_grid_point() -> None:

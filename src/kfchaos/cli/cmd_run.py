@@ -84,7 +84,9 @@ def _run_folder(outcome: Any, runs_root: Path) -> None:
 
     if outcome.audit is None:
         return
-    folder = rundir.from_local_pipeline(outcome.run_dir, runs_root.resolve(), source="run --local")
+    folder = rundir.from_local_pipeline(
+        outcome.run_dir, runs_root.resolve(), source="run --local", run_id=outcome.run_id
+    )
     print(f"run folder: {folder.path}")
     print(f"report: {folder.file(rundir.REPORT_HTML)}")
 

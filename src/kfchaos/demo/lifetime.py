@@ -25,16 +25,17 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
-def die_with_parent(parent: int | None = None) -> Callable[[], None] | None:
-    """A `preexec_fn` that has the child SIGKILLed when `parent` (default: this process) dies; None off Linux."""
+def die_with_parent(parent: int | None = None, signum: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A `preexec_fn` that has the child sent `signum` (default SIGKILL) when `parent` (default: this process) dies;
+    None off Linux. A child given SIGTERM ends itself and what it started (kfchaos.kfp.runs: a local run's tasks)."""
     if _LIBC is None:
         return None
     libc, expected = _LIBC, os.getpid() if parent is None else parent
 
     def child() -> None:  # runs in the child between fork and exec: no allocation-heavy work here
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(PR_SET_PDEATHSIG, signum)
         if os.getppid() != expected:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signum)
 
     return child
 
@@ -71,9 +72,12 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
-def spawn(command: list[str], *, tied: bool = True, **options: Any) -> subprocess.Popen[bytes]:
-    """`subprocess.Popen(command, **options)`; when `tied`, the child is SIGKILLed when this process dies."""
+def spawn(
+    command: list[str], *, tied: bool = True, death_signal: int = signal.SIGKILL, **options: Any
+) -> subprocess.Popen[Any]:
+    """`subprocess.Popen(command, **options)`; when `tied`, the child is sent `death_signal` when this process
+    dies."""
     if not tied or _LIBC is None:
         return subprocess.Popen(command, **options)
-    preexec = die_with_parent()
+    preexec = die_with_parent(signum=death_signal)
     return _SPAWNER.run(lambda: subprocess.Popen(command, preexec_fn=preexec, **options))

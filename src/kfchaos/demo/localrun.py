@@ -26,6 +26,7 @@ from typing import IO, Any
 import yaml
 
 from kfchaos import safefile, termination
+from kfchaos.demo import lifetime
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import TASK_NAMES_PREFIX, LocalOutcome
 from kfchaos.steps.targetlease import CONSOLE_MARK
@@ -86,14 +87,19 @@ def run_child(
     SIGTERM, as a kubelet's reaches a pod's processes. The running task removes its faults and keeps its records
     (kfchaos.steps.stopping), the child lets the exit handler sweep the rest (kfchaos.kfp.runs.run_local), and
     this process waits for that (up to STOP_GRACE_S, then kills the group). The outcome is INTERRUPTED then."""
-    from kfchaos.kfp.runs import read_local_outcome
+    from kfchaos.kfp.runs import read_local_outcome, run_root
 
+    name = yaml.safe_load(experiment.read_text())["metadata"]["name"]
+    own_root = run_root(pipeline_root, name)  # this run's alone: its outputs and its id are found there
     command = [sys.executable, "-m", "kfchaos", "run", str(experiment), "--local", "--target", target,
-               "--root", str(root), "--output", str(pipeline_root), *(extra or [])]  # fmt: skip
+               "--root", str(root), "--output", str(own_root), *(extra or [])]  # fmt: skip
     started = time.time()
     with safefile.stream(log_path, private=True) as raw, io.TextIOWrapper(raw, encoding="utf-8") as log_file:
-        process = subprocess.Popen(
+        # Tied to this process: if it dies, however it dies (SIGKILL included), the child is sent SIGTERM and ends
+        # its whole group, the tasks kfp.local started among them (kfchaos.kfp.runs, `_stopping`).
+        process: subprocess.Popen[str] = lifetime.spawn(
             command,
+            death_signal=signal.SIGTERM,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -112,13 +118,13 @@ def run_child(
             process.wait()
             raise
         finally:
+            group.end_leftovers()
             group.done()
     stopped_by = group.signum
     if stopped_by is None and process.returncode in (termination.EXIT_TERMINATED, termination.EXIT_INTERRUPTED):
         stopped_by = process.returncode - 128  # the child alone was told to stop
-    name = yaml.safe_load(experiment.read_text())["metadata"]["name"]
     try:
-        return read_local_outcome(pipeline_root, name, since=started, stopped_by=stopped_by)
+        return read_local_outcome(own_root, name, since=started, stopped_by=stopped_by)
     except KfchaosError:
         raise KfchaosError(f"the pipeline run wrote no outputs; its log is {log_path}{_cause_text(log_path)}") from None
 
@@ -168,6 +174,8 @@ def _cause_text(log_path: Path) -> str:
 
 # How long a stopped local run may take to remove its faults and run its exit handler before its processes are killed.
 STOP_GRACE_S = 120.0
+# How long the tasks a killed child left behind get to remove their faults (kfchaos.steps.stopping) before SIGKILL.
+LEFTOVER_GRACE_S = 5.0
 
 
 class _ChildGroup:
@@ -208,6 +216,23 @@ class _ChildGroup:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
+    def end_leftovers(self) -> None:
+        """The child has exited: whatever of its group outlived it (kfp.local's tasks, when the child itself was
+        killed and could not end them) gets SIGTERM, and SIGKILL after LEFTOVER_GRACE_S. Nothing when the group is
+        empty, as after every run that ended by itself."""
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        signum = signal.SIGTERM
+        while True:
+            try:
+                os.killpg(self.process.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                return  # the group is empty
+            if signum == signal.SIGKILL:
+                return
+            time.sleep(0.1)
+            if time.monotonic() >= deadline:
+                signum = signal.SIGKILL
+
     def done(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -240,8 +265,9 @@ def main(experiment: Path, *, root: Path, target: str, pipeline_root: Path, runs
     def progress(task: str, status: str) -> None:
         print(f"  {datetime.now().strftime('%H:%M:%S')}  {task:<22} {status}", flush=True)
 
-    # Not beside the run folders in the pipeline root: nothing else may match "<name>-*" there.
-    log_path = pipeline_root / ".logs" / f"{experiment.stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}.log"
+    # Not beside the run folders in the pipeline root: nothing else may match "<name>-*" there. One folder per run
+    # (time and a random part), never one log shared by two runs started in the same second.
+    log_path = safefile.unique_folder(pipeline_root / ".logs", experiment.stem) / "pipeline.log"
     print(f"running {experiment} with kfp.local (task logs: {log_path})", flush=True)
     outcome = run_child(
         experiment,

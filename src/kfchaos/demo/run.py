@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from kfchaos import safefile, termination
-from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, _raise_interrupt
+from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, stop_on_signals
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
 from kfchaos.knowledge import failure_modes
@@ -245,22 +245,23 @@ def _scenario_experiment(workdir: Path, baseline: Path, source: Path = DEMO_EXPE
     return path
 
 
-def _collect(run_dir: Path, runs_root: Path) -> Path:
+def _collect(outcome: LocalOutcome, runs_root: Path) -> Path:
     """The run folder (kfchaos.rundir layout) from the kfp.local run's artifacts."""
     from kfchaos import rundir
 
-    return rundir.from_local_pipeline(run_dir, runs_root, source="demo").path
+    return rundir.from_local_pipeline(outcome.run_dir, runs_root, source="demo", run_id=outcome.run_id).path
 
 
-def _run_folder(kfp_run_dir: Path, runs_root: Path, log_path: Path) -> Path:
+def _run_folder(outcome: LocalOutcome, runs_root: Path, log_path: Path) -> Path:
     """The run folder the child `run --local` wrote (it names it on its last lines), else one made here from
-    the kfp.local outputs: writing it twice would only render the same report again."""
+    the kfp.local outputs: writing it twice would only render the same report again. Only this run's: its name is
+    the run's own id (a folder another run wrote is never taken for it)."""
     from kfchaos.demo.localrun import child_run_folder
 
     folder, _ = child_run_folder(log_path) if log_path.is_file() else (None, None)
-    if folder and (Path(folder) / "verdict.json").is_file() and Path(folder).name == kfp_run_dir.name:
+    if folder and (Path(folder) / "verdict.json").is_file() and Path(folder).name == outcome.run_id:
         return Path(folder)
-    return _collect(kfp_run_dir, runs_root)
+    return _collect(outcome, runs_root)
 
 
 def headline_reasons(document: dict[str, Any], limit: int = 6) -> list[str]:
@@ -370,7 +371,7 @@ def execute(
         return ScenarioResult(name, scenario.flags, status, run_dir, reasons, oom_kills, scenario.expect, seconds)
 
     try:
-        destination = _run_folder(outcome.run_dir, runs_root, workdir / "pipeline.log")
+        destination = _run_folder(outcome, runs_root, workdir / "pipeline.log")
     except KfchaosError as exc:
         log(f"  {name}: no run folder: {exc}")
         return result(outcome.status, outcome.run_dir, [outcome.message])
@@ -477,7 +478,7 @@ def main(
     runs_root = runs_root.resolve()
     stacks: list[DemoStack] = []
     done: dict[str, ScenarioResult] = {}
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM tears down like Ctrl-C
+    previous = stop_on_signals()  # SIGTERM and SIGINT tear down like Ctrl-C
     try:
         order = run_order(chosen)
         prepared = prepare(order[0], runs_root, baseline_seconds, stacks)
@@ -495,7 +496,8 @@ def main(
     finally:
         for stack in stacks:
             stack.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     results = [done[scenario.name] for scenario in chosen]
     print(summary_table(results))
     print(f"demo finished in {time.monotonic() - started:.0f}s", file=sys.stderr)

@@ -21,10 +21,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 import yaml
 
-from kfchaos import safefile
+from kfchaos import safefile, termination
 from kfchaos.demo import lifetime
 
 RECORD_NAME = "stack.json"
@@ -241,7 +242,7 @@ class DemoStack:
             self._folder_lock = None
 
     def __enter__(self) -> DemoStack:
-        self._previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        self._previous = stop_on_signals()
         try:
             return self.start()
         except BaseException:
@@ -252,7 +253,15 @@ class DemoStack:
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
-        signal.signal(signal.SIGTERM, self._previous)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def stop_on_signals() -> dict[int, Any]:
+    """SIGTERM and SIGINT both tear down like Ctrl-C (KeyboardInterrupt), whatever this process inherited: a job a
+    shell without job control starts in the background (a CI runner's, a script's `cmd &`) inherits SIGINT ignored,
+    and Python keeps it ignored, so a stack there slept on through its SIGINT. Returns the handlers it replaced."""
+    return {signum: signal.signal(signum, _raise_interrupt) for signum in termination.SIGNALS}
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kfchaos.evidence.model import Item
-from kfchaos.metrics import oom
+from kfchaos.metrics import counters, oom
 from kfchaos.metrics.catalog import promql_string
 from kfchaos.metrics.source import MetricsSource, RangeSeries
 
@@ -121,7 +121,9 @@ def cgroup_oom_events(source: MetricsSource, namespace: str, pod: str, container
     if not series:
         return item.skipped(f"series absent: no {oom.CADVISOR_METRIC} for this container (is cAdvisor scraped?)",
                             f"Prometheus {source.url}: {query}")  # fmt: skip
-    events = oom.cadvisor_events(series, window[0])
+    started_query = f"{oom.CADVISOR_STARTED_METRIC}{{{_selector(namespace, pod, container)}}}"
+    started = counters.start_times(source.range(started_query, *window, step), oom.CGROUP_IDENTITY)
+    events = oom.cadvisor_events(series, window[0], started)
     count = sum(n for _, n in events)
     shows = f"{count:g} OOM event(s) in {len(series)} cgroup series"
     if not count:
@@ -183,7 +185,7 @@ def kv_cache(source: MetricsSource, namespace: str, pod: str, window: tuple[floa
         parts.append(f"peak KV-cache usage {peak[1]:.0%}{_at(kill, peak[0])}")
         findings["kv_cache_full"] = peak[1] >= KV_FULL
     if preemptions:
-        count = sum(float(oom.increments(one.values).sum()) for one in preemptions)  # per series, then summed
+        count = sum(n for one in preemptions for _, n in counters.events(one, window[0]))  # per series, then summed
         data["preemptions"] = count
         parts.append(f"{count:g} preemption(s)")
         findings["preemptions"] = count > 0

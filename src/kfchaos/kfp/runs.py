@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from kfchaos import termination
+from kfchaos import safefile, termination
 from kfchaos.baseline import load_baseline
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp import client as kfp_client
@@ -69,6 +70,20 @@ def submit_experiment(
     )
 
 
+# A kfp.local pipeline root made for one run (`run_root`): this file in it says so, and its name is the run's id.
+RUN_ROOT_MARK = ".kfchaos-run-root"
+
+
+def run_root(pipeline_root: Path, name: str) -> Path:
+    """A pipeline root of one run's own under `pipeline_root`: `<name>-<time>-<random>` (kfchaos.safefile.
+    unique_folder: created exclusively, so two runs started in the same second never share it), marked. kfp.local
+    writes exactly one run folder in it, so the run's outputs are found there, never as "the newest run folder" of a
+    root other runs write into too, and the run's id is this folder's name (`LocalOutcome.run_id`)."""
+    root = safefile.unique_folder(pipeline_root, name)
+    safefile.write_text(root / RUN_ROOT_MARK, "one kfp.local run's pipeline root (kfchaos.kfp.runs.run_root)\n")
+    return root
+
+
 @dataclass(frozen=True)
 class LocalOutcome:
     status: str  # PASS, FAIL, INCONCLUSIVE, ERROR when the run failed before a verdict, INTERRUPTED when stopped
@@ -76,6 +91,13 @@ class LocalOutcome:
     audit: Path | None
     message: str
     signum: int | None = None  # the signal that stopped the run (status INTERRUPTED)
+
+    @property
+    def run_id(self) -> str:
+        """The run's id, its run folder's name: its own pipeline root's (`run_root`: time and a random part), else
+        kfp.local's own name for the run (the pipeline's name and the time, to the microsecond)."""
+        own = self.run_dir.parent
+        return own.name if (own / RUN_ROOT_MARK).is_file() else self.run_dir.name
 
     @property
     def exit_code(self) -> int:
@@ -197,12 +219,19 @@ def _stopping(stopped: list[int]) -> Iterator[None]:
     signals this process's whole group) and stops as a pod's step does (kfchaos.steps.stopping: its faults removed,
     its records kept and marked); kfp.local then runs the exit handler, which sweeps the run's faults. This process
     goes on to let it: it only notes the signal, and tells every task it still starts that the run was stopped
-    (kfchaos.termination.INTERRUPTED_ENV), so none of them injects or sends."""
+    (kfchaos.termination.INTERRUPTED_ENV), so none of them injects or sends.
+
+    Unless the process that started this one died: kfchaos.demo.localrun ties it with a death signal (SIGTERM), and
+    nobody is left to stop the tasks or to wait for the exit handler. Then this process ends its own group, the
+    tasks kfp.local started in it included (`_end_orphaned_group`)."""
+    parent = os.getppid()
+    orphaned = _Orphaned(parent)
 
     def note(signum: int, frame: FrameType | None) -> None:
         if not stopped:
             stopped.append(signum)
             os.environ[termination.INTERRUPTED_ENV] = termination.name(signum)
+        orphaned.check()
 
     previous = {signum: signal.signal(signum, note) for signum in termination.SIGNALS}
     try:
@@ -211,6 +240,56 @@ def _stopping(stopped: list[int]) -> Iterator[None]:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         os.environ.pop(termination.INTERRUPTED_ENV, None)
+
+
+# How long the tasks of a local run whose starter died get to remove their faults (kfchaos.steps.stopping) before
+# their group is killed: the starter cannot wait for an exit handler any more, and nothing may outlive it long.
+ORPHAN_GRACE_S = 5.0
+
+
+# The kernel sends the death signal while it reparents the child, so the handler may still see the old parent: it
+# watches this long for the parent to be gone.
+ORPHAN_WATCH_S = 3.0
+
+
+class _Orphaned:
+    """After a stop signal: whether the process that started this one died (then this one was reparented), watched
+    from a thread for ORPHAN_WATCH_S; if so, this process's group is ended (`_end_orphaned_group`), once."""
+
+    def __init__(self, parent: int) -> None:
+        self.parent = parent
+        self.ended = False
+        self._watching = threading.Lock()
+
+    def check(self) -> None:
+        if not self.ended and self._watching.acquire(blocking=False):
+            threading.Thread(target=self._watch, name="kfchaos-orphan-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        try:
+            deadline = time.monotonic() + ORPHAN_WATCH_S
+            while time.monotonic() < deadline:
+                if os.getppid() != self.parent:
+                    self.ended = True
+                    _end_orphaned_group()
+                    return
+                time.sleep(0.05)
+        finally:
+            self._watching.release()
+
+
+def _end_orphaned_group() -> None:
+    """SIGTERM to this process's group (its tasks stop as a pod's steps do: faults removed, records kept), SIGKILL to
+    it ORPHAN_GRACE_S later, this process with it. Only for a group this process leads (kfchaos.demo.localrun starts
+    it so): never a group it merely belongs to, a user's shell's."""
+    group = os.getpgrp()
+    if group != os.getpid():
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGTERM)  # this process too: its handler has already noted the stop
+    timer = threading.Timer(ORPHAN_GRACE_S, os.killpg, (group, signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
 
 
 @contextlib.contextmanager
@@ -244,15 +323,19 @@ def _git_commit_env(root: Path) -> Iterator[None]:
 
 
 def read_local_outcome(pipeline_root: Path, name: str, since: float, stopped_by: int | None = None) -> LocalOutcome:
-    """The outcome of the newest kfp.local run of `name` since `since`; INTERRUPTED when `stopped_by` (a signal)
-    stopped it, whatever its tasks got to."""
-    runs = sorted(
-        (p for p in pipeline_root.glob(f"{name}-*") if p.is_dir() and p.stat().st_mtime >= since - 1),
-        key=lambda p: p.stat().st_mtime,
-    )
+    """The outcome of the kfp.local run of `name` in `pipeline_root`, a root of that run's own (`run_root`), or of
+    the one run of `name` since `since` in a root given by hand; INTERRUPTED when `stopped_by` (a signal) stopped it,
+    whatever its tasks got to. Never "the newest" of several: a root holding more than one is refused."""
+    own = (pipeline_root / RUN_ROOT_MARK).is_file()
+    runs = sorted(p for p in pipeline_root.glob(f"{name}-*") if p.is_dir() and (own or p.stat().st_mtime >= since - 1))
     if not runs:
         raise KfchaosError(f"kfp.local wrote no run folder for {name} under {pipeline_root}")
-    run_dir = runs[-1]
+    if len(runs) > 1:
+        raise KfchaosError(
+            f"{pipeline_root} holds {len(runs)} kfp.local runs of {name} ({', '.join(p.name for p in runs)}): which is "
+            "this run's cannot be told; give each run a pipeline root of its own (--output)"
+        )
+    run_dir = runs[0]
     if stopped_by is not None:
         return _interrupted(run_dir, stopped_by)
     audit = run_dir / "verdict-report" / "audit"

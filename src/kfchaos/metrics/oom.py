@@ -20,9 +20,11 @@ as a GPU OOM when the previous container's log (`kubectl logs --previous`, the p
 previous=true) shows CUDA out of memory; when that log cannot be read the crash stays *unread* and the OOM
 check cannot PASS on it.
 
-Counting is per series, then summed: each container's counter is differenced on its own (a drop is a reset,
-its new value all increase) and only then are the increments added up, so a pod that disappears (its
-series ends) subtracts nothing. The counts go into the snapshot as cumulative, never-decreasing series on
+Counting is per series, then summed: each container's counter is differenced on its own by the one rule for
+counters (kfchaos.metrics.counters: a drop is a reset, its new value all increase; a first sample sets the
+level unless the pod's or cgroup's own start time puts its birth inside the range) and only then are the
+increments added up, so a pod that disappears (its series ends) subtracts nothing, and an old pod seen again
+after a gap adds nothing. The counts go into the snapshot as cumulative, never-decreasing series on
 the query grid, so `Series.increase` over any window is the number of events in it.
 """
 
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from kfchaos.metrics import names
+from kfchaos.metrics import counters, names
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusError, PrometheusUnreachable
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
@@ -57,6 +59,10 @@ INIT_WAITING_METRIC = "kube_pod_init_container_status_waiting_reason"
 # A run-to-completion init container stays Terminated with reason Completed for its pod's life: that is not down.
 COMPLETED = "Completed"
 CADVISOR_METRIC = "container_oom_events_total"
+# cAdvisor's start time of each container cgroup (google/cadvisor metrics/prometheus.go,
+# container_start_time_seconds; labels as container_oom_events_total's): the only proof that a cgroup series
+# first seen inside the range is a new cgroup, not an old one back after a gap.
+CADVISOR_STARTED_METRIC = "container_start_time_seconds"
 OOM_REASON = "OOMKilled"
 
 # Snapshot series (cumulative event counts on the query grid).
@@ -99,29 +105,6 @@ def container_key(labels: dict[str, str]) -> ContainerKey:
     return (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""), labels.get("uid", ""))
 
 
-def increments(values: NDArray[np.float64], new: bool = False, monotone: bool = False) -> NDArray[np.float64]:
-    """Each point's increase since the previous finite point of the *same* series: a drop is a counter
-    reset, after which the new value is all increase (Prometheus's rule for increase()). The first point is
-    the reference (0), except for a `new` series -- one that began inside the queried range, whose counter
-    started at 0 (a new pod's restart count, a new container's cgroup), so its first value is all increase.
-
-    `monotone`: the counter cannot reset (a pod's restartCount, identified by its uid, lives as long as the
-    pod), so a lower value is a lagging copy (another kube-state-metrics replica a scrape behind), not a
-    reset: only a rise above the highest value seen is an increase."""
-    out = np.zeros(len(values))
-    previous = 0.0 if new else None
-    for index, value in enumerate(values):
-        if not np.isfinite(value):
-            continue
-        if previous is not None:
-            if monotone:
-                out[index] = max(0.0, value - previous)
-            else:
-                out[index] = value - previous if value >= previous else value
-        previous = max(previous, value) if monotone and previous is not None else value
-    return out
-
-
 @dataclass(frozen=True)
 class Restart:
     time: float
@@ -132,11 +115,6 @@ class Restart:
     @property
     def oom_killed(self) -> bool:
         return self.reason == OOM_REASON
-
-
-def _began_after(series: RangeSeries, since: float | None) -> bool:
-    spacing = float(np.min(np.diff(series.times))) if len(series.times) > 1 else 0.0
-    return since is not None and len(series.times) > 0 and float(series.times[0]) > since + spacing / 2
 
 
 IDENTITY = ("namespace", "pod", "container", "uid")  # kube-state-metrics' container series
@@ -209,10 +187,11 @@ def restarts(
     counted when first seen down, and the restart step that later counts it adds nothing: each kill once.
 
     Series are joined per container first (`merged`: several kube-state-metrics replicas are one source).
-    Where the pod uid is known the restart count never resets, and whether the pod is new is read from its
-    creation time (`created`: uid -> kube_pod_created); only without one is a series that begins after
-    `since` taken as a new pod, counted from 0. When a new pod first shows more than one restart, only the
-    last one's reason is known and the others have none.
+    Where the pod uid is known the restart count never resets. Whether the pod is new is read from its creation
+    time alone (`created`: kube_pod_created by uid, or by namespace and pod where the series carry no uid;
+    kfchaos.metrics.counters): a new pod is counted from 0, any other series from its first sample, however late
+    it shows (`unseen` says where its count is unknown). When a new pod first shows more than one restart, only
+    the last one's reason is known and the others have none.
     """
     reasons: dict[ContainerKey, list[tuple[NDArray[np.float64], str]]] = {}
     for series in reason_series:
@@ -225,9 +204,8 @@ def restarts(
     for series in merged(restart_series):
         key = container_key(series.labels)
         uid = key[3]
-        born = (created or {}).get(uid) if uid else None
-        new = born > since if born is not None and since is not None else _began_after(series, since)
-        steps = increments(series.values, new=new, monotone=bool(uid))
+        new = counters.born_inside(pod_born(created or {}, key), since)
+        steps = counters.increments(series.values, born=new, monotone=bool(uid))
         spacing = float(np.min(np.diff(series.times))) if len(series.times) > 1 else 0.0
         open_kill = False  # a termination seen down whose restart the count has not shown yet
         for index, at in enumerate(series.times.tolist()):
@@ -257,27 +235,45 @@ def restarts(
     return out
 
 
+def pod_born(created: dict[str, float], key: ContainerKey) -> float | None:
+    """The pod's creation time (kube_pod_created, `creation_times`) for a container's key, None where unknown."""
+    namespace, pod, _, uid = key
+    return created.get(uid) if uid else created.get(f"{namespace}/{pod}")
+
+
+def creation_times(found: list[RangeSeries]) -> dict[str, float]:
+    """kube_pod_created per pod: by uid, and by "namespace/pod" for series that carry no uid."""
+    by_uid = counters.start_times([s for s in found if s.labels.get("uid")], ("uid",))
+    by_name = counters.start_times(found, ("namespace", "pod"))
+    return {key[0]: born for key, born in by_uid.items()} | {"/".join(key): born for key, born in by_name.items()}
+
+
 def unseen(restart_series: Iterable[RangeSeries], since: float, created: dict[str, float]) -> list[tuple[float, float]]:
-    """Spans where an old pod's restart count is unknown: a pod created before `since` (kube_pod_created)
-    whose series shows only later was not scraped meanwhile -- a gap, not a new pod, and what its count did
-    in the gap is unknown (the freshness rule of kfchaos.metrics.snapshot then holds the count incomplete)."""
+    """Spans where a pod's restart count is unknown: a series first seen after `since` whose pod is not shown
+    to be created after it (kube_pod_created) was not scraped meanwhile -- a gap, not a new pod, and what its
+    count did in the gap is unknown (the freshness rule of kfchaos.metrics.snapshot then holds the count
+    incomplete)."""
     out = []
     for series in merged(restart_series):
-        uid = container_key(series.labels)[3]
-        born = created.get(uid) if uid else None
-        if born is not None and born <= since and _began_after(series, since):
-            out.append((since, float(series.times[0])))
+        span = counters.unseen_span(series, since, pod_born(created, container_key(series.labels)))
+        if span is not None:
+            out.append(span)
     return out
 
 
-def cadvisor_events(series: Iterable[RangeSeries], since: float | None = None) -> list[tuple[float, float]]:
-    """(time, events) of cAdvisor OOM counters, differenced per container series, never across them; a
-    series that begins after `since` is a new cgroup, counted from 0. Copies of one cgroup's series from
-    several scrape targets are one (`merged`); a cgroup's count never resets (a new container is a new `id`)."""
+def cadvisor_events(
+    series: Iterable[RangeSeries], since: float | None = None, started: dict[tuple[str, ...], float] | None = None
+) -> list[tuple[float, float]]:
+    """(time, events) of cAdvisor OOM counters, differenced per container series, never across them. Only a
+    cgroup whose own start time (`started`: container_start_time_seconds by CGROUP_IDENTITY) lies after `since`
+    is new, counted from 0; any other series' first sample is its level (kfchaos.metrics.counters), however late
+    it shows: a pod-level cgroup's count holds every OOM kill of the pod's life. Copies of one cgroup's series
+    from several scrape targets are one (`merged`); a cgroup's count never resets (a new container is a new
+    `id`)."""
     out = []
     for one in merged(series, CGROUP_IDENTITY):
-        steps = increments(one.values, new=_began_after(one, since), monotone=bool(one.labels.get("id")))
-        out += [(float(one.times[i]), float(steps[i])) for i in np.nonzero(steps > 0)[0]]
+        born = (started or {}).get(tuple(one.labels.get(k, "") for k in CGROUP_IDENTITY))
+        out += counters.events(one, since, born, monotone=bool(one.labels.get("id")))
     return out
 
 
@@ -345,6 +341,7 @@ def queries(scope: Scope) -> dict[str, str]:
         "restarts": f"{RESTARTS_METRIC}{{{selector}}}",
         "reasons": f"{REASON_METRIC}{{{selector}}}",
         "cadvisor": f"{CADVISOR_METRIC}{{{selector}}}",
+        "cadvisor_started": f"{CADVISOR_STARTED_METRIC}{{{selector}}}",
         # timestamp(): the down states are read by their samples' own times (`_fresh`), never by a lookback.
         "terminated": f"timestamp({TERMINATED_METRIC}{{{selector}}})",
         "waiting": f"timestamp({WAITING_METRIC}{{{back_off}}})",
@@ -394,7 +391,7 @@ def collect(
             # Every part but cAdvisor's decides the kube-state-metrics count: without the down states a kill in
             # back-off is missed, without the sample times a gap is read as no kill.
             found[part] = []
-            result.errors[HOST_OOM if part != "cadvisor" else CADVISOR_OOM] = f"{part}: {exc}"
+            result.errors[CADVISOR_OOM if part.startswith("cadvisor") else HOST_OOM] = f"{part}: {exc}"
     grid = np.arange(start, end + step / 2, step, dtype=np.float64)
     # Init containers (native sidecars among them) are containers of the pod: their series join the others.
     for part in ("restarts", "reasons", "terminated", "waiting"):
@@ -404,8 +401,12 @@ def collect(
         f"{INIT_REASON_METRIC}), increase per container series, then summed"
     )
     if found["cadvisor"]:
+        started = counters.start_times(found["cadvisor_started"], CGROUP_IDENTITY)
         result.series[CADVISOR_OOM] = cumulative(
-            CADVISOR_OOM, grid, cadvisor_events(found["cadvisor"], start), f"{sent['cadvisor']}, increase per series"
+            CADVISOR_OOM,
+            grid,
+            cadvisor_events(found["cadvisor"], start, started),
+            f"{sent['cadvisor']}, increase per series (new cgroups by {sent['cadvisor_started']})",
         )
     if HOST_OOM in result.errors:
         return result
@@ -415,11 +416,7 @@ def collect(
             f"be counted without it (cAdvisor's {CADVISOR_METRIC} loses the killed container's count)"
         )
         return result
-    created = {
-        s.labels["uid"]: float(np.nanmax(s.values))
-        for s in found["created"]
-        if s.labels.get("uid") and np.isfinite(s.values).any()
-    }
+    created = creation_times(found["created"])
     every = restarts(
         found["restarts"],
         found["reasons"],

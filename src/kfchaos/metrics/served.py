@@ -6,9 +6,11 @@ If that clock and Prometheus's disagree, or the snapshot was taken over another 
 at the wrong times and say nothing of the run -- a kill during the run falls outside every window read.
 
 - `served`: vLLM observes `vllm:e2e_request_latency_seconds` once per finished request (vllm-project/vllm
-  vllm/v1/metrics/loggers.py), so its `_count` counts them. Each series is differenced on its own (a drop is a
-  counter reset: a restarted server; a series that begins inside the range is a new server, counted from 0) and
-  only then summed, as kfchaos.metrics.oom counts restarts; the snapshot holds the cumulative count on the grid.
+  vllm/v1/metrics/loggers.py), so its `_count` counts them. Each series is differenced on its own by the one rule
+  for counters (kfchaos.metrics.counters: a drop is a counter reset, a restarted server; a first sample sets the
+  level, unless the pod's kube_pod_created puts its birth inside the range, when it is a new server counted from
+  0) and only then summed, as kfchaos.metrics.oom counts restarts; the snapshot holds the cumulative count on the
+  grid. An old server seen again after a scrape gap adds nothing: its lifetime count is not the run's.
 - `clock_skew`: Prometheus's `time()` evaluated now, against this machine's clock read before and after the
   call: skew = Prometheus - local at the midpoint, uncertain by half the round trip.
 """
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kfchaos.metrics import names, oom
+from kfchaos.metrics import counters, names, oom
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusError, PrometheusUnreachable
 from kfchaos.metrics.snapshot import MetricsSnapshot
@@ -45,12 +47,14 @@ def served(source: MetricsSource, scope: Scope, start: float, end: float, step: 
     if not found:
         return result  # `missing()` names it
     grid = np.arange(start, end + step / 2, step, dtype=np.float64)
+    try:
+        created = oom.creation_times(source.range(f"{oom.CREATED_METRIC}{{{scope.matchers()}}}", start, end, step))
+    except (PrometheusError, ValueError):
+        created = {}  # no birth known: every series counts from its first sample, which never overcounts
     events: list[tuple[float, float]] = []
     for series in found:
-        spacing = float(np.min(np.diff(series.times))) if len(series.times) > 1 else step
-        new = len(series.times) > 0 and float(series.times[0]) > start + spacing / 2
-        increase = oom.increments(series.values, new=new)
-        events += [(float(series.times[i]), float(increase[i])) for i in np.nonzero(increase > 0)[0]]
+        pod = f"{series.labels.get('namespace', '')}/{series.labels.get('pod', '')}"
+        events += counters.events(series, start, created.get(pod))
     counted = oom.cumulative(names.SERVER_REQUESTS, grid, events, f"{query}, increase per series, then summed")
     result.series[names.SERVER_REQUESTS] = counted
     return result

@@ -8,6 +8,11 @@ Unknown requests (kfchaos.verdict.requests.Requests.unknown: cancelled in flight
 denominator and count against a PASS: the upper end of an interval is taken as if each of them were an error
 (or beyond the latency limit), the lower end as if none were. So a PASS holds whatever they were, a FAIL
 is shown by the known ones alone, and anything between is INCONCLUSIVE.
+
+A latency is not wholly unknown when its request was cut in flight: it is at least the time the request had
+waited (right-censored there; Requests.latency_floor). A latency check takes each unknown request's floor: one
+already beyond the limit is beyond it, a known violation; only the rest stay unknown (docs/verdict.md,
+"Requests cut in flight").
 """
 
 from __future__ import annotations
@@ -34,9 +39,26 @@ def _decide(low: float, high: float, limit: float) -> Status:
 
 
 def _p99_with_interval(
-    values: NDArray[np.float64], beyond: int, confidence: float
+    values: NDArray[np.float64], beyond: int, confidence: float, floors: NDArray[np.float64] | None = None
 ) -> tuple[float, tuple[float, float] | None]:
-    """Empirical P99 and its order-statistic interval; `beyond` extra requests count as +inf (timeouts)."""
+    """Empirical P99 and its order-statistic interval; `beyond` extra requests count as +inf (timeouts), and
+    `floors` are the least latencies of requests whose own is unknown (censored: cut in flight; 0 when nothing is
+    known).
+
+    With floors, the interval's low end takes each at its floor (the lowest the P99 can be) and its high end each
+    as +inf (the highest); the point estimate takes a request cut in flight at the time it waited (so it is a
+    least value where such requests reach the tail) and one with no floor as +inf."""
+    floors = np.zeros(0) if floors is None else floors
+    if not len(floors):
+        return _order_p99(values, beyond, confidence)
+    cut = floors[floors > 0]
+    point, _ = _order_p99(np.concatenate([values, cut]), beyond + len(floors) - len(cut), confidence)
+    _, low = _order_p99(np.concatenate([values, floors]), beyond, confidence)
+    _, high = _order_p99(values, beyond + len(floors), confidence)
+    return point, (low[0], high[1]) if low and high else None
+
+
+def _order_p99(values: NDArray[np.float64], beyond: int, confidence: float) -> tuple[float, tuple[float, float] | None]:
     n = len(values) + beyond
     ranks = quantile_ranks(n, QUANTILE, confidence)
     point_rank = empirical_quantile_rank(n, QUANTILE)
@@ -56,32 +78,49 @@ def tail_check(
     min_samples: int,
     confidence: float,
     what: str,
-    unknown: int = 0,
+    floors: NDArray[np.float64] | None = None,
 ) -> Check:
     """P99 of `values` at most `limit` (seconds), decided by the share of requests above `limit` vs 1 %.
-    `unknown` requests (no outcome) may be either side of the limit: a PASS holds with all of them above it."""
-    n = len(values) + beyond + unknown
+    `floors`: one per unknown request (no outcome), the least value it can have (the time a request cut in flight
+    had waited; 0 when nothing is known). One whose floor is beyond `limit` is beyond it; the rest may be either
+    side of the limit: a PASS holds with all of them above it."""
+    floors = np.zeros(0) if floors is None else floors
+    cut_beyond = floors[floors > limit]
+    unknown = len(floors) - len(cut_beyond)
+    n = len(values) + beyond + len(floors)
     if n == 0:
         return Check(name, Status.INCONCLUSIVE, f"no {what} in the records", threshold=limit, unit="s")
-    above = int(np.count_nonzero(values > limit)) + beyond
+    above = int(np.count_nonzero(values > limit)) + beyond + len(cut_beyond)
     share_ci = _interval(above, unknown, n, confidence)
-    p99, p99_ci = _p99_with_interval(values, beyond + unknown, confidence)
-    details = {
+    p99, p99_ci = _p99_with_interval(values, beyond, confidence, floors)
+    details: dict[str, object] = {
         "above": above,
         "unknown": unknown,
         "share_above": above / n,
         "share_interval": list(share_ci),
         "tail": TAIL,
     }
+    if len(cut_beyond):
+        details["cut_in_flight_above"] = len(cut_beyond)
+        details["cut_in_flight_waited_min"] = float(cut_beyond.min())
     if n < min_samples:
         status, reason = Status.INCONCLUSIVE, f"only {n} requests with {what}; need at least {min_samples}"
     else:
         status = _decide(share_ci[0], share_ci[1], TAIL)
         reason = (
-            f"{above}/{n} requests above {limit:.4g}s{_unknown_note(unknown)}, "
+            f"{above}/{n} requests above {limit:.4g}s{_cut_note(cut_beyond)}{_unknown_note(unknown)}, "
             f"{100 * share_ci[0]:.2f}..{100 * share_ci[1]:.2f}% at {100 * confidence:g}% confidence vs {100 * TAIL:g}%"
         )
     return Check(name, status, reason, p99, limit, p99_ci, n, "s", details=details)
+
+
+def _cut_note(cut_beyond: NDArray[np.float64]) -> str:
+    """ "(12 of them cut in flight, waited ≥ 2.310 s)": requests with no answer when they were cut, each of them
+    already waiting longer than the limit; the least of their waits, to the millisecond (so a wait just past a
+    whole-second limit does not read as the limit itself)."""
+    if not len(cut_beyond):
+        return ""
+    return f" ({len(cut_beyond)} of them cut in flight, waited ≥ {float(cut_beyond.min()):.3f} s)"
 
 
 def _interval(count: int, unknown: int, total: int, confidence: float) -> tuple[float, float]:
@@ -107,7 +146,7 @@ def drift_check(
     min_samples: int,
     confidence: float,
     what: str,
-    unknown: int = 0,
+    floors: NDArray[np.float64] | None = None,
 ) -> Check:
     """P99 drift against the reference P99 (kfchaos.verdict.drift): the share above (1 + drift_max) x the
     reference decides, as in tail_check -- PASS against the reference's low end, FAIL against its high end."""
@@ -119,7 +158,7 @@ def drift_check(
     def against(reference: float) -> Check:
         limit = (1.0 + drift_max) * reference
         return tail_check(
-            name, values, beyond, limit, min_samples=min_samples, confidence=confidence, what=what, unknown=unknown
+            name, values, beyond, limit, min_samples=min_samples, confidence=confidence, what=what, floors=floors
         )
 
     strict = against(ref.low)

@@ -91,6 +91,8 @@ def stage_checks(
     checks = list(stage_gate.checks)
     checks += coverage_checks(fault_activity, window, planned_faults, stage)
     latency, beyond = _tail_sample(requests, requests.latency)
+    # A request cut in flight waited at least this long for its answer (docs/verdict.md, "Requests cut in flight").
+    latency_floors = requests.latency_floor()
     checks.append(
         drift_check(
             "p99_drift",
@@ -101,7 +103,7 @@ def stage_checks(
             what="latency",
             min_samples=samples,
             confidence=confidence,
-            unknown=unknown,
+            floors=latency_floors,
         )
     )
     if slo.p99_max is not None:
@@ -114,7 +116,7 @@ def stage_checks(
                 what="latency",
                 min_samples=samples,
                 confidence=confidence,
-                unknown=unknown,
+                floors=latency_floors,
             )
         )
     accounting = _accounting(requests)
@@ -155,12 +157,13 @@ def stage_checks(
         if limit is None:
             continue
         values, timeouts = _tail_sample(requests, column)
-        # A timeout is beyond any TTFT limit; ITL and TPOT of a request that never finished are unknown.
+        # A timeout is beyond any TTFT limit, and a request cut before its first token waited at least that long
+        # for it. ITL and TPOT of a request that never finished are unknown: the wait bounds neither (the tokens
+        # still to come may be quick ones), so their floor is 0.
         extra = timeouts if name == "ttft_p99" else 0
+        floors = requests.ttft_floor() if name == "ttft_p99" else np.zeros(unknown)
         checks.append(
-            tail_check(
-                name, values, extra, limit, what=what, min_samples=samples, confidence=confidence, unknown=unknown
-            )
+            tail_check(name, values, extra, limit, what=what, min_samples=samples, confidence=confidence, floors=floors)
         )
     return checks, window
 
@@ -176,11 +179,26 @@ def _accounting(requests: Requests) -> dict[str, object]:
         "dropped": int(np.count_nonzero(dropped)),
         "timed_out": int(np.count_nonzero(requests.timed_out())),
         "unknown": int(np.count_nonzero(requests.unknown())),
+        "cut_in_flight": int(np.count_nonzero(np.isfinite(requests.cut_waited()))),
+        "cut_in_flight_longest": _longest_cut(requests),
         "excluded": int(np.count_nonzero(requests.excluded())),
         "excluded_statuses": list(requests.excluded_statuses),
         "failed_by_kind": requests.failed_by_kind(),
         "finish_reasons": requests.finish_reasons(),
     }
+
+
+# How many of the requests cut in flight the accounting names, longest wait first: enough to find them in the records.
+CUT_NAMED = 10
+
+
+def _longest_cut(requests: Requests) -> list[dict[str, float]]:
+    """The requests cut in flight that had waited longest, named by their send time (epoch s, the records' `sent`)
+    and their wait: [{"sent": ..., "waited_s": ...}, ...], at most CUT_NAMED."""
+    waited = requests.cut_waited()
+    cut = np.flatnonzero(np.isfinite(waited))
+    longest = cut[np.argsort(-waited[cut], kind="stable")[:CUT_NAMED]]
+    return [{"sent": float(requests.sent[i]), "waited_s": float(waited[i])} for i in longest]
 
 
 # What each kind of failed request was, in the words an SRE reads in the report (docs/verdict.md).

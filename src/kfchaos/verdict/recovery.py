@@ -75,7 +75,7 @@ def recovery_check(
             measured
             & (grid.error_rate() <= slo.error_rate_max)
             & (grid.timeout_rate() <= slo.timeout_rate_max)
-            & (grid.p99 <= latency_max)
+            & (grid.p99_at_most <= latency_max)  # a request still unanswered is not recovered
         )
     observed = float(len(grid) * width)
     indices = np.nonzero(measured)[0]

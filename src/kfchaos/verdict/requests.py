@@ -5,9 +5,9 @@ few vectorized passes, not a Python loop.
 
 The accounting (docs/verdict.md, "Accounting") is defined here and nowhere else: every request the replay
 scheduled is counted (`counted`), dropped and cancelled ones included; it is a success, an error, a timeout,
-unknown (cancelled in flight: no answer, no verdict on it) or excluded (a status the experiment lists in
-slo.excluded_statuses). The SLO checks, the abort windows, the replay check and the control baseline all read
-these masks, so they cannot disagree on what was sent or what failed.
+unknown (cancelled in flight: no answer yet; its latency is at least the time it waited, `latency_floor`) or
+excluded (a status the experiment lists in slo.excluded_statuses). The SLO checks, the abort windows, the replay
+check and the control baseline all read these masks, so they cannot disagree on what was sent or what failed.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from kfchaos.records import (
 
 NEEDED = ("stage", "intended", "sent", "status", "error", "latency", "ttft", "itl_p99", "tpot", "fault_active")
 # Read when present; older records may lack them.
-OPTIONAL = ("long_context", "fault_request", "finish_reason", "model")
+OPTIONAL = ("long_context", "fault_request", "finish_reason", "model", "ended")
 NO_ERROR = -1
 _KIND_CODE = {kind: code for code, kind in enumerate(ERROR_KINDS)}
 TIMEOUT, CONNECT, HTTP, PROTOCOL, DROPPED, CANCELLED, CLIENT_ABORT, EMPTY = (
@@ -61,7 +61,8 @@ SUCCESS_STATUS = (200, 300)
 
 
 MAX_FAULT_NAMES = 2**15 - 1  # records.REQUEST_SCHEMA keeps fault_request as a dictionary with int16 indices
-_NOT_ROWS = ("_masks", "fault_names", "finish_names", "model_names", "excluded_statuses")  # not one value per record
+# Not one value per record:
+_NOT_ROWS = ("_masks", "_floats_cache", "fault_names", "finish_names", "model_names", "excluded_statuses")
 
 __all__ = ["RecordsError", "Requests", "from_table", "load_requests"]
 
@@ -93,15 +94,21 @@ class Requests:
     # The model each answer named: an index into model_names, -1 for none (records' model).
     model_code: NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
     model_names: tuple[str, ...] = ()
+    # When the replayer learned each request's outcome (records' ended, schema version 3), NaN where not recorded:
+    # for a request cut in flight, the moment it was cut.
+    ended: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
     # Statuses the experiment excludes (spec.slo.excluded_statuses): neither success nor error, out of every
     # denominator and every latency sample.
     excluded_statuses: tuple[int, ...] = ()
     # The class masks below are asked for many times per stage; computed once each.
     _masks: dict[str, NDArray[np.bool_]] = field(default_factory=dict, repr=False, compare=False)
+    _floats_cache: dict[str, NDArray[np.float64]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.fault_code) != len(self.stage):  # built without fault codes: no request names its fault
             object.__setattr__(self, "fault_code", np.full(len(self.stage), -1, dtype=np.int32))
+        if len(self.ended) != len(self.stage):  # not recorded (records before version 3): no end known
+            object.__setattr__(self, "ended", np.full(len(self.stage), np.nan))
         for name in ("finish_code", "model_code"):  # not recorded (older records): none known
             if len(getattr(self, name)) != len(self.stage):
                 object.__setattr__(self, name, np.full(len(self.stage), -1, dtype=np.int16))
@@ -232,6 +239,35 @@ class Requests:
         every one of them failed (kfchaos.verdict.checks)."""
         return self._mask("unknown", lambda: self.counted() & ~self.succeeded() & ~self.failed() & ~self.timed_out())
 
+    def cut_waited(self) -> NDArray[np.float64]:
+        """How long each request cut in flight had waited for its answer when it was cut (ended - sent); NaN for
+        every other request. An unknown request, `cancelled`, with both times recorded: its latency is
+        right-censored there (docs/verdict.md, "Requests cut in flight")."""
+
+        def compute() -> NDArray[np.float64]:
+            cut = self.unknown() & (self.error == CANCELLED) & np.isfinite(self.sent) & np.isfinite(self.ended)
+            return np.where(cut, np.maximum(self.ended - self.sent, 0.0), np.nan)
+
+        return self._floats("cut_waited", compute)
+
+    def latency_floor(self) -> NDArray[np.float64]:
+        """The least latency each unknown request can have, one per unknown request in record order: the time a
+        request cut in flight waited, 0 for one that says nothing of its outcome. A latency check counts one whose
+        floor is already beyond its limit as beyond it (kfchaos.verdict.checks.tail_check)."""
+        return np.nan_to_num(self.cut_waited()[self.unknown()], nan=0.0)
+
+    def ttft_floor(self) -> NDArray[np.float64]:
+        """The same for time to first token: a stream cut after its first token has its TTFT recorded (known, so its
+        own floor); one cut before it waited at least as long for it as for the whole answer."""
+        unknown = self.unknown()
+        recorded = self.ttft[unknown]
+        return np.where(np.isfinite(recorded), recorded, np.nan_to_num(self.cut_waited()[unknown], nan=0.0))
+
+    def _floats(self, name: str, compute: Callable[[], NDArray[np.float64]]) -> NDArray[np.float64]:
+        if name not in self._floats_cache:
+            self._floats_cache[name] = compute()
+        return self._floats_cache[name]
+
 
 def _float(table: pa.Table, name: str) -> NDArray[np.float64]:
     column = table.column(name)
@@ -272,7 +308,7 @@ def from_table(
         raise RecordsError(
             f"{source}: column(s) {', '.join(missing)} missing; records must follow kfchaos.records.REQUEST_SCHEMA"
         )
-    for name in NEEDED:
+    for name in (*NEEDED, *(("ended",) if "ended" in table.column_names else ())):
         want = REQUEST_SCHEMA.field(name).type
         have = table.schema.field(name).type
         numeric_ok = pa.types.is_integer(have) or pa.types.is_floating(have)
@@ -309,6 +345,7 @@ def from_table(
         finish_names=finish[1],
         model_code=(models := _name_codes(table, "model"))[0],
         model_names=models[1],
+        ended=_float(table, "ended") if "ended" in table.column_names else np.full(table.num_rows, np.nan),
     )
 
 

@@ -25,14 +25,23 @@ class Windows:
     failed: NDArray[np.int64]
     timeouts: NDArray[np.int64]
     # (window index, value) of the latency and TTFT samples; the P99s are computed only when asked for,
-    # because the per-window sort is the one costly step.
+    # because the per-window sort is the one costly step. An unknown request is in them at its floor (the time a
+    # request cut in flight waited, else 0: Requests.latency_floor), so a value shown above a threshold is above it.
     latency_sample: tuple[NDArray[np.int64], NDArray[np.float64]]
     ttft_sample: tuple[NDArray[np.int64], NDArray[np.float64]]
+    # The latency sample with every unknown request as +inf: the most its P99 can be.
+    latency_ceiling: tuple[NDArray[np.int64], NDArray[np.float64]]
 
     @cached_property
     def p99(self) -> NDArray[np.float64]:
-        """Latency P99 per window (timeouts count as +inf); NaN in an empty window."""
+        """Latency P99 per window (timeouts count as +inf, unknown requests at their floor: the least it can be);
+        NaN in an empty window."""
         return grouped_p99(*self.latency_sample, len(self.sent))
+
+    @cached_property
+    def p99_at_most(self) -> NDArray[np.float64]:
+        """Latency P99 per window with every unknown request as +inf: the most it can be (what "holds" needs)."""
+        return grouped_p99(*self.latency_ceiling, len(self.sent))
 
     @cached_property
     def ttft_p99(self) -> NDArray[np.float64]:
@@ -87,11 +96,20 @@ def windows(requests: Requests, width: float, start: float | None = None) -> Win
     failed = requests.failed() & keep
     timeouts = requests.timed_out() & keep
     ok = requests.succeeded() & keep & np.isfinite(requests.latency)
-    # Latency sample: successful responses, with timeouts as +inf (slower than any limit below the timeout).
-    lat_mask = ok | timeouts
-    latency = np.where(timeouts, np.inf, requests.latency)[lat_mask]
-    ttft_mask = (requests.succeeded() & keep & np.isfinite(requests.ttft)) | timeouts
-    ttft = np.where(timeouts, np.inf, requests.ttft)[ttft_mask]
+    unknown = requests.unknown()
+    latency_floor = np.zeros(len(requests))
+    latency_floor[unknown] = requests.latency_floor()
+    ttft_floor = np.zeros(len(requests))
+    ttft_floor[unknown] = requests.ttft_floor()
+    unknown = unknown & keep
+    # Latency sample: successful responses, with timeouts as +inf (slower than any limit below the timeout) and
+    # unknown requests at their floor.
+    lat_mask = ok | timeouts | unknown
+    latency = np.where(timeouts, np.inf, np.where(unknown, latency_floor, requests.latency))
+    ceiling = np.where(unknown, np.inf, latency)[lat_mask]
+    latency = latency[lat_mask]
+    ttft_mask = (requests.succeeded() & keep & np.isfinite(requests.ttft)) | timeouts | unknown
+    ttft = np.where(timeouts, np.inf, np.where(unknown, ttft_floor, requests.ttft))[ttft_mask]
     return Windows(
         start=origin,
         width=width,
@@ -100,4 +118,5 @@ def windows(requests: Requests, width: float, start: float | None = None) -> Win
         timeouts=np.bincount(index[timeouts], minlength=count),
         latency_sample=(index[lat_mask], latency),
         ttft_sample=(index[ttft_mask], ttft),
+        latency_ceiling=(index[lat_mask], ceiling),
     )
