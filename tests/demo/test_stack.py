@@ -76,13 +76,8 @@ def test_interrupt_leaves_no_process_behind(tmp_path: object, how: signal.Signal
     after SIGINT" on a busy CI machine). The stack handles SIGINT itself, as SIGTERM."""
     script = textwrap.dedent(
         """
-        import json, signal, sys, time
+        import json, sys, time
         from kfchaos.demo.stack import DemoStack, ServerSettings
-        # Ctrl-C at a terminal, whatever started the test: a shell without job control (CI running the suite in
-        # the background) starts it with SIGINT ignored, and Python then installs no KeyboardInterrupt handler
-        # ("SIGINT is translated into a KeyboardInterrupt exception if the parent process has not changed it",
-        # docs.python.org/3/library/signal.html): the child would never see the signal.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         with DemoStack(ServerSettings(), with_prometheus=False) as stack:
             pids = [p.pid for p in stack.processes] + [json.loads(stack.state_file.read_text())["pid"]]
             print(json.dumps(pids), flush=True)
