@@ -83,6 +83,8 @@ def test_validate_json_lists_problems_and_warnings(tmp_path: Path) -> None:
     assert first["valid"] is False and first["problems"][0]["path"] == "spec.faults[0].params.target.namespace"
     assert isinstance(first["problems"][0]["line"], int) and first["problems"][0]["line"] > 1
     assert second["valid"] is True and second["name"] == "vllm-replica-kill"
+    # An input error says what was wrong where a person reads, also beside the JSON (the fuzz contract).
+    assert "spec.faults[0].params.target.namespace" in result.stderr
 
 
 def test_render_json_gives_the_manifests() -> None:

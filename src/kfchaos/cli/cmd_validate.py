@@ -100,17 +100,16 @@ def run(args: argparse.Namespace) -> int:
         except SpecError as exc:
             failed = True
             entry.update(valid=False, problems=[problem_dict(p) for p in exc.problems])
-            if not args.json:
-                for problem in exc.problems:
-                    print(problem, file=sys.stderr)
+            # On stderr also with --json: an input error (exit 3) always says what was wrong where a person reads.
+            for problem in exc.problems:
+                print(problem, file=sys.stderr)
             continue
         refused = [*missing_files(path, experiment), *filter(None, [_baseline_problem(path, experiment)])]
         if refused:
             failed = True
             entry.update(valid=False, problems=[problem_dict(p) for p in refused])
-            if not args.json:
-                for problem in refused:
-                    print(problem, file=sys.stderr)
+            for problem in refused:
+                print(problem, file=sys.stderr)
             continue
         support, lines, sample_warnings = _sample_sizes(path, experiment)
         warnings = [*load_experiment_warnings(path), *sample_warnings]
