@@ -32,8 +32,14 @@ def _served(stack: DemoStack) -> float:
     )
 
 
+def _run_folder(root: Path) -> Path:
+    """The run's folder in runs/: named by its run id, which is its own pipeline root's name (the parent of
+    kfp.local's run folder)."""
+    return root / "runs" / _run_dir(root).parent.name
+
+
 def _span(root: Path) -> tuple[float, float]:
-    folder = root / "runs" / _run_dir(root).name
+    folder = _run_folder(root)
     sent = [s for s in pq.read_table(folder / "records.parquet", columns=["sent"]).column("sent").to_pylist() if s]
     assert sent, f"no request was sent by the run in {root}"
     return min(sent), max(sent)
@@ -98,7 +104,7 @@ def test_a_local_run_still_queued_at_its_deadline_ends_inconclusive_target_busy_
         line.startswith("INCONCLUSIVE: target busy: held by run run-holding of nightly (a nightly run) since ")
         for line in verdict_line
     ), out[-3000:]
-    folder = root / "runs" / _run_dir(root).name
+    folder = _run_folder(root)
     assert pq.read_table(folder / "records.parquet").num_rows == 0
     assert "- target busy: held by run run-holding of nightly" in (folder / "report.md").read_text()  # "## Why"
     assert _served(stack) == served  # the server finished not one request more
