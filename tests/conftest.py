@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-CRD_DIR = SHARED / "chaos-mesh" / "crds"
 EXPERIMENTS = ROOT / "experiments"
 
 
