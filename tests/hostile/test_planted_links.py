@@ -20,11 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from kfchaos import audit, rundir, safefile
+from kfchaos import audit, safefile
 from kfchaos.cli import main
-from kfchaos.evidence.model import Bundle, Item
 from kfchaos.kfp.compile import LOCK_FILE, Plan, apply
-from tests.report.sample import SampleRun, write_sample
+from tests.report.sample import SampleRun, write_full_run_folder, write_sample
 from tests.support.hostile import hostile_server, json_answer
 from tests.support.kubeapi import KubeApiServer
 
@@ -59,22 +58,7 @@ def _verdict_out(out: Path, given: Inputs) -> None:
 
 def _run_folder_with_every_part(out: Path, given: Inputs) -> None:
     """Every file a run folder can hold: a pipeline's stages, fault actions, audit record and evidence too."""
-    sample = given.sample
-    item = Item(kind="previous-log", title="log", target="serving/vllm-0/vllm").got("logs", "a log", "OOMKilled\n")
-    bundle = Bundle(trigger=["oom"], window=(0.0, 1.0), items=[item])
-    rundir.write(
-        out,
-        experiment_text=sample.experiment.read_text(),
-        records=sample.records,
-        verdict={"kind": "kfchaos.Verdict", "version": 1, "status": "FAIL", "reasons": [], "checks": [], "stages": []},
-        baseline_text=sample.baseline.read_text(),
-        baseline_path=sample.baseline,
-        metrics=json.loads(sample.metrics.read_text()),
-        run_state={"faults_verified": True},
-        stages=[{"step": "stage", "stage": 10, "detail": {"fault_actions": [{"call": "load", "status": 200}]}}],
-        audit={"kind": "kfchaos.AuditRecord", "record_hash": "sha256:0"},
-        evidence=bundle.to_dict(),
-    )
+    write_full_run_folder(out, given.sample)
 
 
 def _replay_out(out: Path, given: Inputs) -> None:

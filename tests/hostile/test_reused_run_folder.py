@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos import rundir
 from kfchaos.cli import main
-from kfchaos.evidence.model import Bundle, Item
-from tests.report.sample import SampleRun, write_sample
+from tests.report.sample import SampleRun, write_full_run_folder, write_sample
 
 
 def _files(folder: Path) -> set[str]:
@@ -24,24 +22,7 @@ def _sealed(folder: Path) -> set[str]:
 
 
 def _everything(out: Path, sample: SampleRun, items: int) -> None:
-    """A pipeline's folder: metrics, run state, stages, fault actions, audit record and `items` evidence files."""
-    found = [
-        Item(kind="previous-log", title=f"log {i}", target=f"serving/vllm-{i}/vllm").got("logs", "a log", "OOMKilled\n")
-        for i in range(items)
-    ]
-    rundir.write(
-        out,
-        experiment_text=sample.experiment.read_text(),
-        records=sample.records,
-        verdict={"kind": "kfchaos.Verdict", "version": 1, "status": "FAIL", "reasons": [], "checks": [], "stages": []},
-        baseline_text=sample.baseline.read_text(),
-        baseline_path=sample.baseline,
-        metrics=json.loads(sample.metrics.read_text()),
-        run_state={"faults_verified": True},
-        stages=[{"step": "stage", "stage": 10, "detail": {"fault_actions": [{"call": "load", "status": 200}]}}],
-        audit={"kind": "kfchaos.AuditRecord", "record_hash": "sha256:0"},
-        evidence=Bundle(trigger=["oom"], window=(0.0, 1.0), items=found).to_dict(),
-    )
+    write_full_run_folder(out, sample, evidence_items=items)
 
 
 def test_a_verdict_written_into_an_earlier_run_folder_seals_only_its_own_files(

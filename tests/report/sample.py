@@ -4,6 +4,7 @@ series (KV-cache usage, preemptions, GPU memory, a restart after an OOM kill).""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kfchaos import rundir
 from kfchaos.baseline import ControlBaseline
+from kfchaos.evidence.model import Bundle, Item
 from kfchaos.metrics.names import GPU_MEMORY_USED, KV_CACHE_USAGE, OOM_KILLS, PREEMPTIONS, RESTARTS
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
 from tests.verdict.builders import concat, experiment_text, records
@@ -96,3 +99,25 @@ def write_sample(root: Path, *, with_timeouts: bool = True, with_control: bool =
     }
     MetricsSnapshot(source="http://127.0.0.1:9090", series=series).write(root / "metrics.json")
     return SampleRun(experiment, root / "records.parquet", root / "baseline.yaml", root / "metrics.json")
+
+
+def write_full_run_folder(out: Path, sample: SampleRun, evidence_items: int = 1) -> None:
+    """A pipeline's run folder with every part it can hold: metrics, run state, stages, fault actions, audit record
+    and `evidence_items` evidence files."""
+    found = [
+        Item(kind="previous-log", title=f"log {i}", target=f"serving/vllm-{i}/vllm").got("logs", "a log", "OOMKilled\n")
+        for i in range(evidence_items)
+    ]
+    rundir.write(
+        out,
+        experiment_text=sample.experiment.read_text(),
+        records=sample.records,
+        verdict={"kind": "kfchaos.Verdict", "version": 1, "status": "FAIL", "reasons": [], "checks": [], "stages": []},
+        baseline_text=sample.baseline.read_text(),
+        baseline_path=sample.baseline,
+        metrics=json.loads(sample.metrics.read_text()),
+        run_state={"faults_verified": True},
+        stages=[{"step": "stage", "stage": 10, "detail": {"fault_actions": [{"call": "load", "status": 200}]}}],
+        audit={"kind": "kfchaos.AuditRecord", "record_hash": "sha256:0"},
+        evidence=Bundle(trigger=["oom"], window=(0.0, 1.0), items=found).to_dict(),
+    )
