@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +148,20 @@ def deploy_target(node: NodeCluster, namespace: str = TARGET_NAMESPACE, **option
 
     eventually("the demo target to be rolled out on the real node", rolled_out, timeout=240)
     service = k8s.CoreV1Api(admin).read_namespaced_service("vllm", namespace)
-    return Target(service.spec.cluster_ip, service.spec.ports[0].port)
+    target = Target(service.spec.cluster_ip, service.spec.ports[0].port)
+    eventually("the demo target to answer through its Service", lambda: _answers(target), timeout=120, every=2)
+    return target
+
+
+def _answers(target: Target) -> bool:
+    """Ready pods are not yet a Service that answers: kube-proxy programs the Service's rules after the endpoints
+    change, and until then a connection to the cluster IP waits for SYN retries (a CI run's warm-up timed out so)."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback and node routes: no proxy
+    try:
+        with direct.open(f"{target.url}/health", timeout=3) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
 
 
 def remove_target(node: NodeCluster, namespace: str = TARGET_NAMESPACE) -> None:

@@ -76,15 +76,20 @@ THROTTLE = {
 }
 
 
-async def _warm(url: str, seconds: float, rate: float) -> int:
-    """Fault-free traffic, so Prometheus holds the target's history before `baseline capture` reads it."""
+async def _warm(url: str, seconds: float, rate: float) -> tuple[int, int]:
+    """Fault-free traffic, so Prometheus holds the target's history before `baseline capture` reads it. Returns
+    (sent, answered with 200): one slow or failed request is counted, not raised."""
     sent = 0
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
 
-        async def one() -> None:
+        async def one() -> bool:
             body = {"model": MODEL, "prompt": "hello " * 200, "max_tokens": 16}
-            async with session.post(f"{url}/v1/completions", json=body) as answer:
-                await answer.read()
+            try:
+                async with session.post(f"{url}/v1/completions", json=body) as answer:
+                    await answer.read()
+                    return answer.status == 200
+            except (aiohttp.ClientError, TimeoutError):
+                return False
 
         tasks = []
         end = time.monotonic() + seconds
@@ -92,8 +97,8 @@ async def _warm(url: str, seconds: float, rate: float) -> int:
             tasks.append(asyncio.create_task(one()))
             sent += 1
             await asyncio.sleep(1 / rate)
-        await asyncio.gather(*tasks)
-    return sent
+        answered = sum(await asyncio.gather(*tasks))
+    return sent, answered
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +106,8 @@ def e2e_root(node_cluster: NodeCluster, llm_target: Target, tmp_path_factory: py
     """The scratch repository with the experiment (PASS version) and its baseline."""
     prometheus = node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]
     root = scratch_root(tmp_path_factory.mktemp("e2e"), {f"{NAME}.yaml": experiment("1.0.0", CPU_STRESS, prometheus)})
-    asyncio.run(_warm(llm_target.url, 40, 10))
+    sent, answered = asyncio.run(_warm(llm_target.url, 40, 10))
+    assert answered >= 0.95 * sent, f"the fault-free warm-up: {answered} of {sent} requests answered 200"
     time.sleep(3)  # a scrape after the last request
     exp = str(root / "experiments" / f"{NAME}.yaml")
     done = kfchaos(
