@@ -8,6 +8,7 @@ scripts/e2e-kind.sh does), so the checkout's compiled pipelines and lock file st
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -249,3 +251,57 @@ def experiment_text(
         },
         sort_keys=False,
     )
+
+
+def baseline_section(name: str, prometheus: str) -> dict[str, Any]:
+    """An experiment's `spec.baseline`: `baselines/<name>.yaml`, captured from the cluster's Prometheus as the run's
+    pods dial it (by its Service name), over the minutes the target has existed."""
+    return {
+        "file": f"../baselines/{name}.yaml",
+        "capture": {
+            "prometheus": prometheus,
+            "days": 1,
+            "step": "10s",
+            "short_history": "local cluster: the target was deployed minutes before the run",
+            "detect_releases": False,
+        },
+    }
+
+
+async def _warm(url: str, seconds: float, rate: float) -> tuple[int, int]:
+    """Fault-free traffic, so Prometheus holds the target's history before `baseline capture` reads it. Returns
+    (sent, answered with 200): one slow or failed request is counted, not raised."""
+    sent = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+
+        async def one() -> bool:
+            body = {"model": MODEL, "prompt": "hello " * 200, "max_tokens": 16}
+            try:
+                async with session.post(f"{url}/v1/completions", json=body) as answer:
+                    await answer.read()
+                    return answer.status == 200
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+
+        tasks = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            tasks.append(asyncio.create_task(one()))
+            sent += 1
+            await asyncio.sleep(1 / rate)
+        answered = sum(await asyncio.gather(*tasks))
+    return sent, answered
+
+
+def make_baseline(node: NodeCluster, target: Target, experiment: Path) -> None:
+    """`experiment`'s baseline as a team makes one: fault-free traffic (40 s at 10 req/s) for Prometheus to keep,
+    `kfchaos baseline capture` of that history, then `kfchaos baseline control` (a fault-free replay of the
+    experiment's own traffic: the drift reference at each stage's rate)."""
+    sent, answered = asyncio.run(_warm(target.url, 40, 10))
+    assert answered >= 0.95 * sent, f"the fault-free warm-up: {answered} of {sent} requests answered 200"
+    time.sleep(3)  # a scrape after the last request
+    exp = str(experiment)
+    done = kfchaos(node, "baseline", "capture", "--experiment", exp, "--prometheus", node.cluster.prometheus_url)
+    assert done.returncode == 0, done.stderr
+    done = kfchaos(node, "baseline", "control", "--experiment", exp, "--target", target.url)
+    assert done.returncode == 0, done.stderr

@@ -23,7 +23,16 @@ import pytest
 from kubernetes import client as k8s
 from localcluster import node
 
-from tests.cluster.node.conftest import NodeCluster, Target, deploy_target, experiment_text, kfchaos, scratch_root
+from tests.cluster.node.conftest import (
+    NodeCluster,
+    Target,
+    baseline_section,
+    deploy_target,
+    experiment_text,
+    kfchaos,
+    make_baseline,
+    scratch_root,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.node_long]
 
@@ -31,7 +40,12 @@ NAMESPACE = "llm-faults"
 SELECTOR = "app.kubernetes.io/name=vllm"
 
 
-def experiment(fault: dict[str, Any], rate: int = 10) -> str:
+NAME = "node-faults"
+
+
+def experiment(fault: dict[str, Any], prometheus: str, rate: int = 10) -> str:
+    """One experiment name for every case, so they share one baseline (its name must match); only the fault
+    differs."""
     traffic = {
         "synthetic": {
             "rate": rate,
@@ -45,7 +59,8 @@ def experiment(fault: dict[str, Any], rate: int = 10) -> str:
         "warmup": "2s",
     }
     slo = {"p99_max": "5s", "error_rate_max": "2%"}
-    return experiment_text(f"node-{fault['name']}", NAMESPACE, [fault], traffic, slo, timeout="5s")
+    baseline = baseline_section(NAME, prometheus)
+    return experiment_text(NAME, NAMESPACE, [fault], traffic, slo, timeout="5s", baseline=baseline)
 
 
 @dataclass
@@ -73,6 +88,23 @@ def fault_target(node_cluster: NodeCluster) -> Iterator[Target]:
         core.delete_namespace(NAMESPACE)
 
 
+@dataclass(frozen=True)
+class Scene:
+    root: Path  # the scratch repository: experiments/exp.yaml and its baseline
+    target: Target
+
+
+@pytest.fixture(scope="module")
+def faults_root(node_cluster: NodeCluster, fault_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    """The scratch repository every case runs from, with the experiment's baseline (capture and control), so the
+    drift check is judged, not INCONCLUSIVE for want of a baseline."""
+    prometheus = node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]
+    first = {"name": "kill", "type": "pod-kill", "mode": "one"}
+    root = scratch_root(tmp_path_factory.mktemp("faults"), {"exp.yaml": experiment(first, prometheus)})
+    make_baseline(node_cluster, fault_target, root / "experiments" / "exp.yaml")
+    return Scene(root, fault_target)
+
+
 def _pods(core: k8s.CoreV1Api) -> list[Any]:
     return [
         p for p in core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items if p.status.phase == "Running"
@@ -91,8 +123,9 @@ def _cgroup_commands(pod: Any) -> set[str]:
     return found
 
 
-def _run(node_cluster: NodeCluster, target: Target, tmp: Path, fault: dict[str, Any], watch: Watch) -> dict[str, Any]:
-    root = scratch_root(tmp, {"exp.yaml": experiment(fault)})
+def _run(node_cluster: NodeCluster, scene: Scene, tmp: Path, fault: dict[str, Any], watch: Watch) -> dict[str, Any]:
+    root = scene.root
+    (root / "experiments" / "exp.yaml").write_text(experiment(fault, node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]))
     thread = threading.Thread(target=watch.run, daemon=True)
     thread.start()
     try:
@@ -104,7 +137,7 @@ def _run(node_cluster: NodeCluster, target: Target, tmp: Path, fault: dict[str, 
             "--root",
             str(root),
             "--target",
-            target.url,
+            scene.target.url,
             "--output",
             str(tmp / "pipeline-root"),
             "--runs",
@@ -126,17 +159,17 @@ def _reasons(verdict: dict[str, Any]) -> str:
     return " ".join(verdict.get("reasons") or [])
 
 
-def test_pod_kill_replaces_a_real_pod(node_cluster: NodeCluster, fault_target: Target, tmp_path: Path) -> None:
+def test_pod_kill_replaces_a_real_pod(node_cluster: NodeCluster, faults_root: Scene, tmp_path: Path) -> None:
     core = k8s.CoreV1Api(node_cluster.cluster.api_client())
     before = {p.metadata.uid for p in _pods(core)}
     watch = Watch(lambda: bool({p.metadata.uid for p in _pods(core)} - before))
-    verdict = _run(node_cluster, fault_target, tmp_path, {"name": "kill", "type": "pod-kill", "mode": "one"}, watch)
+    verdict = _run(node_cluster, faults_root, tmp_path, {"name": "kill", "type": "pod-kill", "mode": "one"}, watch)
     assert watch.seen, "no new pod replaced the killed one"
     assert verdict["status"] in ("PASS", "FAIL"), _reasons(verdict)  # judged, not blind
 
 
 def test_container_kill_restarts_a_real_container(
-    node_cluster: NodeCluster, fault_target: Target, tmp_path: Path
+    node_cluster: NodeCluster, faults_root: Scene, tmp_path: Path
 ) -> None:
     core = k8s.CoreV1Api(node_cluster.cluster.api_client())
 
@@ -144,7 +177,7 @@ def test_container_kill_restarts_a_real_container(
         return any((s.restart_count or 0) > 0 for p in _pods(core) for s in p.status.container_statuses or [])
 
     fault = {"name": "ckill", "type": "container-kill", "mode": "one", "params": {"containers": ["vllm"]}}
-    verdict = _run(node_cluster, fault_target, tmp_path, fault, Watch(restarted))
+    verdict = _run(node_cluster, faults_root, tmp_path, fault, Watch(restarted))
     assert restarted(), "the kubelet reports no restarted container"
     assert verdict["status"] in ("PASS", "FAIL"), _reasons(verdict)
 
@@ -157,14 +190,14 @@ def test_container_kill_restarts_a_real_container(
     ],
 )
 def test_stress_runs_in_the_real_containers_cgroup(
-    node_cluster: NodeCluster, fault_target: Target, tmp_path: Path, fault: dict[str, Any], stressor: str
+    node_cluster: NodeCluster, faults_root: Scene, tmp_path: Path, fault: dict[str, Any], stressor: str
 ) -> None:
     core = k8s.CoreV1Api(node_cluster.cluster.api_client())
     # chaos-daemon starts the stressor under `pause`, moves it into the container's cgroup, then resumes it
     # (pkg/chaosdaemon/stress_server_linux.go); memStress is a Python port here (scripts/cluster/localcluster).
     names = {"stress-ng": ("stress-ng", "stress-ng-cpu"), "memStress": ("python3", "memStress")}[stressor]
     watch = Watch(lambda: any(set(names) & _cgroup_commands(p) for p in _pods(core)))
-    verdict = _run(node_cluster, fault_target, tmp_path, fault, watch)
+    verdict = _run(node_cluster, faults_root, tmp_path, fault, watch)
     assert watch.seen, f"no {stressor} in the target's cgroups during the stage"
     assert verdict["status"] in ("PASS", "FAIL"), _reasons(verdict)
     time.sleep(2)
@@ -172,7 +205,7 @@ def test_stress_runs_in_the_real_containers_cgroup(
 
 
 def test_a_network_partition_from_the_client_fails_the_run(
-    node_cluster: NodeCluster, fault_target: Target, tmp_path: Path
+    node_cluster: NodeCluster, faults_root: Scene, tmp_path: Path
 ) -> None:
     net = node.saved_net(node_cluster.cluster.env.state)
     assert net is not None
@@ -183,17 +216,17 @@ def test_a_network_partition_from_the_client_fails_the_run(
         "mode": "all",
         "params": {"direction": "both", "external_targets": [net.host_ip]},
     }
-    verdict = _run(node_cluster, fault_target, tmp_path, fault, Watch(lambda: True))
+    verdict = _run(node_cluster, faults_root, tmp_path, fault, Watch(lambda: True))
     assert verdict["status"] == "FAIL", _reasons(verdict)
     assert verdict["exit_code"] == 1
     assert "error_rate" in _reasons(verdict) or "timeout_rate" in _reasons(verdict), _reasons(verdict)
 
 
 def test_a_netem_fault_this_kernel_cannot_inject_ends_inconclusive_with_chaos_meshs_reason(
-    node_cluster: NodeCluster, fault_target: Target, tmp_path: Path
+    node_cluster: NodeCluster, faults_root: Scene, tmp_path: Path
 ) -> None:
     fault = {"name": "delay", "type": "network-delay", "mode": "all", "params": {"latency": "100ms"}}
-    verdict = _run(node_cluster, fault_target, tmp_path, fault, Watch(lambda: True))
+    verdict = _run(node_cluster, faults_root, tmp_path, fault, Watch(lambda: True))
     assert verdict["status"] == "INCONCLUSIVE", _reasons(verdict)
     assert verdict["exit_code"] == 2
     # chaos-daemon's tc answers "Error: Specified qdisc kind is unknown." for netem on this kernel.

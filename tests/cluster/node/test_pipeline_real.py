@@ -11,24 +11,22 @@ Prometheus holds of the target (`baseline capture`) and a fault-free control rep
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import kfp
 import pytest
 import yaml
 
 from tests.cluster.node.conftest import (
-    MODEL,
     TARGET_NAMESPACE,
     NodeCluster,
     Target,
+    baseline_section,
     eventually,
     experiment_text,
     kfchaos,
+    make_baseline,
     scratch_root,
 )
 
@@ -50,17 +48,7 @@ def experiment(version: str, fault: dict[str, Any], prometheus: str) -> str:
         "stage_duration": "40s",
         "warmup": "5s",
     }
-    baseline = {
-        "file": f"../baselines/{NAME}.yaml",
-        "capture": {
-            # What the run's pods dial: the cluster's Prometheus by its Service name.
-            "prometheus": prometheus,
-            "days": 1,
-            "step": "10s",
-            "short_history": "local cluster: the target was deployed minutes before the run",
-            "detect_releases": False,
-        },
-    }
+    baseline = baseline_section(NAME, prometheus)
     slo = {"p99_drift_max": "100%", "p99_max": "5s", "error_rate_max": "1%"}
     return experiment_text(NAME, TARGET_NAMESPACE, [fault], traffic, slo, version=version, baseline=baseline)
 
@@ -76,46 +64,12 @@ THROTTLE = {
 }
 
 
-async def _warm(url: str, seconds: float, rate: float) -> tuple[int, int]:
-    """Fault-free traffic, so Prometheus holds the target's history before `baseline capture` reads it. Returns
-    (sent, answered with 200): one slow or failed request is counted, not raised."""
-    sent = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-
-        async def one() -> bool:
-            body = {"model": MODEL, "prompt": "hello " * 200, "max_tokens": 16}
-            try:
-                async with session.post(f"{url}/v1/completions", json=body) as answer:
-                    await answer.read()
-                    return answer.status == 200
-            except (aiohttp.ClientError, TimeoutError):
-                return False
-
-        tasks = []
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            tasks.append(asyncio.create_task(one()))
-            sent += 1
-            await asyncio.sleep(1 / rate)
-        answered = sum(await asyncio.gather(*tasks))
-    return sent, answered
-
-
 @pytest.fixture(scope="module")
 def e2e_root(node_cluster: NodeCluster, llm_target: Target, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The scratch repository with the experiment (PASS version) and its baseline."""
     prometheus = node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]
     root = scratch_root(tmp_path_factory.mktemp("e2e"), {f"{NAME}.yaml": experiment("1.0.0", CPU_STRESS, prometheus)})
-    sent, answered = asyncio.run(_warm(llm_target.url, 40, 10))
-    assert answered >= 0.95 * sent, f"the fault-free warm-up: {answered} of {sent} requests answered 200"
-    time.sleep(3)  # a scrape after the last request
-    exp = str(root / "experiments" / f"{NAME}.yaml")
-    done = kfchaos(
-        node_cluster, "baseline", "capture", "--experiment", exp, "--prometheus", node_cluster.cluster.prometheus_url
-    )
-    assert done.returncode == 0, done.stderr
-    done = kfchaos(node_cluster, "baseline", "control", "--experiment", exp, "--target", llm_target.url)
-    assert done.returncode == 0, done.stderr
+    make_baseline(node_cluster, llm_target, root / "experiments" / f"{NAME}.yaml")
     return root
 
 
