@@ -25,6 +25,7 @@ from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.checks import drift_check, oom_check, rate_check, tail_check
 from kfchaos.verdict.clock import metrics_window_check
 from kfchaos.verdict.delivery import fault_requests_check
+from kfchaos.verdict.foreignload import foreign_load_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.load import load_check, ramp_rates
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
@@ -448,6 +449,11 @@ def evaluate(
         window_check = metrics_window_check(requests, in_stage, metrics)
         if window_check is not None:
             checks.append(window_check)
+        foreign = foreign_load_check(requests, in_stage, metrics, baseline)
+        if foreign is not None:
+            checks.append(foreign)
+            if foreign.status is not Status.PASS:
+                notes.append(f"stage {percent}%: {foreign.name}: {foreign.reason}")
         stage_gate = gate_of(percent, checks)
         ramp_gates[percent] = stage_gate
         stages.append(StageResult(percent, status_of(checks), len(subset), window, checks, stage_gate))
