@@ -9,6 +9,7 @@ experiment was refused before anything ran.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ def register(subparsers: Any) -> None:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument(
         "--local", action="store_true", help="run each configuration on the demo server here, one after another"
+    )
+    mode.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="compile the sweep as one KFP pipeline (a ParallelFor over the configurations) into FILE; each "
+        "configuration needs its cluster `target` (docs/tune.md)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout (kfchaos.TuneResult)")
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where run folders go (default: runs/)")
@@ -59,8 +67,30 @@ def show(result: Any, as_json: bool) -> int:
     return EXIT_PASS if result.recommendation.chosen is not None else EXIT_FAIL
 
 
+def compile_only(args: argparse.Namespace) -> int:
+    from kfchaos import safefile
+    from kfchaos.kfp.tunecompile import compile_sweep, sweep_name
+    from kfchaos.tune.sweep import load_sweep
+
+    sweep = load_sweep(args.experiment, args.grid)
+    data, ir_hash = compile_sweep(sweep, args.root.resolve())
+    safefile.write_bytes(args.output, data)
+    configurations = [c.name for c in sweep.loaded.grid.configurations]
+    if args.json:
+        emit({"pipeline": sweep_name(sweep), "version": sweep.experiment.metadata.version, "file": str(args.output),
+              "ir_hash": ir_hash, "configurations": configurations})  # fmt: skip
+    else:
+        loop = f"ParallelFor over {len(configurations)} configurations: {', '.join(configurations)}"
+        print(f"compiled {sweep_name(sweep)} {sweep.experiment.metadata.version} -> {args.output} ({loop}; {ir_hash})")
+    return EXIT_PASS
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.output is not None:
+        return compile_only(args)
     from kfchaos.demo.tune import tune_locally
 
-    result = tune_locally(args.experiment, args.grid, args.root.resolve(), args.runs, args.baseline_seconds)
+    # With --json, stdout carries the one document: the runs' progress lines go to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        result = tune_locally(args.experiment, args.grid, args.root.resolve(), args.runs, args.baseline_seconds)
     return show(result, args.json)

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 
 from kfchaos.errors import Problem, SpecError
+from kfchaos.spec import Selector, endpoint_problem
 from kfchaos.types import DnsLabel, StrictModel
 from kfchaos.yamlsource import YamlDocument, load_yaml, read_source
 
@@ -40,6 +41,22 @@ class GridMetadata(StrictModel):
     description: str = ""
 
 
+class ConfiguredTarget(StrictModel):
+    """On a cluster: where this configuration already runs (its Service and its pods' labels). kfchaos does not
+    change Deployments yet: each configuration names a Deployment a team runs with its settings."""
+
+    endpoint: str
+    selector: Selector
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        problem = endpoint_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
 class Configuration(StrictModel):
     """One serving configuration: what is changed on the target for its run."""
 
@@ -48,6 +65,7 @@ class Configuration(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     replicas: int = Field(1, ge=1, le=64)
     cost: float | None = Field(None, ge=0, description="what running it costs, in any unit the grid's rows share")
+    target: ConfiguredTarget | None = Field(None, description="the cluster sweep's target for this configuration")
 
     @field_validator("args")
     @classmethod
@@ -95,23 +113,19 @@ class GridSpec(StrictModel):
 
     @field_validator("configurations")
     @classmethod
-    def _unique(cls, value: list[Configuration]) -> list[Configuration]:
+    def _unique_names_and_costs_for_all_or_none(cls, value: list[Configuration]) -> list[Configuration]:
         names = [c.name for c in value]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"configuration names must be unique; repeated: {', '.join(repeated)}")
-        return value
-
-    @model_validator(mode="after")
-    def _cost_for_all_or_none(self) -> GridSpec:
-        priced = [c.name for c in self.configurations if c.cost is not None]
-        if priced and len(priced) != len(self.configurations):
-            unpriced = [c.name for c in self.configurations if c.cost is None]
+        priced = [c.name for c in value if c.cost is not None]
+        if priced and len(priced) != len(value):
+            unpriced = [c.name for c in value if c.cost is None]
             raise ValueError(
                 f"cost is given for {', '.join(priced)} but not for {', '.join(unpriced)}: give every configuration "
                 "a cost, or none (then the cheapest is the least GPU memory: replicas x gpu-memory-utilization)"
             )
-        return self
+        return value
 
 
 class TuneGrid(StrictModel):

@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kfchaos.errors import SpecError
+import yaml
+
+from kfchaos.errors import SpecError, format_path
 from kfchaos.spec import Experiment
-from kfchaos.tune.grid import LoadedGrid, load_grid
-from kfchaos.validate import load_experiment
+from kfchaos.tune.grid import Configuration, LoadedGrid, load_grid
+from kfchaos.validate import load_experiment, parse_experiment
 from kfchaos.verdict.samples import shortfall, stage_support
 from kfchaos.yamlsource import load_yaml, read_source
 
@@ -65,3 +67,41 @@ def load_sweep(experiment_path: str | Path, grid_path: str | Path) -> Sweep:
         raise SpecError(problems)
     assert experiment is not None and loaded is not None
     return Sweep(experiment_path, experiment, grid_path, loaded)
+
+
+def configured_experiment(sweep: Sweep, index: int) -> str:
+    """The experiment text one configuration's run on a cluster judges: its own target (endpoint and selector, so
+    traffic and faults reach that configuration's pods) and its own name (`<experiment>-<configuration>`, so its run
+    folder, lease and audit record say which it was), validated by the one validator. SpecError naming the grid's
+    line where the configuration has no target or the result is not a valid experiment."""
+    configuration: Configuration = sweep.loaded.grid.configurations[index]
+    if configuration.target is None:
+        needs = "a cluster sweep needs each configuration's target (endpoint and selector of the Deployment running it)"
+        raise SpecError([sweep.loaded.problem(index, None, needs)])
+    document = yaml.safe_load(sweep.experiment_path.read_text())
+    document["metadata"]["name"] = f"{sweep.experiment.metadata.name}-{configuration.name}"
+    target = document["spec"]["target"]
+    target["endpoint"] = configuration.target.endpoint
+    target["selector"] = configuration.target.selector.model_dump(exclude_defaults=True)
+    text = yaml.safe_dump(document, sort_keys=False)
+    try:
+        parse_experiment(text, f"{sweep.experiment_path} with configuration {configuration.name}")
+    except SpecError as exc:
+        reasons = "; ".join(f"{format_path(p.path)}: {p.message}" for p in exc.problems)
+        raise SpecError(
+            [sweep.loaded.problem(index, None, f"the experiment with this configuration is invalid: {reasons}")]
+        ) from None
+    return text
+
+
+def configured_experiments(sweep: Sweep) -> list[str]:
+    """Every configuration's experiment text; SpecError listing every configuration that cannot have one."""
+    texts, problems = [], []
+    for index in range(len(sweep.loaded.grid.configurations)):
+        try:
+            texts.append(configured_experiment(sweep, index))
+        except SpecError as exc:
+            problems += exc.problems
+    if problems:
+        raise SpecError(problems)
+    return texts
