@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kfchaos.cli import main
-from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, load_local_sweep, settings_of
+from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, load_local_sweep, scenario_of, settings_of
 from kfchaos.errors import SpecError
 from kfchaos.tune.grid import load_grid
 from kfchaos.tune.sweep import load_sweep
@@ -113,3 +113,14 @@ def test_the_shipped_demo_grid_is_the_demo_scenarios_own_settings() -> None:
     sweep = load_local_sweep(DEMO_TUNE_EXPERIMENT, DEMO_GRID)
     by_name = {c.name: settings_of(c) for c in sweep.loaded.grid.configurations}
     assert by_name == {name: settings for name, (_, settings) in SCENARIOS.items()}
+
+
+def test_a_configuration_named_like_a_demo_scenario_gets_every_stage_of_its_control_baseline() -> None:
+    from kfchaos.demo.run import DEMO_EXPERIMENT, builtin, control_stages
+
+    sweep = load_local_sweep(DEMO_TUNE_EXPERIMENT, DEMO_GRID)
+    unsafe = next(c for c in sweep.loaded.grid.configurations if c.name == "unsafe")
+    assert DEMO_TUNE_EXPERIMENT == DEMO_EXPERIMENT and control_stages(builtin("unsafe")) == [75]  # the demo's rule
+    scenario = scenario_of(unsafe, DEMO_TUNE_EXPERIMENT)
+    assert control_stages(scenario) is None  # every stage: the configuration may hold past the first
+    assert scenario.settings == builtin("unsafe").settings

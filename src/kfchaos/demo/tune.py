@@ -81,6 +81,15 @@ def settings_of(configuration: Configuration) -> ServerSettings:
     return dataclasses.replace(BASE_SETTINGS, **changes)
 
 
+def scenario_of(configuration: Configuration, experiment: Path) -> Scenario:
+    """The configuration as a demo scenario (its server settings, expected to PASS like any candidate). Named apart
+    from the demo's own scenarios: demo.run records the control baseline of the scenario named "unsafe" for its first
+    stage only, a rule for that designed FAIL, not for a configuration that happens to share its name."""
+    return Scenario(
+        f"tune-{configuration.name}", experiment.resolve(), configuration.summary(), settings_of(configuration), "PASS"
+    )
+
+
 def load_local_sweep(experiment: str | Path, grid: str | Path) -> Sweep:
     """The sweep, refused whole (every problem listed) where a configuration cannot run on the demo server."""
     sweep = load_sweep(experiment, grid)
@@ -100,9 +109,9 @@ def run_sweep(sweep: Sweep, repo_root: Path, runs_root: Path, baseline_seconds: 
     previous = stop_on_signals()  # SIGTERM and SIGINT tear down like Ctrl-C
     try:
         for configuration in grid.configurations:
-            settings, flags, cost = settings_of(configuration), configuration.summary(), grid.cost_of(configuration)
+            flags, cost = configuration.summary(), grid.cost_of(configuration)
             log(f"tune: configuration {configuration.name}: {flags}")
-            scenario = Scenario(configuration.name, sweep.experiment_path.resolve(), flags, settings, "PASS")
+            scenario = scenario_of(configuration, sweep.experiment_path)
             stacks: list[DemoStack] = []
             try:
                 result = execute(prepare(scenario, runs_root, baseline_seconds, stacks), repo_root, runs_root)
