@@ -5,7 +5,8 @@ a fresh stack, the configuration's own control baseline, the compiled pipeline w
 Locally only what the demo server has can be set: its vLLM-named flags (LOCAL_FLAGS). A flag it lacks, env, or more
 than one replica is refused before anything runs, naming the grid's line: a configuration silently run with other
 settings than it names would recommend what was never tested. A flag a configuration leaves out takes vLLM's
-default (max-num-seqs 256, gpu-memory-utilization 0.9, no prefix caching as in vLLM's V0 engine); the demo server's
+default (vllm/engine/arg_utils.py, EngineArgs of the V0 engine: max_num_seqs 256, gpu_memory_utilization 0.90,
+enable_prefix_caching False; a newer vLLM's defaults may differ, so name the flags that matter); the demo server's
 clock (330 ms decode steps) and the proxy's connect retry are the demo scenarios' own (kfchaos.demo.run.SCENARIOS).
 """
 

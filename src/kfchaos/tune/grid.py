@@ -7,7 +7,8 @@ name the file, line and field as an experiment's do (kfchaos.yamlsource, kfchaos
 
 "Cheapest" is one rule (`cost_of`): an explicit `cost` when the grid gives one for every configuration, else the GPU
 memory the configuration reserves, replicas x gpu-memory-utilization (vLLM's default utilization 0.9 where the flag
-is not set: vllm-project/vllm, vllm/engine/arg_utils.py, `gpu_memory_utilization: float = 0.9`).
+is not set: vllm-project/vllm, vllm/engine/arg_utils.py, EngineArgs `gpu_memory_utilization: float = 0.90`, as read
+in a v0.6-era copy; later releases keep 0.9 in their cache config, not re-read here).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ GRID_KIND = "TuneGrid"
 API_VERSION = "kfchaos.io/v1alpha1"
 # One chaos run per configuration: a grid past this is a search, not a sweep (and hours of runs).
 MAX_CONFIGURATIONS = 32
-# vLLM's default --gpu-memory-utilization (vllm/engine/arg_utils.py, EngineArgs.gpu_memory_utilization).
+# vLLM's default --gpu-memory-utilization (vllm/engine/arg_utils.py, EngineArgs.gpu_memory_utilization = 0.90).
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 FLAG_NAME = r"^[a-z0-9][a-z0-9-]{0,62}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
