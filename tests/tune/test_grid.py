@@ -14,6 +14,7 @@ from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, load_local_sweep,
 from kfchaos.errors import SpecError
 from kfchaos.tune.grid import load_grid
 from kfchaos.tune.sweep import load_sweep
+from tests.conftest import EXPERIMENTS
 
 GRID = """\
 apiVersion: kfchaos.io/v1alpha1
@@ -89,6 +90,13 @@ def test_locally_a_flag_the_demo_server_lacks_is_refused_naming_its_line(tmp_pat
     assert f"{path}:7: spec.configurations[0].args.speculative-model: the demo server has no flag" in problems[0]
     assert f"{path}:9: spec.configurations[1].replicas: the demo server runs one replica" in problems[1]
     assert len(problems) == 2
+
+
+def test_locally_a_fault_the_demo_backend_cannot_inject_is_refused_naming_the_experiments_line() -> None:
+    experiment = EXPERIMENTS / "vllm-memory-stress.yaml"
+    problems = _problems(lambda: load_local_sweep(experiment, DEMO_GRID))
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{experiment}:26: spec.faults[0].type: the demo's local fault backend cannot inject")
 
 
 def test_a_sweep_whose_stages_cannot_be_judged_is_refused_before_anything_runs(tmp_path: Path) -> None:

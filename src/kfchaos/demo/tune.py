@@ -18,13 +18,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kfchaos.demo.local_backend import LOCAL_FAULT_TYPES
+from kfchaos.demo.preflight import unsupported_faults
 from kfchaos.demo.run import SCENARIOS, Scenario, execute, log, prepare
 from kfchaos.demo.stack import DemoStack, ServerSettings, stop_on_signals
 from kfchaos.errors import KfchaosError, Problem, SpecError
+from kfchaos.faults.safety import fault_path
 from kfchaos.tune.grid import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, Configuration, LoadedGrid
 from kfchaos.tune.outcome import ConfigOutcome, from_run_folder, without_run
 from kfchaos.tune.recommend import Recommendation, recommend
 from kfchaos.tune.sweep import Sweep, load_sweep
+from kfchaos.yamlsource import load_yaml, read_source
 
 DEMO_DIR = Path(__file__).parent
 DEMO_GRID = DEMO_DIR / "grids" / "demo-settings.yaml"
@@ -91,10 +95,27 @@ def scenario_of(configuration: Configuration, experiment: Path) -> Scenario:
     )
 
 
+def fault_problems(sweep: Sweep) -> list[Problem]:
+    """The experiment's cluster-side faults the demo's local backend cannot inject (the rule `run --local` checks
+    before it starts, kfchaos.demo.preflight), naming the experiment's line: every configuration's run would fail."""
+    unsupported = unsupported_faults(sweep.experiment)
+    if not unsupported:
+        return []
+    document = load_yaml(read_source(sweep.experiment_path), str(sweep.experiment_path))
+    does = ", ".join(LOCAL_FAULT_TYPES)
+    return [
+        document.problem(
+            (*fault_path(sweep.experiment, f), "type"),
+            f"the demo's local fault backend cannot inject {f.type}: it does {does}",
+        )
+        for f in unsupported
+    ]
+
+
 def load_local_sweep(experiment: str | Path, grid: str | Path) -> Sweep:
     """The sweep, refused whole (every problem listed) where a configuration cannot run on the demo server."""
     sweep = load_sweep(experiment, grid)
-    problems = local_problems(sweep.loaded)
+    problems = [*fault_problems(sweep), *local_problems(sweep.loaded)]
     if problems:
         raise SpecError(problems)
     return sweep
