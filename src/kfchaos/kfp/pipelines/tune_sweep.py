@@ -5,7 +5,8 @@ experiment text (its own target and name: kfchaos.tune.sweep.configured_experime
 What KFP 2.1.0 can run decided the shape (docs/kfp-backend.md, docs/pipelines.md "Backend versions"):
 - No dsl.Collected fan-in: KFP 2.1.0's backend cannot collect a ParallelFor's outputs (kubeflow/pipelines#11725,
   first in 2.14.0). Each iteration's verdict-report task writes its own verdict and audit artifacts, as a single run
-  does; `kfchaos tune` reads them per configuration, nothing inside the pipeline gathers them.
+  does, and nothing inside the pipeline gathers them. Reading them back into `kfchaos tune`'s table and
+  recommendation from the KFP API is not built yet (docs/tune.md).
 - No dsl.If: the nested pipeline already has no branches.
 - The loop items are the configured experiment texts themselves, a static list in the IR (parameterIterator.items):
   a loop item's sub-field (`item.experiment`) cannot be passed into a nested pipeline by the KFP SDK (2.17:
