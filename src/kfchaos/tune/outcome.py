@@ -4,6 +4,8 @@ goodput.
 The breakpoint is the highest load stage that still PASSed under the faults: the last stage of the unbroken run of
 PASSes from the ramp's first stage (a stage after a FAIL or an INCONCLUSIVE one is not evidence of holding: the
 ramp may have been stopped there, and the load between was not held). None when the first stage did not PASS.
+The idea is vLLM's SLA sweep's (vllm-project/vllm, docs/benchmarking/sweeps.md: the largest value before the SLA
+breaks), without its interpolation between measured points: a breakpoint here is a stage that was run and judged.
 Goodput per stage is the report's (kfchaos.report.data.goodput: requests that succeeded within the per-request
 latency SLOs, per request sent), so the table and the run's report agree.
 """
