@@ -61,6 +61,8 @@ def test_the_wheel_carries_the_pipeline_the_components_and_the_templates(install
         "kfchaos/data/repo/gitlab-ci.yml",
         "kfchaos/data/repo/manifests/target-namespace/role.yaml",
         "kfchaos/demo/experiments/demo-llm-chaos.yaml",
+        "kfchaos/demo/grids/demo-settings.yaml",  # `kfchaos demo tune`
+        "kfchaos/kfp/pipelines/tune_sweep.py",
     } <= names
     assert installed.sdist.name == f"kfchaos-{__version__}.tar.gz"
     where = subprocess.run(

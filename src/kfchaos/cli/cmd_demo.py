@@ -20,10 +20,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "action",
         nargs="?",
-        choices=["run", "up", "down"],
+        choices=["run", "up", "down", "tune"],
         default="run",
         help="run (default): both scenarios, side by side; up: start server, proxy and Prometheus and print "
-        "what to export and the `run --local` line; down: stop what `up` started",
+        "what to export and the `run --local` line; down: stop what `up` started; tune: the demo finds its own "
+        "settings (`kfchaos tune` over the bundled grid, docs/tune.md)",
     )
     parser.add_argument(
         "--scenario",
@@ -73,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
         stopped = down(args.runs)
         print(f"demo stack down ({stopped} process(es) stopped)" if stopped else "no demo stack was up")
         return EXIT_PASS
+    if args.action == "tune":
+        from kfchaos.cli.cmd_tune import show
+        from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, tune_locally
+
+        result = tune_locally(DEMO_TUNE_EXPERIMENT, DEMO_GRID, args.root.resolve(), args.runs, args.baseline_seconds)
+        return show(result, as_json=False)
     from kfchaos.demo.run import main
 
     return main(args.scenario or ["unsafe", "tuned"], args.root.resolve(), args.runs, args.baseline_seconds)

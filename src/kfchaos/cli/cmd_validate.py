@@ -35,7 +35,8 @@ def register(subparsers: Any) -> None:
 
 def _sample_sizes(path: str, experiment: Experiment) -> tuple[list[Any], list[str], list[Problem]]:
     """(per-stage support, lines to print, warnings) for one valid experiment file."""
-    from kfchaos.verdict.samples import describe, stage_support  # for start-up speed: loads scipy and the planner
+    # For start-up speed: loads scipy and the planner.
+    from kfchaos.verdict.samples import describe, shortfall, stage_support
 
     where = ("spec", "traffic", "stages")
     document = load_yaml(read_source(path), path)
@@ -43,22 +44,7 @@ def _sample_sizes(path: str, experiment: Experiment) -> tuple[list[Any], list[st
         support = stage_support(experiment, Path(path).parent)
     except (KfchaosError, OSError, ValueError) as exc:
         return [], [], [document.problem(where, f"warning: cannot plan the stages to count their requests: {exc}")]
-    warnings = [
-        document.problem(
-            where,
-            f"warning: stage {s.stage}%: {s.planned} requests planned, too few for "
-            + "; ".join(
-                f"{n.check} (never: limit {100 * n.limit:g}%)"
-                if n.requests is None
-                else f"{n.check} (needs >= {max(n.requests, s.min_samples)} with none above its limit)"
-                for n in s.short
-            )
-            + ": the stage ends INCONCLUSIVE however well the target holds; raise the rate, stage_duration or "
-            "the stage percent",
-        )
-        for s in support
-        if s.short
-    ]
+    warnings = [document.problem(where, f"warning: {shortfall(s)}") for s in support if s.short]
     return support, [f"  {describe(s)}" for s in support], warnings
 
 

@@ -17,10 +17,19 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from kfchaos.errors import KfchaosError
-from kfchaos.spec import Experiment
+from kfchaos.spec import Experiment, FaultBase
 
 HINT = "to try it on this machine: `kfchaos demo up` prints what to export and the run line"
 TIMEOUT_S = 3.0
+
+
+def unsupported_faults(experiment: Experiment) -> list[FaultBase]:
+    """The experiment's cluster-side faults the local fault backend cannot inject (`run --local`'s and `tune
+    --local`'s one rule)."""
+    from kfchaos.demo.local_backend import LOCAL_FAULT_TYPES
+    from kfchaos.steps.seams import cluster_faults
+
+    return [f for f in cluster_faults(experiment) if f.type not in LOCAL_FAULT_TYPES]
 
 
 def check_local_run(experiment: Experiment, target: str) -> None:
@@ -32,7 +41,7 @@ def check_local_run(experiment: Experiment, target: str) -> None:
     if kind == "local":
         from kfchaos.demo.local_backend import LOCAL_FAULT_TYPES
 
-        unsupported = [f for f in faults if f.type not in LOCAL_FAULT_TYPES]
+        unsupported = unsupported_faults(experiment)
         if unsupported:
             names = ", ".join(f"{f.name} ({f.type})" for f in unsupported)
             raise KfchaosError(

@@ -85,7 +85,7 @@ def comment_header(text: str) -> str:
     return "\n".join(lines) + marker + body
 
 
-def _compile_bytes(obj: Any) -> bytes:
+def compile_bytes(obj: Any) -> bytes:
     from kfp import compiler
 
     with tempfile.TemporaryDirectory(prefix="kfchaos-compile-") as tmp:
@@ -200,7 +200,7 @@ def discover(root: Path, extra: Sequence[Path] = ()) -> list[Target]:
 def compile_target(target: Target) -> tuple[bytes, str]:
     """Sealed pipeline YAML and its IR hash."""
     module = _pipeline_module()
-    return seal(_compile_bytes(module.build_pipeline(target.defaults)))
+    return seal(compile_bytes(module.build_pipeline(target.defaults)))
 
 
 def component_outputs(root: Path) -> dict[Path, bytes]:
@@ -212,7 +212,7 @@ def component_outputs(root: Path) -> dict[Path, bytes]:
         return out
     for name in component_names():
         module = importlib.import_module(f"{COMPONENTS_PACKAGE}.{name}.component")
-        out[COMPONENTS_DIR / name / "component.yaml"] = _compile_bytes(getattr(module, name))
+        out[COMPONENTS_DIR / name / "component.yaml"] = compile_bytes(getattr(module, name))
     return out
 
 

@@ -112,6 +112,21 @@ def stage_support(experiment: Experiment, base_dir: str | Path, duration: float 
     return out
 
 
+def shortfall(support: StageSupport) -> str:
+    """Why a stage cannot be judged (its `short` checks), in the words `validate` and `tune` both use."""
+    return (
+        f"stage {support.stage}%: {support.planned} requests planned, too few for "
+        + "; ".join(
+            f"{n.check} (never: limit {100 * n.limit:g}%)"
+            if n.requests is None
+            else f"{n.check} (needs >= {max(n.requests, support.min_samples)} with none above its limit)"
+            for n in support.short
+        )
+        + ": the stage ends INCONCLUSIVE however well the target holds; raise the rate, stage_duration or "
+        "the stage percent"
+    )
+
+
 def describe(support: StageSupport) -> str:
     """One line: the planned requests and, per check, the fewest that can PASS."""
     parts = []
