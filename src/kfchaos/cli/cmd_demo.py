@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
         from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, tune_locally
 
         result = tune_locally(DEMO_TUNE_EXPERIMENT, DEMO_GRID, args.root.resolve(), args.runs, args.baseline_seconds)
-        return show(result, as_json=False)
+        # Beside the configurations' run folders: the page, and the JSON that `tune --from-json` draws it from again.
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        stem = args.runs / f"tune-{result.sweep.loaded.grid.metadata.name}-{stamp}"
+        return show(result, as_json=False, page=stem.with_suffix(".html"), result_json=stem.with_suffix(".json"))
     from kfchaos.demo.run import main
 
     return main(args.scenario or ["unsafe", "tuned"], args.root.resolve(), args.runs, args.baseline_seconds)

@@ -193,7 +193,8 @@ def _evidence_status(item: Match) -> list[str]:
 
 # --- HTML ----------------------------------------------------------------------------------------------------
 
-_STYLE = """
+# The pages' one style: the run report's and the pages built like it (kfchaos.tune.page).
+STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
 color:#222;line-height:1.4}
 h1{margin:.2em 0;font-size:1.6em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
@@ -395,7 +396,7 @@ def _failure_modes(matches: list[Match]) -> str:
     return "".join(parts)
 
 
-def _json_block(data: Any) -> str:
+def json_block(data: Any) -> str:
     # "</" would end the <script> element early; JSON allows "<\/" for it.
     return json.dumps(data, default=str).replace("</", "<\\/")
 
@@ -420,7 +421,7 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>kfchaos {escape(_name(document))}: {status}</title><style>{_STYLE}</style></head><body>",
+        f"<title>kfchaos {escape(_name(document))}: {status}</title><style>{STYLE}</style></head><body>",
         f"<h1>{escape(_name(document))} <span class='badge {status}'>{status}</span></h1>",
         _header(document, context),
     ]
@@ -498,7 +499,7 @@ def html(verdict: Verdict | dict[str, Any], context: dict[str, Any] | None = Non
         + escape(json.dumps(document, indent=1, default=str))
         + "</pre></details>"
     )
-    parts.append(f'<script type="application/json" id="{DATA_ID}">{_json_block(data)}</script>')
+    parts.append(f'<script type="application/json" id="{DATA_ID}">{json_block(data)}</script>')
     parts.append("</body></html>\n")
     return with_policy("\n".join(parts))
 

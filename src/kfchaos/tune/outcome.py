@@ -6,8 +6,9 @@ PASSes from the ramp's first stage (a stage after a FAIL or an INCONCLUSIVE one 
 ramp may have been stopped there, and the load between was not held). None when the first stage did not PASS.
 The idea is vLLM's SLA sweep's (vllm-project/vllm, docs/benchmarking/sweeps.md: the largest value before the SLA
 breaks), without its interpolation between measured points: a breakpoint here is a stage that was run and judged.
-Goodput per stage is the report's (kfchaos.report.data.goodput: requests that succeeded within the per-request
-latency SLOs, per request sent), so the table and the run's report agree.
+Goodput and P99 per stage are the report's (kfchaos.report.data.stage_figures: goodput is the requests that
+succeeded within the per-request latency SLOs per request sent; P99 is over the requests sent, one that never
+completed counted as infinite, as the verdict counts it), so the table, the frontier chart and the run's report agree.
 """
 
 from __future__ import annotations
@@ -31,14 +32,23 @@ class StageOutcome:
     requests: int = 0
     goodput: float | None = None  # share of sent requests within every per-request SLO
     oom_kills: int | None = None  # counted by the verdict's oom_kill_rate check in the stage's window
+    p99: float | None = None  # seconds over the requests sent; math.inf when requests at the 99th never completed
+
+    @property
+    def judged(self) -> bool:
+        return self.status != NOT_RUN
 
     def to_dict(self) -> dict[str, Any]:
+        infinite = self.p99 is not None and math.isinf(self.p99)
         return {
             "stage": self.stage,
             "status": self.status,
             "requests": self.requests,
             "goodput": self.goodput,
             "oom_kills": self.oom_kills,
+            # JSON has no infinity: an unbounded P99 is null with p99_infinite true; null alone is not measured.
+            "p99": None if infinite else self.p99,
+            "p99_infinite": infinite,
         }
 
 
@@ -72,6 +82,11 @@ class ConfigOutcome:
     def goodput_at(self, stage: int | None) -> float | None:
         return next((s.goodput for s in self.stages if s.stage == stage), None)
 
+    @property
+    def highest_judged(self) -> StageOutcome | None:
+        """The highest load stage the run reached and judged: where the frontier chart places the configuration."""
+        return next((s for s in reversed(self.stages) if s.judged), None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -88,6 +103,11 @@ class ConfigOutcome:
 
 def _finite(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
+
+
+def _p99(value: float) -> float | None:
+    """A stage's P99 as measured: infinity kept (requests that never completed), NaN (not measured) as None."""
+    return None if math.isnan(value) else float(value)
 
 
 def stage_outcomes(verdict: dict[str, Any], records: Path | None, slo: Slo, ramp: list[int]) -> list[StageOutcome]:
@@ -110,6 +130,7 @@ def stage_outcomes(verdict: dict[str, Any], records: Path | None, slo: Slo, ramp
                 int(found.get("requests", 0) or 0),
                 _finite(figure.goodput) if figure is not None else None,
                 int(kills) if isinstance(kills, int | float) else None,
+                _p99(figure.p99) if figure is not None else None,
             )
         )
     return out

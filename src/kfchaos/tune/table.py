@@ -39,14 +39,23 @@ def table(outcomes: list[ConfigOutcome], recommendation: Recommendation) -> str:
     return "\n".join(lines)
 
 
+RESULT_KIND = "kfchaos.TuneResult"
+
+
 def document(
-    experiment: str, grid: str, outcomes: list[ConfigOutcome], recommendation: Recommendation
+    experiment: str,
+    grid: str,
+    outcomes: list[ConfigOutcome],
+    recommendation: Recommendation,
+    p99_max: float | None = None,
 ) -> dict[str, Any]:
+    """The sweep's result; `p99_max` (seconds, the experiment's SLO) is drawn on the frontier chart."""
     return {
-        "kind": "kfchaos.TuneResult",
+        "kind": RESULT_KIND,
         "version": 1,
         "experiment": experiment,
         "grid": grid,
+        "p99_max": p99_max,
         "configurations": [o.to_dict() for o in outcomes],
         "recommendation": recommendation.to_dict(),
     }
