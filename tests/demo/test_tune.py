@@ -1,6 +1,6 @@
 """`kfchaos tune --local` on the demo server, end to end: each configuration of a small grid is a real chaos run
 (its own demo stack, control baseline, compiled pipeline through kfp.local, run folder), and the recommendation
-is read from those runs' verdicts.
+is read from those runs' verdicts; the sweep's page (--html) draws the same outcome.
 
 The grid prices the unsafe settings (vLLM defaults pushed for throughput) below the tuned ones, so only the rules
 keep them from being recommended: their run FAILs and the demo server is OOM-killed by the first long-context
@@ -17,8 +17,10 @@ import pytest
 import yaml
 
 from kfchaos.demo.tune import DEMO_TUNE_EXPERIMENT
+from kfchaos.tune.frontier import OOM_KILLED, RECOMMENDED
 from tests.conftest import require_tool
 from tests.kfp_glue.conftest import copy_sources, kfchaos
+from tests.tune.pagereader import traces
 
 GRID = """\
 apiVersion: kfchaos.io/v1alpha1
@@ -57,7 +59,7 @@ def test_tune_recommends_the_tuned_settings_and_never_the_cheaper_unsafe_ones(tm
     runs = tmp_path / "runs"
     done = kfchaos(
         "tune", str(experiment), "--grid", str(grid), "--local", "--json", "--runs", str(runs),
-        "--baseline-seconds", "5", timeout=900, cwd=root,
+        "--baseline-seconds", "5", "--html", str(tmp_path / "tune.html"), timeout=900, cwd=root,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
@@ -75,8 +77,12 @@ def test_tune_recommends_the_tuned_settings_and_never_the_cheaper_unsafe_ones(tm
     stage = tuned["stages"][0]
     assert (stage["stage"], stage["status"]) == (100, "PASS") and stage["requests"] >= 368
     assert stage["goodput"] is not None and stage["goodput"] >= 0.99
+    assert stage["p99_infinite"] is False and 0 < stage["p99"] <= 12  # the experiment's p99_max
     # The figures are the run folders' own: each configuration left a judged run folder.
     for configuration in (unsafe, tuned):
         verdict = json.loads((Path(configuration["run_dir"]) / "verdict.json").read_text())
         assert verdict["status"] == configuration["status"]
         assert Path(configuration["run_dir"]).parent == runs.resolve()
+    # The page of the same sweep: the unsafe settings drawn OOM-killed, the tuned ones ringed as the recommendation.
+    drawn = traces((tmp_path / "tune.html").read_text())
+    assert drawn[OOM_KILLED]["customdata"] == ["unsafe"] and drawn[RECOMMENDED]["customdata"] == ["tuned"]

@@ -69,6 +69,11 @@ def table_html(result: Result) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def _badge(result: Result) -> str:
+    chosen = result.recommendation.chosen
+    return f"recommended: {chosen.name}" if chosen is not None else "none PASSes the whole ramp"
+
+
 def html(result: Result) -> str:
     chosen = result.recommendation.chosen
     badge = "PASS" if chosen is not None else "FAIL"
@@ -77,7 +82,7 @@ def html(result: Result) -> str:
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{escape(title)}</title><style>{STYLE}{_EXTRA_STYLE}</style></head><body>",
-        f"<h1>{escape(title)} <span class='badge {badge}'>{escape(result.recommendation.headline())}</span></h1>",
+        f"<h1>{escape(title)} <span class='badge {badge}'>{escape(_badge(result))}</span></h1>",
         f"<p>{len(result.outcomes)} configurations (grid {escape(result.grid)}), each one chaos run of the experiment"
         f" under its faults. Cheapest means: {escape(result.recommendation.cost_rule)}.</p>",
     ]
