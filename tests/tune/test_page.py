@@ -6,6 +6,7 @@ plotly.js gets them, and what it links to."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -14,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from kfchaos.cli import main
+from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, TuneResult
 from kfchaos.tune.frontier import OOM_KILLED, RECOMMENDED
 from kfchaos.tune.outcome import NOT_RUN, ConfigOutcome, StageOutcome, without_run
 from kfchaos.tune.page import DATA_ID, RECOMMENDED_ROW
 from kfchaos.tune.recommend import recommend
 from kfchaos.tune.resultfile import load_result
+from kfchaos.tune.sweep import load_sweep
 from kfchaos.tune.table import document
 from tests.tune.pagereader import parsed, traces
 
@@ -161,3 +164,29 @@ def test_a_result_file_missing_a_field_is_refused_naming_it(tmp_path: Path, caps
     assert "r.json: not a kfchaos.TuneResult document: configurations.1.stages.0.status: Field required" in (
         capsys.readouterr().err
     )
+
+
+def test_demo_tune_leaves_its_page_and_the_json_it_was_drawn_from_beside_its_run_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The runs are the real sweep's (tests/tune/data/demo-tune.json, from tests/demo/test_tune.py's code path); what
+    # is checked here is what `demo tune` writes after them, without five minutes of runs.
+    real = load_result(DEMO_RESULT)
+    swept = TuneResult(load_sweep(DEMO_TUNE_EXPERIMENT, DEMO_GRID), real.outcomes, real.recommendation, 190.0)
+    monkeypatch.setattr("kfchaos.demo.tune.tune_locally", lambda *args: swept)
+    assert main(["demo", "tune", "--runs", str(tmp_path / "runs")]) == 0
+    (page,) = (tmp_path / "runs").glob("tune-demo-settings-*.html")
+    (written,) = (tmp_path / "runs").glob("tune-demo-settings-*.json")
+    assert page.stem == written.stem
+    again = load_result(written)
+    assert again.outcomes == real.outcomes and again.p99_max == 12.0  # the demo experiment's own p99_max
+    assert traces(page.read_text())[OOM_KILLED]["customdata"] == ["unsafe"]
+
+
+def test_text_from_the_grid_is_shown_as_written_never_as_markup(tmp_path: Path) -> None:
+    runs = outcomes()
+    runs[2] = dataclasses.replace(runs[2], settings="--served-model-name <img src=x onerror=alert(1)>")
+    _, page = draw(tmp_path, runs)
+    reader = parsed(page)
+    assert reader.fetches == [] and "img" not in reader.tags  # in the table, the chart's hover and the JSON
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
