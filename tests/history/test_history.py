@@ -1,7 +1,5 @@
-"""`kfchaos history` over run folders the project writes (tests/history/runs.py): 21 nights of one experiment, seven
-each on pipeline versions 1.0.0 and 1.0.1 against the same target, then seven on 1.1.0 against a target 1.5 times
-slower that is also OOM-killed in three of them. The slower target is the planted regression; 1.0.0 -> 1.0.1 is a
-bump that changed nothing."""
+"""`kfchaos history` over run folders the project writes (tests/history/conftest.py: 21 nights, a slower target
+planted on 1.1.0; 1.0.0 -> 1.0.1 a bump that changed nothing)."""
 
 from __future__ import annotations
 
@@ -15,24 +13,11 @@ import pytest
 
 from kfchaos.cli import main
 from kfchaos.history.regression import NO_REGRESSION, NOT_ENOUGH, NOT_TESTED, REGRESSION
-from tests.history.runs import Night, write_nights
 
 pytestmark = pytest.mark.slow
 
-NIGHTS = (
-    [Night("1.0.0", 0.08)] * 7
-    + [Night("1.0.1", 0.08)] * 7
-    + [Night("1.1.0", 0.12, oom_kill=i % 3 == 0) for i in range(7)]
-)
 SLOWED = {("p99", 30), ("p99", 60), ("p99_drift", 30), ("p99_drift", 60), ("ttft_p99", 30), ("ttft_p99", 60)}
 UNCHANGED = {("load", 60), ("replay", 60), ("error_rate", 60), ("timeout_rate", 60)}
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("history") / "runs"
-    write_nights(root, tmp_path_factory.mktemp("inputs"), NIGHTS)
-    return root
 
 
 def _history(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

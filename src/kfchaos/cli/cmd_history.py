@@ -125,7 +125,6 @@ def _artifact_store(args: argparse.Namespace, pipeline_name: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     from kfchaos.cli.jsonout import emit
     from kfchaos.history import render, summary
-    from kfchaos.history.regression import NOT_ENOUGH, NOT_TESTED
 
     if args.limit < 1:
         raise KfchaosError("--limit: must be at least 1")
@@ -146,6 +145,6 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render.text(history))
     if any(c.regressions for c in history.comparisons):
         return EXIT_FAIL
-    if args.compare and all(c.outcome in (NOT_ENOUGH, NOT_TESTED) for c in history.comparisons[0].comparisons):
+    if args.compare and not history.comparisons[0].tested:
         return EXIT_INCONCLUSIVE
     return EXIT_PASS

@@ -75,6 +75,11 @@ class Regressions:
     def regressions(self) -> list[Comparison]:
         return [c for c in self.comparisons if c.outcome == REGRESSION]
 
+    @property
+    def tested(self) -> list[Comparison]:
+        """The comparisons the test decided (a regression or not): none, and nothing may be claimed either way."""
+        return [c for c in self.comparisons if c.outcome in (REGRESSION, NO_REGRESSION)]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "old": self.old,

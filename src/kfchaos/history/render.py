@@ -127,7 +127,8 @@ def text(history: History) -> str:
 
 
 def _comparison_text(r: Regressions) -> list[str]:
-    lines = [f"{r.old} -> {r.new}: {len(r.regressions)} regression(s) ({_test_line(r)})"]
+    found = f"{len(r.regressions)} regression(s)" if r.tested else "nothing decided: not enough verified runs"
+    lines = [f"{r.old} -> {r.new}: {found} ({_test_line(r)})"]
     shown = [c for c in r.comparisons if c.outcome != NOT_TESTED]
     lines += ["  " + _comparison_line(c) for c in shown]
     untested = len(r.comparisons) - len(shown)
@@ -154,10 +155,10 @@ def markdown_compare(history: History) -> str:
     short = [c for c in r.comparisons if c.outcome == NOT_ENOUGH]
     if regressions:
         head = f"**{len(regressions)} regression(s)** from pipeline version `{r.old}` to `{r.new}`"
-    elif short and not [c for c in r.comparisons if c.outcome != NOT_ENOUGH and c.outcome != NOT_TESTED]:
-        head = f"**Not enough runs** to compare pipeline version `{r.old}` with `{r.new}`: no claim either way"
-    else:
+    elif r.tested:
         head = f"**No regression found** from pipeline version `{r.old}` to `{r.new}`"
+    else:
+        head = f"**Not enough runs** to compare pipeline version `{r.old}` with `{r.new}`: no claim either way"
     lines = [
         f"### kfchaos history: {history.experiment}",
         "",
