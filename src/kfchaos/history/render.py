@@ -25,6 +25,8 @@ def figure(value: float | None, unit: str) -> str:
         return "-"
     if unit == "fraction":
         return f"{value * 100:.3g} %"
+    if unit == "ratio":  # the drift checks: how far above (or below) the reference, 1 = 100 %
+        return f"{value * 100:+.3g} %"
     if unit == "s":
         return f"{value * 1000:.3g} ms" if abs(value) < 1 else f"{value:.3g} s"
     return f"{value:.4g}{' ' + unit if unit else ''}"
@@ -165,10 +167,10 @@ def markdown_compare(history: History) -> str:
         head + ".",
         "",
         f"Runs: `{r.old}` {_side(old_runs)}; `{r.new}` {_side(new_runs)}. Test: {_test_line(r)}.",
-        "",
     ]
-    if regressions or short:
+    if regressions:
         lines += [
+            "",
             "| | check | stage | old median | new median | shift | limit | p | runs |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
@@ -178,14 +180,16 @@ def markdown_compare(history: History) -> str:
             f"{figure(c.new_median, c.unit)} | {figure(c.shift, c.unit)} | {figure(c.limit, c.unit)} | "
             f"{c.p_value:.2g} (<= {c.alpha:.2g}) | {c.old_runs} vs {c.new_runs} |"
         )
+    by_why: dict[str, list[Comparison]] = {}
     for c in short:
-        lines.append(
-            f"| not enough runs | `{c.check}` | {stage_name(c.stage)} | {figure(c.old_median, c.unit)} | "
-            f"{figure(c.new_median, c.unit)} | | {figure(c.limit, c.unit)} | | {c.old_runs} vs {c.new_runs} |"
-        )
+        by_why.setdefault(c.why, []).append(c)
+    for why, items in by_why.items():
+        names = ", ".join(f"`{c.check}` at {stage_name(c.stage)}" for c in items)
+        lines += ["", f"Not compared, too few runs ({why}): {names}."]
     tested = [c for c in r.comparisons if c.outcome not in (REGRESSION, NOT_ENOUGH, NOT_TESTED)]
     if tested:
-        lines += ["", f"{len(tested)} other check(s) compared without a regression."]
+        other = " other" if regressions else ""
+        lines += ["", f"{len(tested)}{other} check(s) compared without a regression."]
     unverified = [x for x in old_runs + new_runs if not x.verified]
     if unverified:
         lines += [
