@@ -96,6 +96,7 @@ def read_runs(
         if state not in TERMINAL:
             unreadable.append(f"KFP run {run_id}: {state}, no verdict yet")
             continue
+        run = client.get_run(run_id)  # the whole run, its task details included, as `kfchaos run --wait` reads it
         parameters = getattr(getattr(run, "runtime_config", None), "parameters", None)
         metadata = _experiment_of(parameters)
         if metadata and metadata.get("name") != experiment:
