@@ -133,3 +133,5 @@ def test_table_and_offline_page(runs: Path, tmp_path: Path, capsys: pytest.Captu
     data = re.search(r'<script type="application/json" id="kfchaos-history">(.*?)</script>', html, re.S)
     assert data and json.loads(data.group(1))["kind"] == "kfchaos.History"
     assert html.count("class='cell FAIL") == 3  # the OOM-killed nights, oom_kill_rate at 60%
+    p99_at_60 = re.search(r"<td>p99</td><td>60%</td>.*?</tr>", html, re.S)
+    assert p99_at_60 and p99_at_60.group(0).count("<circle") == 21  # its chart: a dot a night

@@ -6,7 +6,9 @@ the verdict task's `audit` artifact through the API server, else from the object
 Run fields are KFP v2beta1's Run (kubeflow/pipelines backend/api/v2beta1/run.proto: run_id, experiment_id,
 recurring_run_id, created_at, state, runtime_config.parameters, run_details.task_details). A run that ended before
 its verdict, or whose record cannot be read or does not verify, is listed as unverified with the reason. A run still
-going is left out (it has no verdict yet) and counted in `unreadable` as such.
+going is left out (it has no verdict yet) and counted in `unreadable` as such. The namespace is passed as given: a
+single-user API server replaces it with "" and a multi-user one checks the experiment belongs to it
+(backend/src/apiserver/resource/resource_manager.go ReplaceNamespace, server/run_server.go listRuns; KFP 2.1.0).
 """
 
 from __future__ import annotations

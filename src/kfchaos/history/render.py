@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from kfchaos.history import chart
 from kfchaos.history.model import Measurement, RunEntry
 from kfchaos.history.regression import NOT_ENOUGH, NOT_TESTED, REGRESSION, Comparison, Regressions
 from kfchaos.history.summary import History, Row
@@ -221,7 +222,8 @@ _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
 color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 7px;font-size:13px;text-align:left}
-th{background:#f6f6f6}td.num{text-align:right}.cell{display:inline-block;width:14px;height:14px;margin:0 1px}
+th{background:#f6f6f6}td.num{text-align:right}.cell{display:inline-block;width:9px;height:14px;margin:0 1px}
+td.strip{white-space:nowrap}
 .PASS{background:#1a7f37}.FAIL{background:#c22}.INCONCLUSIVE{background:#d4a72c}.none{background:#eee}
 .unverified{background:repeating-linear-gradient(45deg,#999,#999 2px,#fff 2px,#fff 4px)}.bump{margin-left:6px}
 .regression{color:#c22;font-weight:600}
@@ -248,12 +250,14 @@ def html(history: History) -> str:
     parts.append("</table>")
     parts.append(
         "<h2>Checks across runs</h2><table><tr><th>check</th><th>stage</th><th>runs, oldest first</th>"
-        "<th>limit</th><th>median per version</th></tr>"
+        "<th>limit</th><th>median per version</th><th>value per run (dashed: the limit)</th></tr>"
     )
     for row in history.rows:
         parts.append(
-            f"<tr><td>{escape(row.check)}</td><td>{stage_name(row.stage)}</td><td>{_cells(history, row)}</td>"
-            f"<td>{escape(figure(row.limit, row.unit))}</td><td>{escape(_medians(history, row))}</td></tr>"
+            f"<tr><td>{escape(row.check)}</td><td>{stage_name(row.stage)}</td>"
+            f"<td class=strip>{_cells(history, row)}</td>"
+            f"<td>{escape(figure(row.limit, row.unit))}</td><td>{escape(_medians(history, row))}</td>"
+            f"<td>{chart.svg(history.runs, row)}</td></tr>"
         )
     parts.append("</table>")
     for r in history.comparisons:
