@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
 
 import numpy as np
 
@@ -308,6 +307,3 @@ def _cells(history: History, row: Row) -> str:
         out.append(f"<span class='cell {kind}{bump}' title='{escape(title, quote=True)}'></span>")
     return "".join(out)
 
-
-def json_document(history: History) -> dict[str, Any]:
-    return history.to_dict()
