@@ -306,4 +306,3 @@ def _cells(history: History, row: Row) -> str:
         )
         out.append(f"<span class='cell {kind}{bump}' title='{escape(title, quote=True)}'></span>")
     return "".join(out)
-
