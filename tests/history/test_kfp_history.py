@@ -98,8 +98,11 @@ def test_history_over_the_kfp_api_finds_the_regression_and_lists_what_it_cannot_
             _finish(client, run.run_id)
             return run.run_id
 
+        scheduled = []
         for i in range(7, 21):  # seven nights of 1.0.1, seven of 1.1.0 (the slower target)
-            submit(nightly, runs / f"nightly-{i:02d}")
+            scheduled.append(submit(nightly, runs / f"nightly-{i:02d}"))
+        for run_id in scheduled[::2]:  # every other night started by the nightly schedule (Run.recurring_run_id)
+            api.state.runs[run_id]["recurring_run_id"] = "nightly-schedule"
         failed = submit(nightly, runs / "nightly-20", task_state="FAILED")
         tampered = submit(nightly, runs / "nightly-19", tamper=True)
         submit(elsewhere, runs / "nightly-10")  # another KFP experiment's run: not this history's
@@ -118,6 +121,12 @@ def test_history_over_the_kfp_api_finds_the_regression_and_lists_what_it_cannot_
         assert any("record_hash" in why for why in listed[tampered]["unverified_because"])
         found = {(c["check"], c["stage"]): c for c in document["comparisons"][0]["comparisons"]}
         assert {key for key, c in found.items() if c["outcome"] == REGRESSION} == SLOWED
+
+        # Only the runs one recurring run started.
+        code = main(["history", "verdict-test", "--host", api.url, "--kfp-experiment", "nightly", "--recurring-run",
+                     "nightly-schedule", "--json", "--public-key", str(key)])  # fmt: skip
+        assert code == 0  # four runs against three: too few for any claim
+        assert sorted(r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]) == sorted(scheduled[::2])
 
         # Without the pipeline's public key nothing is authenticated: every run listed, none counted, nothing claimed.
         code = main(["history", "verdict-test", "--host", api.url, "--kfp-experiment", "nightly", "--compare", "1.0.1",
