@@ -120,3 +120,31 @@ def test_upload_and_run_read_back_the_same_from_the_fake_and_the_real_server(
     parameters = outcome.pop("run parameters")
     assert outcome == EXPECTED
     assert parameters and "experiment" in parameters and "target" in parameters
+
+
+def _history_outcome(host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """A run submitted into a KFP experiment of its own, then `kfchaos history --host` over that experiment: the
+    experiment found by name, its runs listed by experiment_id (newest first), the run still going named and left out;
+    no other experiment's run (the server holds those of earlier tests) listed."""
+    version = f"1.1.0-h{uuid.uuid4().hex[:8]}"
+    experiment = _checkout(tmp_path, "vllm-network-delay", version)
+    kfp_experiment = f"history-{uuid.uuid4().hex[:8]}"
+    uploaded = main(["upload", "vllm-network-delay", "--host", host, "--root", str(tmp_path)])
+    ran = main(["run", str(experiment), "--host", host, "--root", str(tmp_path), "--kfp-experiment", kfp_experiment])
+    capsys.readouterr()
+    code = main(["history", str(experiment), "--host", host, "--kfp-experiment", kfp_experiment, "--json"])
+    document = json.loads(capsys.readouterr().out)
+    return {
+        "exit codes": (uploaded, ran, code),
+        "runs counted": len(document["runs"]),
+        "runs still going": [line.split(": ", 1)[1] for line in document["unreadable"]],
+    }
+
+
+def test_history_lists_one_experiments_runs_the_same_from_the_fake_and_the_real_server(
+    host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = _history_outcome(host, tmp_path, capsys)
+    going = outcome.pop("runs still going")
+    assert outcome == {"exit codes": (0, 0, 0), "runs counted": 0}
+    assert len(going) == 1 and going[0] in ("PENDING, no verdict yet", "RUNNING, no verdict yet"), going

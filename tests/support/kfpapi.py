@@ -11,7 +11,7 @@ Runs progress as the backend reports them (backend/api/v2beta1/run.proto): `stat
 objects (task_id, display_name, state, create/start/end_time, pod_name), `state_history` records each change
 and `finished_at` is set at the end. Tests script a run with `plan` (the tasks in the order they finish and
 their states) and `final_state`; each GET of the run advances it by one task, so no clock is involved.
-`artifacts` holds (task display name, artifact name) -> stored bytes, served by
+`artifacts` holds (task display name, artifact name) -> stored bytes (`run_artifacts` the same for one run), served by
 `GET /apis/v2beta1/runs/{run_id}/nodes/{node_id}/artifacts/{name}:read` as `{"data": base64}`, or 404 with
 `{"error_message", "error_details"}` (backend/src/apiserver/server/run_artifact_server.go).
 """
@@ -91,6 +91,8 @@ class KfpApiServer:
         self.plan: list[tuple[str, str]] = []  # (task display name, final task state), in finishing order
         self.final_state = "SUCCEEDED"
         self.artifacts: dict[tuple[str, str], bytes] = {}
+        # (run id, task display name, artifact name) -> bytes: one run's own artifact, before `artifacts`.
+        self.run_artifacts: dict[tuple[str, str, str], bytes] = {}
         self.requests: list[Recorded] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -296,7 +298,10 @@ class KfpApiServer:
             }
             return 200, s.runs[run_id]
         if parts == ["runs"] and method == "GET":
-            return 200, self._list(list(s.runs.values()), "runs", query)
+            # ListRunsRequest.experiment_id (backend/api/v2beta1/run.proto): the runs of one experiment only.
+            experiment = query.get("experiment_id", [None])[0]
+            items = [r for r in s.runs.values() if not experiment or r.get("experiment_id") == experiment]
+            return 200, self._list(items, "runs", query)
         if len(parts) == 2 and parts[0] == "runs" and method == "GET":
             if parts[1] not in s.runs:
                 raise ApiError(404, f"run {parts[1]} not found")
@@ -378,7 +383,11 @@ class KfpApiServer:
         run = self.state.runs.get(run_id)
         task = next((t for t in (run or {}).get("run_details", {}).get("task_details", []) if t["task_id"] == node_id),
                     None)  # fmt: skip
-        data = self.artifacts.get((task["display_name"], name)) if task else None
+        data = None
+        if task:
+            data = self.run_artifacts.get(
+                (run_id, task["display_name"], name), self.artifacts.get((task["display_name"], name))
+            )
         if data is None:
             message = f"Failed to read artifact: artifact {name} of node {node_id} in run {run_id} not found"
             return 404, {"error_message": message, "error_details": message}

@@ -103,13 +103,22 @@ def follow(
         sleep(poll)
 
 
+def verdict_task(run: Any) -> Any | None:
+    """The run's verdict task, when it succeeded (its audit artifact is then the run's record)."""
+    return next((t for t in _tasks(run) if t.display_name == VERDICT_TASK and _state(t.state) == "SUCCEEDED"), None)
+
+
+def run_state(run: Any) -> str:
+    return _state(run.state)
+
+
 def conclude(client: Any, run: Any, state: str, artifacts: ArtifactStore | None = None) -> Followed:
     run_id = str(run.run_id)
-    task = next((t for t in _tasks(run) if t.display_name == VERDICT_TASK and _state(t.state) == "SUCCEEDED"), None)
+    task = verdict_task(run)
     if task is None:
         return Followed(run_id, state, "INCONCLUSIVE", f"the run ended {state} before its verdict")
     try:
-        record = _audit(client, run_id, str(task.task_id), artifacts)
+        record = audit_record(client, run_id, str(task.task_id), artifacts)
         verdict = record["verdict"]
         status, reasons = str(verdict["status"]), [str(r) for r in verdict.get("reasons") or []]
     except (KfchaosError, KeyError, TypeError) as exc:
@@ -123,7 +132,7 @@ def conclude(client: Any, run: Any, state: str, artifacts: ArtifactStore | None 
     return Followed(run_id, state, status, message)
 
 
-def _audit(client: Any, run_id: str, node_id: str, artifacts: ArtifactStore | None) -> dict[str, Any]:
+def audit_record(client: Any, run_id: str, node_id: str, artifacts: ArtifactStore | None) -> dict[str, Any]:
     """The audit record through the API server, else (KFP 2.1.0) from the object store when one is given."""
     try:
         return read_audit(client, run_id, node_id)
