@@ -11,13 +11,15 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
-from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, wait_http
+from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, free_port, wait_http
 from kfchaos.metrics import crashlogs, oom
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
@@ -76,3 +78,28 @@ def test_demo_oom_kill_and_crash_counted_from_the_cluster_series() -> None:
     assert window.cadvisor == 0  # cAdvisor's per-instance counter never showed it (google/cadvisor#3015)
     assert counted.series[oom.CRASHES].values[-1] == 1  # the SIGKILL: reason Error, exit code 137
     assert window.gpu == 0 and window.unread == 0  # its previous log was read: no CUDA out of memory
+
+
+@pytest.mark.parametrize(
+    ("flags", "exported"),
+    [([], False), (["--restarts", "0"], True)],
+    ids=["a pod of a real cluster", "under the demo's supervisor"],
+)
+def test_the_server_models_the_clusters_series_only_under_the_demos_supervisor(
+    flags: list[str], exported: bool
+) -> None:
+    """In a pod of a real cluster the server's copy of kube-state-metrics' restart count, scraped from the pod,
+    would sit beside the real one under the pod's own labels and disagree with it (on the real node the verdict
+    held the replaced pod's count unknown for it): there the cluster's own exporters are the only source."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "kfchaos.demo.server", "--port", str(port), *flags])
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 30, process)
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert "vllm:e2e_request_latency_seconds_count" in text
+    for name in ("kube_pod_container_status_restarts_total", "container_oom_events_total",
+                 "container_memory_working_set_bytes", "kube_pod_container_resource_limits"):  # fmt: skip
+        assert (f"\n{name}{{" in text) is exported, name

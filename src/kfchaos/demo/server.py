@@ -167,13 +167,20 @@ class DemoServer:
         leak_aborted: bool = False,
         max_model_len: int = 32768,
         host_memory: HostMemory | None = None,
+        model_cluster_series: bool = True,
     ) -> None:
+        """`model_cluster_series`: export the series a cluster keeps about this container (kube-state-metrics',
+        cAdvisor's), as the demo's supervisor plays the kubelet. Off in a pod of a real cluster, whose own
+        kube-state-metrics and cAdvisor report the container: a copy scraped from the pod would be a second,
+        disagreeing restart count under the pod's own labels (seen on the real node: the verdict held the pod's
+        count unknown)."""
         self.config = config
         self.model = model
         self.engine = Engine(config)
         self.host_memory = host_memory
         modelled_status = status or ContainerStatus(memory_limit_bytes=config.memory_limit_bytes)
-        self.metrics = Metrics(model, None if host_memory is not None else modelled_status)
+        modelled = model_cluster_series and host_memory is None
+        self.metrics = Metrics(model, modelled_status if modelled else None)
         self.lora = lora.LoraState(lora_config or lora.LoraConfig())
         enabled = self.lora.config.enabled
         self.lora_metrics = lora.LoraMetrics(self.metrics.registry, self.lora.config) if enabled else None
@@ -477,7 +484,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", default="demo/llama-3-8b-sim")
-    parser.add_argument("--restarts", type=int, default=0, help="set by the supervisor")
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=None,
+        help="set by the demo's supervisor (it then exports the cluster's series of this container); left out in a "
+        "pod of a real cluster, whose kube-state-metrics and cAdvisor report it",
+    )
     parser.add_argument("--last-terminated-reason", default=None, help="set by the supervisor")
     parser.add_argument("--last-exit-code", type=int, default=None, help="set by the supervisor")
     parser.add_argument("--container-id", default="c0", help="set by the supervisor")
@@ -492,7 +505,7 @@ def main(argv: list[str] | None = None) -> None:
     lora.add_arguments(parser)
     args = parser.parse_args(argv)
     config = engine_config(args)
-    status = ContainerStatus(args.restarts, args.last_terminated_reason, args.last_exit_code, args.container_id,
+    status = ContainerStatus(args.restarts or 0, args.last_terminated_reason, args.last_exit_code, args.container_id,
                              config.memory_limit_bytes)  # fmt: skip
     server = DemoServer(
         config,
@@ -502,6 +515,7 @@ def main(argv: list[str] | None = None) -> None:
         leak_aborted=args.leak_aborted_blocks,
         max_model_len=args.max_model_len,
         host_memory=HostMemory(args.real_host_memory_scale) if args.real_host_memory_scale else None,
+        model_cluster_series=args.restarts is not None,
     )
     # handler_cancellation: a client that disconnects cancels its handler at once, as vLLM's with_cancellation
     # does (kfchaos.demo.disconnect), not only at the handler's next write.

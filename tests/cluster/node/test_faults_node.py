@@ -58,7 +58,9 @@ def experiment(fault: dict[str, Any], prometheus: str, rate: int = 10) -> str:
         "stage_duration": "40s",
         "warmup": "2s",
     }
-    slo = {"p99_max": "5s", "error_rate_max": "2%"}
+    # Drift up to 100 %: at 400 requests a 15 % limit leaves the interval of a few slow answers straddling its 1 %
+    # (an honest INCONCLUSIVE, seen here); these cases judge what the fault does, not a fine drift.
+    slo = {"p99_drift_max": "100%", "p99_max": "5s", "error_rate_max": "2%"}
     baseline = baseline_section(NAME, prometheus)
     return experiment_text(NAME, NAMESPACE, [fault], traffic, slo, timeout="5s", baseline=baseline)
 
