@@ -72,12 +72,12 @@ def test_mode_value_and_duration_limits(extra: dict[str, Any], safety: dict[str,
 
 
 def test_default_duration_is_span_of_active_stages() -> None:
-    # stages 10,30,60,90,100 of 10m each, 30s timeout: [60, 90] lasts 2 x (10m + 30s) + one 2m gap between
-    # stages = 23m; [30, 100] lasts 4 x 10m30s + 3 gaps = 48m.
+    # stages 10,30,60,90,100 of 10m each, 30s timeout: [60, 90] lasts 30s to be injected + 2 x (10m + 30s) + one
+    # 2m gap between stages = 23m30s; [30, 100] lasts 30s + 4 x 10m30s + 3 gaps = 48m30s.
     experiment = experiment_with(
         {**KILL, "stages": [60, 90]}, {"name": "k2", "type": "pod-failure", "stages": [30, 100]}
     )
-    assert [m["spec"]["duration"] for m in render_experiment(experiment, "r")] == ["23m", "48m"]
+    assert [m["spec"]["duration"] for m in render_experiment(experiment, "r")] == ["23m30s", "48m30s"]
 
 
 def test_default_duration_capped_by_safety() -> None:
