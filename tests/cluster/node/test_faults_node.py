@@ -212,12 +212,14 @@ def test_a_network_partition_from_the_client_fails_the_run(
 ) -> None:
     net = node.saved_net(node_cluster.cluster.env.state)
     assert net is not None
-    # The replay runs on the host: the partition cuts the target pods off from the host's address.
+    # The replay runs on the host and reaches the pods through their Service: kube-proxy masquerades a connection
+    # from outside --cluster-cidr (KUBE-MARK-MASQ), so the pods see it from the node's bridge, the pods' gateway,
+    # not from the host's address (a partition from the host's address alone let every request through: PASS).
     fault = {
         "name": "cut",
         "type": "network-partition",
         "mode": "all",
-        "params": {"direction": "both", "external_targets": [net.host_ip]},
+        "params": {"direction": "both", "external_targets": [net.host_ip, net.pod_gateway]},
     }
     verdict = _run(node_cluster, faults_root, tmp_path, fault, Watch(lambda: True))
     assert verdict["status"] == "FAIL", _reasons(verdict)
