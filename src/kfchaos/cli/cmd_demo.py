@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from typing import Any
 
 from kfchaos.cli import EXIT_PASS
+from kfchaos.cli.flags import add_demo_run_flags
 from kfchaos.errors import KfchaosError
 
 
@@ -37,16 +37,7 @@ def register(subparsers: Any) -> None:
         "unsafe or tuned (default tuned)",
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios, one line each, and exit")
-    parser.add_argument("--runs", type=Path, default=Path("runs"), help="where run folders go (default: runs/)")
-    parser.add_argument(
-        "--root", type=Path, default=Path("."), help="the repository whose commit the audit records (default: .)"
-    )
-    parser.add_argument(
-        "--baseline-seconds",
-        type=float,
-        default=15.0,
-        help="least fault-free replay per stage rate for the control baseline",
-    )
+    add_demo_run_flags(parser, "the control baseline")
     parser.add_argument("--no-baseline", action="store_true", help="with `up`: skip recording the control baseline")
     parser.set_defaults(func=run)
 

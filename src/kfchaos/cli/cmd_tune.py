@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kfchaos.cli import EXIT_FAIL, EXIT_PASS
+from kfchaos.cli.flags import add_demo_run_flags
 from kfchaos.cli.jsonout import emit
 
 if TYPE_CHECKING:
@@ -57,16 +58,7 @@ def register(subparsers: Any) -> None:
         "the recommendation's evidence; one offline file (docs/tune.md)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout (kfchaos.TuneResult)")
-    parser.add_argument("--runs", type=Path, default=Path("runs"), help="where run folders go (default: runs/)")
-    parser.add_argument(
-        "--root", type=Path, default=Path("."), help="the repository whose commit the audit records (default: .)"
-    )
-    parser.add_argument(
-        "--baseline-seconds",
-        type=float,
-        default=15.0,
-        help="least fault-free replay per stage rate for each configuration's control baseline",
-    )
+    add_demo_run_flags(parser, "each configuration's control baseline")
     parser.set_defaults(func=run, tune_parser=parser)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -126,28 +127,35 @@ def _cgroup_commands(pod: Any) -> set[str]:
     return found
 
 
-def _run(node_cluster: NodeCluster, scene: Scene, tmp: Path, fault: dict[str, Any], watch: Watch) -> dict[str, Any]:
+def _run_local(
+    node_cluster: NodeCluster, scene: Scene, tmp: Path, fault: dict[str, Any], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`kfchaos run --local` of the experiment with `fault` against the node's target; run folders under `tmp`."""
     root = scene.root
     (root / "experiments" / "exp.yaml").write_text(experiment(fault, node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]))
+    return kfchaos(
+        node_cluster,
+        "run",
+        str(root / "experiments" / "exp.yaml"),
+        "--local",
+        "--root",
+        str(root),
+        "--target",
+        scene.target.url,
+        "--output",
+        str(tmp / "pipeline-root"),
+        "--runs",
+        str(tmp / "runs"),
+        extra_env={"KFCHAOS_PROMETHEUS_URL": node_cluster.cluster.prometheus_url, **(env or {})},
+        timeout=900,
+    )
+
+
+def _run(node_cluster: NodeCluster, scene: Scene, tmp: Path, fault: dict[str, Any], watch: Watch) -> dict[str, Any]:
     thread = threading.Thread(target=watch.run, daemon=True)
     thread.start()
     try:
-        done = kfchaos(
-            node_cluster,
-            "run",
-            str(root / "experiments" / "exp.yaml"),
-            "--local",
-            "--root",
-            str(root),
-            "--target",
-            scene.target.url,
-            "--output",
-            str(tmp / "pipeline-root"),
-            "--runs",
-            str(tmp / "runs"),
-            extra_env={"KFCHAOS_PROMETHEUS_URL": node_cluster.cluster.prometheus_url},
-            timeout=900,
-        )
+        done = _run_local(node_cluster, scene, tmp, fault)
     finally:
         watch.stop = True
         thread.join(5)
@@ -235,26 +243,9 @@ def test_a_netem_fault_this_kernel_cannot_inject_stops_the_run_with_chaos_meshs_
     "Not Injected/Wait" record means Apply again: chaos-mesh controllers/common/records/controller.go). The stage
     is judged not under its fault, and the run ends without a verdict: its cleanup cannot show the object gone,
     and it says which object and how to release it. Never a PASS."""
-    root = faults_root.root
     fault = {"name": "delay", "type": "network-delay", "mode": "all", "params": {"latency": "100ms"}}
-    (root / "experiments" / "exp.yaml").write_text(experiment(fault, node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]))
-    done = kfchaos(
-        node_cluster,
-        "run",
-        str(root / "experiments" / "exp.yaml"),
-        "--local",
-        "--root",
-        str(root),
-        "--target",
-        faults_root.target.url,
-        "--output",
-        str(tmp_path / "pipeline-root"),
-        "--runs",
-        str(tmp_path / "runs"),
-        # How long removal waits for Chaos Mesh to recover (kfchaos.faults.chaosmesh): it never will here.
-        extra_env={"KFCHAOS_PROMETHEUS_URL": node_cluster.cluster.prometheus_url, "KFCHAOS_RECOVER_TIMEOUT": "20s"},
-        timeout=900,
-    )
+    # How long removal waits for Chaos Mesh to recover (kfchaos.faults.chaosmesh): it never will here.
+    done = _run_local(node_cluster, faults_root, tmp_path, fault, {"KFCHAOS_RECOVER_TIMEOUT": "20s"})
     said = done.stdout + done.stderr
     assert done.returncode not in (0, 1), said[-3000:]
     assert "the run failed before its verdict" in said and "records not recovered" in said, said[-3000:]
