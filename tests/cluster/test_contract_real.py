@@ -157,6 +157,11 @@ def test_finalizer_stuck_then_released(cluster: scenarios.Cluster) -> None:
     scenarios.finalizer_stuck_then_released(cluster)
 
 
+def test_never_injected_stays_terminating(cluster: scenarios.Cluster) -> None:
+    # The bare pod lands on a KWOK node, where no chaos-daemon runs (it runs on the real node only).
+    scenarios.never_injected_stays_terminating(cluster)
+
+
 def test_admission_agreement(cluster: scenarios.Cluster) -> None:
     assert scenarios.admission_agreement(cluster) == len(scenarios.ADMISSION_CASES)
 

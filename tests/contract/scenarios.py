@@ -24,6 +24,7 @@ Upstream behaviours asserted (chaos-mesh/chaos-mesh v2.8.x):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import math
@@ -43,6 +44,7 @@ from kfchaos.faults.backend import (
     BackendError,
     FaultHandle,
     InjectionTimeout,
+    LeftNeverInjected,
     StuckTerminating,
 )
 from kfchaos.faults.catalog import API_VERSION, CATALOG, GROUP, PLURALS, VERSION
@@ -399,6 +401,75 @@ def finalizer_stuck_then_released(cluster: Cluster) -> None:
                 GROUP, VERSION, cluster.namespace, "podchaos", name, release
             )
         delete_pod(cluster, pod)
+
+
+def never_injected_stays_terminating(cluster: Cluster) -> None:
+    """Faults whose Apply through chaos-daemon keeps failing (the target's node runs none: "cannot find daemonIP"),
+    deleted. A StressChaos's failed Apply leaves its record "Not Injected" (controllers/chaosimpl/stresschaos/
+    impl.go), so the finalizer goes and the object with it. A NetworkChaos waits for its PodNetworkChaos in
+    "Not Injected/Wait" (networkchaos/trafficcontrol/impl.go `waitForApplySync`), and desiredPhase Stop on such a
+    record is another Apply, not a Recover (controllers/common/records/controller.go): it keeps failing and the
+    object stays Terminating. kfchaos's sweep says so as LeftNeverInjected (the run is still judged, never PASS),
+    with the command that releases it; that command lets it go."""
+    backend = cluster.backend()
+    labels = {"kfchaos-contract": _unique("never")}
+    pod = _unique("never")
+    make_pod(cluster, pod, labels)
+    run_id = _unique("run")
+    delay = chaos(
+        cluster, "NetworkChaos", _unique("delay"), labels, run_id, {"action": "delay", "delay": {"latency": "50ms"}}
+    )
+    stress = chaos(cluster, "StressChaos", _unique("stress"), labels, run_id, {"stressors": CPU["stressors"]})
+    names = {"networkchaos": delay["metadata"]["name"], "stresschaos": stress["metadata"]["name"]}
+    release = {"metadata": {"finalizers": None}}
+    try:
+        for manifest in (delay, stress):
+            backend.apply(manifest)
+        for plural, name in names.items():
+            _wait(f"{plural} {name}'s failed Apply", lambda p=plural, n=name: _failed_applies(_get(cluster, p, n)))
+        phases = {p: {r.get("phase") for r in _records(_get(cluster, p, n))} for p, n in names.items()}
+        assert phases == {"networkchaos": {"Not Injected/Wait"}, "stresschaos": {"Not Injected"}}, phases
+        try:
+            backend.sweep(run_id, [cluster.namespace], timeout=5.0)
+        except LeftNeverInjected as exc:
+            message = exc.reason
+        else:
+            raise AssertionError("a NetworkChaos that never injected is not released by Chaos Mesh")
+        assert not _get(cluster, "stresschaos", names["stresschaos"]), "its finalizer goes with its records"
+        obj = _get(cluster, "networkchaos", names["networkchaos"])
+        assert obj["metadata"].get("deletionTimestamp") and FINALIZER in obj["metadata"]["finalizers"]
+        assert all(not int(r.get("injectedCount") or 0) for r in _records(obj)), _records(obj)
+        command = (
+            f"kubectl patch networkchaos.{GROUP} -n {cluster.namespace} {names['networkchaos']} --type=merge "
+            """-p '{"metadata":{"finalizers":null}}'"""
+        )
+        assert "never injected" in message and command in message, message
+        _custom(cluster).patch_namespaced_custom_object(
+            GROUP, VERSION, cluster.namespace, "networkchaos", names["networkchaos"], release
+        )
+        _wait("the released object gone", lambda: not _get(cluster, "networkchaos", names["networkchaos"]))
+        assert backend.sweep(run_id, [cluster.namespace], timeout=WAIT) == 0
+    finally:
+        for plural, name in names.items():
+            if _get(cluster, plural, name):
+                _custom(cluster).patch_namespaced_custom_object(
+                    GROUP, VERSION, cluster.namespace, plural, name, release
+                )
+                with contextlib.suppress(ApiException):
+                    _custom(cluster).delete_namespaced_custom_object(GROUP, VERSION, cluster.namespace, plural, name)
+        delete_pod(cluster, pod)
+
+
+def _records(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
+
+
+def _failed_applies(obj: dict[str, Any]) -> bool:
+    """Whether every record of `obj` has a failed Apply among its events."""
+    records = _records(obj)
+    return bool(records) and all(
+        any(e.get("type") == "Failed" and e.get("operation") == "Apply" for e in r.get("events") or []) for r in records
+    )
 
 
 # ---------------------------------------------------------------- admission

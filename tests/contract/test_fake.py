@@ -46,3 +46,9 @@ def test_finalizer_added_after_create(cluster: scenarios.Cluster) -> None:
 
 def test_finalizer_stuck_then_released(cluster: scenarios.Cluster) -> None:
     scenarios.finalizer_stuck_then_released(cluster)
+
+
+def test_never_injected_stays_terminating() -> None:
+    # Its pod must land where no chaos-daemon runs: the real cluster's KWOK nodes have none, the fake none at all.
+    with KubeApiServer(inject_delay=0.05, finalizer_delay=0.05, chaos_daemon=False) as server:
+        scenarios.never_injected_stays_terminating(scenarios.Cluster(api=kubernetes_client(server.url), namespace="c"))

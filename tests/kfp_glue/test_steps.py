@@ -53,6 +53,14 @@ def test_a_failed_recovery_fails_the_run() -> None:
     assert overall(ok, recovery) == ("FAIL", ["recovery: SLOs did not hold again"])
 
 
+def test_a_fault_left_never_injected_is_inconclusive_and_named_with_its_release() -> None:
+    ok = [_result("steady_state", 0, "PASS", True), _result("stage", 10, "PASS", True)]
+    left = {"objects": ["networkchaos ns/d"], "release": ["kubectl patch ..."], "reason": "left Terminating: ns/d"}
+    recovered = {"recovery": {"status": "PASS", "reason": "held"}, "left_never_injected": left}
+    assert overall(ok, recovered) == ("INCONCLUSIVE", ["removal: left Terminating: ns/d"])
+    assert overall(ok, {**recovered, "left_never_injected": None}) == ("PASS", [])
+
+
 def json_skip(stage: int) -> StepResult:
     return StepResult(**json.loads(gates.skipped(stage, "an earlier gate stopped the ramp")))
 

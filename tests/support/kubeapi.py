@@ -17,8 +17,8 @@ Containers[0] without containerNames), `Selected`/`AllInjected` turn True and st
 whatever happens to the pods later; the `chaos-mesh/records` finalizer is added after the create (never in
 its response, never on a dry run); a deleted object stays Terminating until every record has recovered to
 "Not Injected" (`finalizer_delay` seconds after the delete, never while `stall_recovery` holds it) or the
-annotation `chaos-mesh.chaos-mesh.org/cleanFinalizer: forced` is set while no Recover fails (a stalled object
-stays until its finalizer is removed); an object whose `spec.duration` ran
+annotation `chaos-mesh.chaos-mesh.org/cleanFinalizer: forced` is set while no Recover fails (a stalled object,
+and one whose record never injected, stays until its finalizer is removed); an object whose `spec.duration` ran
 out is recovered (AllRecovered, desiredPhase Stop). Created pods turn Running and ready after `inject_delay`.
 
 For `kfchaos doctor` it serves namespaces, nodes, secrets, configmaps, serviceaccounts, deployments and
@@ -171,6 +171,23 @@ class FailureRule:
 # (controllers/chaosimpl/podchaos/podkill/impl.go, podfailure/impl.go).
 _NO_DAEMON = {("PodChaos", "pod-kill"), ("PodChaos", "pod-failure")}
 MAX_EVENTS = 100  # events kept per record (pkg/config/controller.go MaxEvents, default 100)
+
+
+# Kinds whose Apply first writes a per-pod object (PodNetworkChaos, PodIOChaos, PodHttpChaos) that chaos-daemon
+# syncs, and waits in "Not Injected/Wait" for it (controllers/chaosimpl/networkchaos/trafficcontrol/impl.go,
+# networkchaos/partition/impl.go, iochaos/impl.go, httpchaos/impl.go: `waitForApplySync`); a failed sync keeps the
+# record there. The others' Apply returns "Not Injected" with its error (e.g. stresschaos/impl.go).
+_WAITING_KINDS = {"NetworkChaos", "IOChaos", "HTTPChaos"}
+
+
+def _failed_apply_phase(kind: str) -> str:
+    return "Not Injected/Wait" if kind in _WAITING_KINDS else "Not Injected"
+
+
+def _never_injected(record: dict[str, Any]) -> bool:
+    """A record whose Apply never succeeded and is retried, stopped or not (what the fake makes for a target
+    without chaos-daemon)."""
+    return str(record.get("phase", "")).startswith("Not Injected/") and not record.get("injectedCount")
 
 
 def _failed_apply(message: str, stamp: str) -> dict[str, str]:
@@ -499,10 +516,12 @@ class KubeApiServer:
         meta = stored.body["metadata"]
         if CHAOS_FINALIZER not in (meta.get("finalizers") or []):
             return True
-        if stored.stalled is not None:
+        if stored.stalled is not None or any(_never_injected(r) for r in stored.records or []):
             # The records step requeues after a failed Recover and the pipeline stops there, before the clean
             # step that reads `forced` (controllers/common/pipeline/pipeline.go, records/controller.go
-            # needRetry); the real controller keeps such an object (tests/cluster/test_contract_real.py).
+            # needRetry), after a failed Recover as after a failed Apply of a never-injected record; the real
+            # controller keeps such an object (tests/cluster/test_contract_real.py, tests/cluster/node/
+            # test_faults_node.py's netem case).
             return False
         if (meta.get("annotations") or {}).get(CLEAN_FINALIZER_ANNOTATION) == "forced":
             return True
@@ -593,7 +612,7 @@ class KubeApiServer:
             else {
                 "id": target,
                 "selectorKey": ".",
-                "phase": "Not Injected/Wait",
+                "phase": _failed_apply_phase(str(stored.body.get("kind"))),
                 "injectedCount": 0,
                 "recoveredCount": 0,
                 "events": [_failed_apply(f"cannot find daemonIP on node {undaemoned[target]}", stamp)],
@@ -620,13 +639,17 @@ class KubeApiServer:
         for record in stored.records or []:
             # Upstream requeues a failed Apply at once and retries without end: one more attempt per read here.
             failed = record["events"][-1] if record["events"] else {}
-            if record["phase"] == "Not Injected/Wait" and failed.get("type") == "Failed":
+            if record["phase"].startswith("Not Injected") and failed.get("type") == "Failed":
                 record["events"] = [*record["events"], _failed_apply(failed["message"], _now())][-MAX_EVENTS:]
         records = copy.deepcopy(stored.records or [])
         if stopped and not (one_shot and not deleting):
-            # desiredPhase Stop: each record is recovered (Recover -> "Not Injected"), unless stalled.
+            # desiredPhase Stop: each record is recovered (Recover -> "Not Injected"), unless stalled. A record
+            # never injected ("Not Injected/..."; its failing Apply retried above) is applied again, not recovered
+            # (controllers/common/records/controller.go), so it stays as it is while its cause lasts.
             recovering = deleting and not expired and time.monotonic() - (stored.deleting or 0) < self.finalizer_delay
             for record in records:
+                if _never_injected(record):
+                    continue
                 if stored.stalled is not None:
                     record["events"].append(
                         {"type": "Failed", "operation": "Recover", "message": stored.stalled, "timestamp": _now()}

@@ -109,6 +109,23 @@ class StuckTerminating(BackendError):
         super().__init__(f"still present after {timeout:g}s: {'; '.join(objects)}.{remedy}")
 
 
+class LeftNeverInjected(StuckTerminating):
+    """Objects still Terminating whose every record Chaos Mesh never reported injected (phase "Not Injected" or
+    "Not Injected/...", injectedCount 0). Stopped, such a record is applied again rather than recovered
+    (chaos-mesh/chaos-mesh controllers/common/records/controller.go: desiredPhase Stop on a "Not Injected/*"
+    record is an Apply), so while the cause of its failed Apply lasts (a kernel without sch_netem, no
+    chaos-daemon on the node) the Apply keeps failing, the records step requeues, and the finalizer never goes.
+    By Chaos Mesh's own account the target holds nothing it applied: the run can still be judged (never PASS)."""
+
+    def __init__(self, timeout: float, objects: list[str], commands: list[str]) -> None:
+        super().__init__(timeout, objects, commands)
+        self.reason = (
+            f"left Terminating, never injected: {'; '.join(objects)}. Chaos Mesh retries the failed Apply of a "
+            "never-injected record instead of recovering it, so it cannot release these while the cause of the "
+            "failure lasts; once it is gone or understood, release each: " + "; ".join(commands)
+        )
+
+
 @dataclass(frozen=True)
 class FaultHandle:
     """What identifies an applied fault object: enough to wait for, remove and audit it."""

@@ -31,6 +31,7 @@ from kfchaos.faults.backend import (
     ChaosMeshNotInstalled,
     FaultHandle,
     InjectionFailed,
+    LeftNeverInjected,
     InjectionReport,
     InjectionTimeout,
     Manifest,
@@ -842,11 +843,11 @@ class ChaosMeshBackend:
                 if not left:
                     return deleted
             if not self._time_left():
-                raise StuckTerminating(
-                    timeout,
-                    [_terminating(plural, o) for plural, o in left],
-                    [_release_command(plural, o) for plural, o in left if _stuck_on_records(plural, o)],
-                )
+                objects = [_terminating(plural, o) for plural, o in left]
+                commands = [_release_command(plural, o) for plural, o in left if _stuck_on_records(plural, o)]
+                if all(_never_injected(plural, o) for plural, o in left):
+                    raise LeftNeverInjected(timeout, objects, commands)
+                raise StuckTerminating(timeout, objects, commands)
             self._sleep(self._capped(self.poll_interval))
 
 
@@ -861,10 +862,14 @@ def _terminating(plural: str, obj: dict[str, Any]) -> str:
         return f"{where} (not deleted yet)"
     finalizers = meta.get("finalizers") or []
     records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
-    pending = [str(r.get("id")) for r in records if r.get("phase") != "Not Injected"]
+    pending = [r for r in records if r.get("phase") != "Not Injected"]
+    never = [str(r.get("id")) for r in pending if not int(r.get("injectedCount") or 0)]
+    unrecovered = [str(r.get("id")) for r in pending if int(r.get("injectedCount") or 0)]
     why = f"Terminating since {meta.get('deletionTimestamp')}, finalizers {finalizers}"
-    if pending:
-        why += f", records not recovered: {', '.join(pending)}"
+    if unrecovered:
+        why += f", records not recovered: {', '.join(unrecovered)}"
+    if never:
+        why += f", records never injected (their Apply retried): {', '.join(never)}"
     return f"{where} ({why})"
 
 
@@ -892,6 +897,20 @@ def _stuck_on_records(plural: str, obj: dict[str, Any]) -> bool:
     meta = obj.get("metadata") or {}
     return (
         plural != "pods" and bool(meta.get("deletionTimestamp")) and RECORDS_FINALIZER in (meta.get("finalizers") or [])
+    )
+
+
+def _never_injected(plural: str, obj: dict[str, Any]) -> bool:
+    """A chaos object held by its records finalizer though Chaos Mesh never reported any of its records injected
+    (kfchaos.faults.backend.LeftNeverInjected says why it stays)."""
+    records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
+    return (
+        _stuck_on_records(plural, obj)
+        and bool(records)
+        and all(
+            str(r.get("phase") or "").startswith("Not Injected") and not int(r.get("injectedCount") or 0)
+            for r in records
+        )
     )
 
 

@@ -112,6 +112,10 @@ def overall(results: list[StepResult], recovery: dict[str, Any] | None) -> tuple
         statuses.append(check["status"])
         if check["status"] != "PASS":
             reasons.append(f"recovery: {check['reason']}")
+    left = (recovery or {}).get("left_never_injected")
+    if left:  # a fault that never injected judged nothing, and its object is still there (remove step)
+        statuses.append("INCONCLUSIVE")
+        reasons.append(f"removal: {left['reason']}")
     status = max(statuses, key=_RANK.__getitem__) if statuses else "INCONCLUSIVE"
     return status, reasons
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kfchaos import safefile
+from kfchaos.faults.backend import LeftNeverInjected
 from kfchaos.steps import seams, targetlease
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import describe, load_history
@@ -38,7 +39,11 @@ def remove_and_recover(
         note = {"removed": [], "recovery": None, "note": "nothing was injected", "lora_adapters": adapters}
         return json.dumps(note, sort_keys=True)
     backend = seams.fault_backend(experiment, run_id)
-    removed = describe(backend.sweep(run_id))
+    left: dict[str, Any] | None = None
+    try:
+        removed = describe(backend.sweep(run_id))
+    except LeftNeverInjected as exc:  # nothing applied is left: still judged (INCONCLUSIVE), the objects named
+        removed, left = [], {"objects": exc.objects, "release": exc.commands, "reason": exc.reason}
     # Faults are removed after their last stage; recovery runs from the last confirmed removal, or from now
     # when the sweep still found one (or a removal was not confirmed).
     last_seen = {w.get("fault"): w for r in results for w in r.detail.get("fault_windows") or [] if isinstance(w, dict)}
@@ -55,7 +60,13 @@ def remove_and_recover(
     ):
         if lease.lost:  # the faults are removed (above); the target is no longer this run's to probe
             unprobed = {"status": "INCONCLUSIVE", "reason": f"recovery not probed: the target's lease: {lease.lost}"}
-            out = {"removed": removed, "removed_at": removed_at, "recovery": unprobed, "lora_adapters": adapters}
+            out = {
+                "removed": removed,
+                "removed_at": removed_at,
+                "recovery": unprobed,
+                "lora_adapters": adapters,
+                "left_never_injected": left,
+            }
             return json.dumps(out, sort_keys=True, default=str)
         records = str(Path(tmp) / "recovery.parquet")
         summary = seams.replay_stage(
@@ -72,6 +83,7 @@ def remove_and_recover(
             "probe": summary,
             "recovery": check.to_dict() if check else None,
             "lora_adapters": adapters,
+            "left_never_injected": left,
         },
         sort_keys=True,
         default=str,

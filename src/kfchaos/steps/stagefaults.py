@@ -142,8 +142,10 @@ def open_stage_faults(
             entry, ok = _wait_injected(held.backend, fault, manifest, handle, applied)
             held.created.append(entry)
             injected = entry["injected_at"]
-            if not ok:
-                held.reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected")
+            if not ok:  # with the backend's own words (e.g. Chaos Mesh's failed Apply) where it gave any
+                error = entry["injection"].get("error") if isinstance(entry["injection"], dict) else None
+                said = f": {error}" if error else ""
+                held.reasons.append(f"{fault.name} ({manifest['kind']}) not verified as injected{said}")
         else:
             handle = held.backend.handle_of(fault)
         held.handles[fault.name] = handle
