@@ -11,10 +11,12 @@ with Chaos Mesh's own error in the reasons, never PASS.
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import json
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,6 +215,31 @@ def test_stress_runs_in_the_real_containers_cgroup(
     assert verdict["status"] in ("PASS", "FAIL"), _reasons(verdict)
     time.sleep(2)
     assert not any(set(names) & _cgroup_commands(p) for p in _pods(core)), "the stressor outlived its fault"
+
+
+def _clock_skew(target: Target) -> float:
+    """The target's clock minus this host's, in seconds, from the Date header its answer carries (aiohttp stamps
+    each answer from time.time(): aiohttp/web_response.py, helpers.rfc822_formatted_time): 1 s resolution."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with direct.open(f"{target.url}/health", timeout=5) as answer:
+        stamped = email.utils.parsedate_to_datetime(answer.headers["Date"]).timestamp()
+    return stamped - time.time()
+
+
+def test_a_time_offset_moves_the_real_containers_clock_and_gives_it_back(
+    node_cluster: NodeCluster, faults_root: Scene, tmp_path: Path
+) -> None:
+    """TimeChaos through chaos-daemon (pkg/chaosdaemon/time_server_linux.go: ptrace into the container's processes,
+    their vDSO clock_gettime replaced by pkg/time's fake clock): the target's own clock, as its answers' Date header
+    says, runs 5 minutes behind during the stage, and is back once the fault is removed."""
+    assert abs(_clock_skew(faults_root.target)) < 30  # the node shares the host's clock
+    fault = {"name": "clock", "type": "time-offset", "mode": "all", "params": {"offset": "-5m"}}
+    watch = Watch(lambda: _clock_skew(faults_root.target) < -240)
+    verdict = _run(node_cluster, faults_root, tmp_path, fault, watch)
+    assert watch.seen, "the target's Date header never ran 5 minutes behind"
+    assert verdict["status"] in ("PASS", "FAIL"), _reasons(verdict)
+    assert "clock verified active" in json.dumps(verdict), _reasons(verdict)
+    eventually("the target's clock given back", lambda: abs(_clock_skew(faults_root.target)) < 30, timeout=60)
 
 
 def test_a_network_partition_from_the_client_fails_the_run(
