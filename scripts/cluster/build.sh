@@ -58,24 +58,40 @@ module_symlinks() {
   esac
 }
 
-# A go.mod for `go build -modfile` whose replace directives point each module of module_symlinks at a copy with
-# its links restored (nothing printed when the component has none).
+# A go.mod for `go build -modfile` whose replace directives point each module of module_symlinks and
+# module_objects (below) at a copy with its links restored and its objects compiled (nothing printed when the
+# component has neither).
 restored_modfile() {
-  local c="$1" go="$2" work="$3" entry module path target dir copy
-  [[ -n "$(module_symlinks "$c")" ]] || return 0
+  local c="$1" go="$2" work="$3" entry module path target copy
+  [[ -n "$(module_symlinks "$c")$(module_objects "$c")" ]] || return 0
   mkdir -p "$work/src"
   cp "$root/cluster/$c/go.mod" "$work/go.mod"
   cp "$root/cluster/$c/go.sum" "$work/go.sum"
   for entry in $(module_symlinks "$c"); do
     module="${entry%%=*}"; path="${entry#*=}"; target="${path#*=}"; path="${path%%=*}"
-    dir="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' "$module")"
-    copy="$work/src/${module//\//_}"
-    if [[ ! -d "$copy" ]]; then cp -r "$dir" "$copy"; chmod -R u+w "$copy"; fi
+    copy="$(module_copy "$c" "$go" "$work" "$module")"
     [[ -f "$copy/$(dirname "$path")/$target" ]] || die "$c: $module has no $(dirname "$path")/$target (the link $path)"
     ln -sfn "$target" "$copy/$path"
-    printf '\nreplace %s => %s\n' "$module" "$copy" >>"$work/go.mod"
+  done
+  for entry in $(module_objects "$c"); do
+    module="${entry%%=*}"; path="${entry#*=}"; target="${path#*=}"; path="${path%%=*}"
+    copy="$(module_copy "$c" "$go" "$work" "$module")"
+    command -v "${CC:-gcc}" >/dev/null 2>&1 || die "$c: $path needs a C compiler (gcc): apt-get install gcc"
+    "${CC:-gcc}" -c "$copy/$target" -fPIE -O2 -o "$copy/$path" || die "$c: cc $target failed"
   done
   echo "$work/go.mod"
+}
+
+# A writable copy of `module` under $work/src, replacing it in $work/go.mod (made once per module).
+module_copy() {
+  local c="$1" go="$2" work="$3" module="$4" dir copy
+  copy="$work/src/${module//\//_}"
+  if [[ ! -d "$copy" ]]; then
+    dir="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' "$module")"
+    cp -r "$dir" "$copy"; chmod -R u+w "$copy"
+    printf '\nreplace %s => %s\n' "$module" "$copy" >>"$work/go.mod"
+  fi
+  echo "$copy"
 }
 
 # The upstream module whose version names the component.
@@ -97,13 +113,27 @@ module_version() {
   awk -v m="$2" '$1 == "require" && $2 == m {print $3; exit} $1 == m && $2 ~ /^v/ {print $2; exit}' "$1"
 }
 
+# Object files upstream's Makefile compiles into a module's tree before `go build`, which embeds them, and which
+# its zip therefore lacks, as "module=object=source" (relative to the module's root), made in the same copy as
+# the links above with upstream's command. chaos-mesh: TimeChaos's fake clock, the vDSO replacement chaos-daemon
+# writes into a target process (pkg/time/asset_linux.go `//go:embed fakeclock/*.o`; Makefile:
+# `cc -c ./pkg/time/fakeclock/fake_clock_gettime.c -fPIE -O2 -o pkg/time/fakeclock/fake_clock_gettime.o`).
+# Without them chaos-daemon builds and fails every TimeChaos ("read file from embedded fs ... does not exist").
+module_objects() {
+  case "$1" in
+    chaos-mesh)
+      local m=github.com/chaos-mesh/chaos-mesh f=pkg/time/fakeclock
+      echo "$m=$f/fake_clock_gettime.o=$f/fake_clock_gettime.c" "$m=$f/fake_gettimeofday.o=$f/fake_gettimeofday.c" ;;
+  esac
+}
+
 # Print the cache directory of a component (built or not), from its wrapper's go.mod/go.sum alone.
 component_dir() {
   local c="$1" mod="$root/cluster/$1/go.mod" version sum
   [[ -f "$mod" ]] || die "cluster/$c/go.mod is missing"
   version="$(module_version "$mod" "$(main_module "$c")")"
   [[ -n "$version" ]] || die "cluster/$c/go.mod: no require line for $(main_module "$c")"
-  sum="$( (cat "$mod" "$root/cluster/$c/go.sum"; binaries "$c"; extras_version "$c"; module_symlinks "$c") | sha256sum | cut -c1-10)"
+  sum="$( (cat "$mod" "$root/cluster/$c/go.sum"; binaries "$c"; extras_version "$c"; module_symlinks "$c"; module_objects "$c") | sha256sum | cut -c1-10)"
   echo "$cache/$c-$version-$sum"
 }
 
