@@ -17,7 +17,7 @@ import pytest
 
 from kfchaos.faults.activity import run_fault_windows, stage_activities
 from kfchaos.faults.backend import InjectionFailed
-from kfchaos.faults.chaosmesh import HOST_ENV, INJECT_TIMEOUT_ENV
+from kfchaos.faults.chaosmesh import HOST_ENV, INJECT_TIMEOUT_ENV, RECOVER_TIMEOUT_ENV
 from kfchaos.faults.records import apply_failures
 from kfchaos.spec import Experiment
 from kfchaos.steps.seams import BACKEND_ENV
@@ -111,6 +111,9 @@ def test_a_stage_under_a_fault_that_failed_to_inject_is_inconclusive(
     monkeypatch.setenv(BACKEND_ENV, "chaosmesh")
     monkeypatch.setenv(HOST_ENV, no_daemon.url)
     monkeypatch.setenv(INJECT_TIMEOUT_ENV, "10m")  # only the failed attempts can end the wait
+    # A never-injected NetworkChaos, IOChaos or HTTPChaos stays Terminating (Chaos Mesh applies it again on Stop):
+    # the stage's removal waits this long before it says so.
+    monkeypatch.setenv(RECOVER_TIMEOUT_ENV, "1s")
     monkeypatch.delenv("KUBECONFIG", raising=False)
     text = json.dumps([{**fault, "mode": "one"}])  # JSON is YAML; `all` is over the experiment's 50 % limit
     spec = experiment(stages=[10], faults=text)
@@ -118,6 +121,8 @@ def test_a_stage_under_a_fault_that_failed_to_inject_is_inconclusive(
     (created,) = detail["chaos_objects"]
     assert "failed to inject: cannot find daemonIP on node" in created["injection"]["error"]
     assert detail["fault_windows"][0]["verified"] == []
+    stuck = [r for r in detail["reasons"] if "not confirmed removed" in r]
+    assert bool(stuck) == (created["kind"] in ("NetworkChaos", "IOChaos", "HTTPChaos")), detail["reasons"]
     verdict = judge(spec, 10, detail)
     check = verdict.stage(10).check("fault_active")
     assert check.status is Status.INCONCLUSIVE and check.gating, check.reason
