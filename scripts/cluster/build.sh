@@ -69,13 +69,13 @@ restored_modfile() {
   cp "$root/cluster/$c/go.sum" "$work/go.sum"
   for entry in $(module_symlinks "$c"); do
     module="${entry%%=*}"; path="${entry#*=}"; target="${path#*=}"; path="${path%%=*}"
-    copy="$(module_copy "$c" "$go" "$work" "$module")"
+    copy="$(module_copy "$c" "$go" "$work" "$module")" || exit 1
     [[ -f "$copy/$(dirname "$path")/$target" ]] || die "$c: $module has no $(dirname "$path")/$target (the link $path)"
     ln -sfn "$target" "$copy/$path"
   done
   for entry in $(module_objects "$c"); do
     module="${entry%%=*}"; path="${entry#*=}"; target="${path#*=}"; path="${path%%=*}"
-    copy="$(module_copy "$c" "$go" "$work" "$module")"
+    copy="$(module_copy "$c" "$go" "$work" "$module")" || exit 1
     command -v "${CC:-gcc}" >/dev/null 2>&1 || die "$c: $path needs a C compiler (gcc): apt-get install gcc"
     "${CC:-gcc}" -c "$copy/$target" -fPIE -O2 -o "$copy/$path" || die "$c: cc $target failed"
   done
@@ -87,8 +87,14 @@ module_copy() {
   local c="$1" go="$2" work="$3" module="$4" dir copy
   copy="$work/src/${module//\//_}"
   if [[ ! -d "$copy" ]]; then
+    # `go list -m` names a module's folder only once it is in the module cache: before the component's first
+    # `go build` (a fresh cache) it is not, so it is downloaded first.
+    (cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" mod download "$module") >&2 \
+      || die "$c: go mod download $module failed"
     dir="$(cd "$root/cluster/$c" && GOFLAGS=-mod=readonly "$go" list -m -f '{{.Dir}}' "$module")"
-    cp -r "$dir" "$copy"; chmod -R u+w "$copy"
+    [[ -n "$dir" && -d "$dir" ]] || die "$c: $module is not in the module cache after its download"
+    cp -r "$dir" "$copy" || die "$c: copying $dir failed"
+    chmod -R u+w "$copy"
     printf '\nreplace %s => %s\n' "$module" "$copy" >>"$work/go.mod"
   fi
   echo "$copy"
@@ -234,7 +240,8 @@ build_one() {
     ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
   fi
   local cgo modfile modfile_flag=()
-  modfile="$(restored_modfile "$c" "$go" "$tmp/restored")"
+  # A function's `die` in $(...) ends only that subshell: its status is checked here.
+  modfile="$(restored_modfile "$c" "$go" "$tmp/restored")" || die "$c: preparing the module copy failed (above)"
   [[ -z "$modfile" ]] || modfile_flag=(-modfile "$modfile")
   for entry in $(binaries "$c"); do
     name="${entry%%=*}"; pkg="${entry#*=}"; cgo=0
