@@ -47,7 +47,9 @@ from kfchaos.faults.gpu import EXEC_KIND, pin_to_node
 from kfchaos.faults.naming import LABEL_MANAGED_BY, LABEL_RUN_ID, MANAGED_BY, run_selector
 from kfchaos.faults.records import (
     apply_failures,
+    never_injected,
     parse_records,
+    raw_records,
     selects_containers,
     stale_reason,
     stamp,
@@ -861,10 +863,9 @@ def _terminating(plural: str, obj: dict[str, Any]) -> str:
     if not meta.get("deletionTimestamp"):
         return f"{where} (not deleted yet)"
     finalizers = meta.get("finalizers") or []
-    records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
-    pending = [r for r in records if r.get("phase") != "Not Injected"]
-    never = [str(r.get("id")) for r in pending if not int(r.get("injectedCount") or 0)]
-    unrecovered = [str(r.get("id")) for r in pending if int(r.get("injectedCount") or 0)]
+    pending = [r for r in raw_records(obj) if r.get("phase") != "Not Injected"]
+    never = [str(r.get("id")) for r in pending if never_injected(r)]
+    unrecovered = [str(r.get("id")) for r in pending if not never_injected(r)]
     why = f"Terminating since {meta.get('deletionTimestamp')}, finalizers {finalizers}"
     if unrecovered:
         why += f", records not recovered: {', '.join(unrecovered)}"
@@ -903,15 +904,8 @@ def _stuck_on_records(plural: str, obj: dict[str, Any]) -> bool:
 def _never_injected(plural: str, obj: dict[str, Any]) -> bool:
     """A chaos object held by its records finalizer though Chaos Mesh never reported any of its records injected
     (kfchaos.faults.backend.LeftNeverInjected says why it stays)."""
-    records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
-    return (
-        _stuck_on_records(plural, obj)
-        and bool(records)
-        and all(
-            str(r.get("phase") or "").startswith("Not Injected") and not int(r.get("injectedCount") or 0)
-            for r in records
-        )
-    )
+    records = raw_records(obj)
+    return _stuck_on_records(plural, obj) and bool(records) and all(never_injected(r) for r in records)
 
 
 def _release_command(plural: str, obj: dict[str, Any]) -> str:
@@ -982,7 +976,7 @@ def _injected_targets(handle: FaultHandle, obj: dict[str, Any]) -> list[str] | N
         return None
     conditions = _conditions(obj)
     if conditions.get("Selected") == "True" and conditions.get("AllInjected") == "True":
-        records = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
+        records = raw_records(obj)
         # No record: nothing was hit (random-max-percent may draw 0 %, pkg/selector/generic/mode.go), and
         # "all of nothing injected" is no evidence; keep waiting, so the step ends INCONCLUSIVE.
         return [str(r.get("id")) for r in records] or None

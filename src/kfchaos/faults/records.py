@@ -68,6 +68,19 @@ def stamp(value: Any) -> float | None:
         return None
 
 
+def raw_records(obj: dict[str, Any]) -> list[Any]:
+    """`status.experiment.containerRecords` of a chaos object as the API returned it ([] when absent)."""
+    listed = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
+    return listed if isinstance(listed, list) else []
+
+
+def never_injected(raw: dict[str, Any]) -> bool:
+    """A record Chaos Mesh never reported injected: its phase is "Not Injected" or "Not Injected/..." and its
+    injectedCount, which the records controller raises on each successful Apply
+    (controllers/common/records/controller.go), is 0."""
+    return str(raw.get("phase") or "").startswith("Not Injected") and not int(raw.get("injectedCount") or 0)
+
+
 def parse_records(obj: dict[str, Any]) -> list[Record]:
     """The records of a chaos object as Chaos Mesh wrote them. An id that is not `ns/pod` (pod kinds) or
     `ns/pod/container` (container kinds) is refused: kfchaos cannot tell what it hit."""
@@ -76,13 +89,13 @@ def parse_records(obj: dict[str, Any]) -> list[Record]:
     containers = selects_containers(kind, action)
     name = f"{kind} {(obj.get('metadata') or {}).get('namespace')}/{(obj.get('metadata') or {}).get('name')}"
     out: list[Record] = []
-    listed = ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []
-    if isinstance(listed, list) and len(listed) > MAX_RECORDS:
+    listed = raw_records(obj)
+    if len(listed) > MAX_RECORDS:
         raise BackendError(
             f"{name}: its status lists {len(listed)} records, more than the {MAX_RECORDS} kfchaos checks one by one; "
             "the fault cannot be shown to hit live, intended targets"
         )
-    for raw in listed if isinstance(listed, list) else []:
+    for raw in listed:
         ident = str((raw or {}).get("id", ""))
         parts = ident.split("/")
         if len(parts) != (3 if containers else 2) or not all(parts):
@@ -172,7 +185,7 @@ def apply_failures(obj: dict[str, Any]) -> list[ApplyFailure]:
     and requeues: it retries without end, so the conditions never say it failed (AllInjected stays False).
     Only failures after the record's last Succeeded event count: an older failure was retried successfully."""
     out: list[ApplyFailure] = []
-    for raw in ((obj.get("status") or {}).get("experiment") or {}).get("containerRecords") or []:
+    for raw in raw_records(obj):
         if not isinstance(raw, dict) or raw.get("phase") == "Injected":
             continue
         attempts, message = 0, ""
