@@ -10,6 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
+# --timing-report and --quick (`make check`): tests/support/timing.py
+pytest_plugins = ("tests.support.timing",)
 
 
 def require_tool(name: str, why: str) -> str:
