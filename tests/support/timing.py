@@ -2,7 +2,7 @@
 teardown and the CPU time spent meanwhile (this process and the child processes it reaped), and `--quick`, which
 leaves out the tests known to take a second or more.
 
-    pytest --timing-report timings.json ...      # one JSON object per test: nodeid, file, phases, cpu
+    pytest --timing-report timings.json ...      # appends one JSON line per test: nodeid, file, phases, cpu
     python -m tests.support.timing timings.json  # the table by file: wall, setup, CPU share (docs/development.md)
     pytest --quick ...                           # `make check`: leaves out the tests listed in tests/slow-tests.txt
 
@@ -61,8 +61,9 @@ class TimingRecorder:
             entry.setdefault("outcome", report.outcome)
 
     def pytest_sessionfinish(self) -> None:
-        lines = [json.dumps(entry, sort_keys=True) for entry in self.tests.values()]
-        self.path.write_text("\n".join(lines) + "\n")
+        # Appended: scripts/test.sh runs pytest twice (without and with the cluster) into one report.
+        with self.path.open("a") as report:
+            report.writelines(json.dumps(entry, sort_keys=True) + "\n" for entry in self.tests.values())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
