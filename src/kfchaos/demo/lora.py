@@ -16,7 +16,11 @@ What is imitated, from vLLM (vllm-project/vllm):
   successfully."; an empty name: 400; a name not loaded: 404 NotFoundError "The lora adapter '<name>' cannot be
   found." (same file, unload_lora_adapter, _check_unload_lora_adapter_request).
 - Errors are vLLM's ErrorResponse {"error": {"message", "type", "param", "code"}} with `code` the HTTP status
-  (vllm/entrypoints/openai/engine/protocol.py ErrorInfo; vllm/entrypoints/serve/utils/error_response.py).
+  (vllm/entrypoints/openai/engine/protocol.py ErrorInfo; vllm/entrypoints/serve/utils/error_response.py). A body
+  that is not JSON, or lacks a field or has one of the wrong type, fails FastAPI's validation of the request model
+  (vllm/entrypoints/serve/lora/protocol.py LoadLoRAAdapterRequest: lora_name and lora_path are required strings):
+  400 with type "Bad Request", param the field's location ("body.lora_path") and pydantic's error in the message
+  (vllm/entrypoints/serve/exception_handling/handlers/validation.py validation_exception_handler).
 - A completion naming a model that is neither the base model nor a loaded adapter: 404 NotFoundError "The model
   `<name>` does not exist." with param "model" (vllm/entrypoints/openai/engine/serving.py _check_model).
 - GET /v1/models lists the base model and every loaded adapter with `root` = its path and `parent` = the base
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import time
 from collections import OrderedDict
@@ -99,6 +104,33 @@ def error_body(message: str, err_type: str, code: int, param: str | None = None)
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
+def validation_error(loc: tuple[str | int, ...], kind: str, msg: str, value: Any, **ctx: str) -> dict[str, Any]:
+    """vLLM's 400 for a request its FastAPI model refuses: one pydantic error rendered as
+    vllm/entrypoints/serve/exception_handling/handlers/validation.py does (containers summarised as
+    "<dict of N items>", `param` the dotted location)."""
+    error: dict[str, Any] = {"type": kind, "loc": ".".join(str(p) for p in loc), "msg": msg, "input": _summary(value)}
+    if ctx:
+        error["ctx"] = ctx
+    return error_body(f"1 validation error:\n  {error}", "Bad Request", 400, str(error["loc"]))
+
+
+def _summary(value: Any) -> Any:
+    """validation.py _summarize_error_input: containers by their size, long text cut at 200 characters."""
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = value if isinstance(value, str) else str(value)
+    return text[:200] + "...[truncated]" if len(text) > 200 else text
+
+
+def field_error(body: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The validation error of a required string field, or None when it is there and a string."""
+    if name not in body:
+        return validation_error(("body", name), "missing", "Field required", body)
+    if not isinstance(body[name], str):
+        return validation_error(("body", name), "string_type", "Input should be a valid string", body[name])
+    return None
+
+
 @dataclass
 class LoraState:
     """The served adapters (name -> path), the two LRU caches, and engine time owed to loads and swaps."""
@@ -118,10 +150,11 @@ class LoraState:
         """(status, JSON body or text) of POST /v1/load_lora_adapter. `register=False`: the caller serves the name
         once the read is done, as vLLM adds it to its served adapters only after `add_lora` returned
         (vllm/entrypoints/openai/models/serving.py load_lora_adapter): a request naming it meanwhile gets 404."""
-        name, path = body.get("lora_name"), body.get("lora_path")
-        if not isinstance(name, str) or not isinstance(path, str):
-            # vLLM validates the body with pydantic first: a missing or non-string field is a 400 too.
-            return 400, error_body("lora_name and lora_path must be strings", "BadRequestError", 400)
+        for field_name in ("lora_name", "lora_path"):  # pydantic checks them in the model's order
+            invalid = field_error(body, field_name)
+            if invalid is not None:
+                return 400, invalid
+        name, path = str(body["lora_name"]), str(body["lora_path"])
         if not name or not path:
             return 400, error_body("Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput", 400)
         if name in self.registered and not body.get("load_inplace"):
@@ -138,9 +171,10 @@ class LoraState:
         return 200, f"Success: LoRA adapter '{name}' added successfully."
 
     def unload(self, body: dict[str, Any]) -> tuple[int, Any]:
-        name = body.get("lora_name")
-        if not isinstance(name, str):
-            return 400, error_body("lora_name must be a string", "BadRequestError", 400)
+        invalid = field_error(body, "lora_name")
+        if invalid is not None:
+            return 400, invalid
+        name = str(body["lora_name"])
         if not name:
             message = "'lora_name' needs to be provided to unload a LoRA adapter."
             return 400, error_body(message, "InvalidUserInput", 400)
@@ -275,9 +309,7 @@ def attach(app: web.Application, state: LoraState, wake: Callable[[], None]) -> 
         return locks.setdefault(str(body.get("lora_name"))[:256], asyncio.Lock())
 
     async def load(request: web.Request) -> web.Response:
-        body = await _body(request)
-        if isinstance(body, web.Response):
-            return body
+        body = await json_object(request)
         async with lock(body):
             status, answer = state.load(body, register=False)
             if status == 200:
@@ -287,9 +319,7 @@ def attach(app: web.Application, state: LoraState, wake: Callable[[], None]) -> 
         return _answer(status, answer)
 
     async def unload(request: web.Request) -> web.Response:
-        body = await _body(request)
-        if isinstance(body, web.Response):
-            return body
+        body = await json_object(request)
         async with lock(body):
             return _answer(*state.unload(body))
 
@@ -297,21 +327,40 @@ def attach(app: web.Application, state: LoraState, wake: Callable[[], None]) -> 
     app.router.add_post("/v1/unload_lora_adapter", unload)
 
 
-async def _body(request: web.Request) -> dict[str, Any] | web.Response:
+def refused(status: int, body: dict[str, Any]) -> web.HTTPException:
+    """An error answer to raise from a handler: vLLM's JSON body under its status (compact, as FastAPI writes it)."""
+    cls = web.HTTPNotFound if status == 404 else web.HTTPBadRequest
+    return cls(text=dumps(body), content_type="application/json")
+
+
+def dumps(value: Any) -> str:
+    """JSON as FastAPI and pydantic write it: no spaces after separators."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+async def json_object(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, or vLLM's 400 for a body FastAPI cannot parse into its request model: not JSON
+    (json_invalid at the error's position, as fastapi/routing.py reports json.JSONDecodeError) or not an object."""
+    raw = await request.read()
     try:
-        body = await request.json()
-    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: "[[[[..." nested past the limit
-        return _answer(400, error_body("request body is not valid JSON", "BadRequestError", 400))
-    if not isinstance(body, dict):
-        return _answer(400, error_body("request body must be a JSON object", "BadRequestError", 400))
-    return body
+        body = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        where, why = exc.pos, exc.msg
+    except (ValueError, RecursionError):  # not UTF-8; "[[[[..." nested past the recursion limit
+        where, why = 0, "invalid"
+    else:
+        if isinstance(body, dict):
+            return body
+        message = "Input should be a valid dictionary or object to extract fields from"
+        raise refused(400, validation_error(("body",), "model_attributes_type", message, body))
+    raise refused(400, validation_error(("body", where), "json_invalid", "JSON decode error", {}, error=why))
 
 
 def _answer(status: int, answer: Any) -> web.Response:
     # Success is plain text (`Response(status_code=200, content=...)` in the api_router), errors are JSON.
     if isinstance(answer, str):
         return web.Response(status=status, text=answer)
-    return web.json_response(answer, status=status)
+    return web.json_response(answer, status=status, dumps=dumps)
 
 
 def server_args(args: argparse.Namespace) -> list[str]:

@@ -5,6 +5,10 @@
 vLLM's metric names. When the engine's host memory passes the memory limit the process ends itself with
 SIGKILL, as the kernel's OOM killer would; the supervisor (supervisor.py) restarts it and counts the kill.
 
+The answers have the shapes of vLLM 0.32's (the JSON keys of each chunk and body, the SSE framing, the error
+bodies, the metric names, types and label names); tests/engine/test_demo_contract.py holds them to the real engine
+and docs/demo.md ("Held to the real engine") lists the differences allowed.
+
 On a real node (`--real-host-memory-scale S`, docs/cluster.md) none of that is modelled: the server keeps S times
 its modelled host memory really resident (hostmemory.py), the kernel OOM-kills it at the pod's limit, the kubelet
 restarts it, and kube-state-metrics and cAdvisor report it; the server exports only vLLM's series.
@@ -15,12 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import os
 import signal
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +37,7 @@ from kfchaos.demo import lora
 from kfchaos.demo.disconnect import FINISH_REASONS, Disconnects
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
 from kfchaos.demo.hostmemory import HostMemory
+from kfchaos.demo.lora import dumps, error_body, json_object, refused, validation_error
 from kfchaos.demo.prefixcache import paragraph_prefixes
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD
 from kfchaos.demo.tokenizer import Tokenizer
@@ -42,6 +47,11 @@ from kfchaos.demo.tokenizer import Tokenizer
 DEMO_POD_UID = "00000000-0000-4000-8000-000000000001"
 DEMO_CONTAINER = "vllm"
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers
+ENGINE_INDEX = "0"  # vLLM labels its series engine="<index>" of the engine core (one here)
+SYSTEM_FINGERPRINT = "kfchaos-demo"  # vLLM's is "vllm-<version>-<hash>" (serving.py system_fingerprint)
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"  # starlette's StreamingResponse(media_type="text/event-stream")
+# prometheus-fastapi-instrumentator does not count these (vllm/entrypoints/serve/instrumentator/metrics.py)
+UNCOUNTED_HANDLERS = frozenset({"/metrics", "/health", "/load", "/ping", "/version", "/server_info"})
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 
@@ -49,7 +59,9 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
 @dataclass
 class _Request:
     seq: Sequence
-    queue: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    # (text, last): `last` marks the token the sequence finished with, whose chunk carries the finish_reason;
+    # None after it.
+    queue: asyncio.Queue[tuple[str, bool] | None] = field(default_factory=asyncio.Queue)
     arrived: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -57,13 +69,20 @@ class _Request:
 
 
 class Metrics:
-    """vLLM's series (names as vLLM exports them), plus the restart and OOM counts the supervisor passes in."""
+    """vLLM's series (names, types and label names as vLLM exports them), plus the restart and OOM counts the
+    supervisor passes in.
+
+    Every engine series carries `model_name` and `engine` (vllm/v1/metrics/loggers.py PrometheusStatLogger:
+    `labelnames = ["model_name", "engine"]`); `http_requests_total{handler, method, status}` is the API server's
+    (prometheus-fastapi-instrumentator's default counter, vllm/entrypoints/serve/instrumentator/metrics.py: status
+    grouped as "2xx", handler the route's template, "none" for a path that matches no route)."""
 
     def __init__(self, model: str, status: ContainerStatus | None) -> None:
         """`status` None: a real node, whose kube-state-metrics and cAdvisor report the container themselves."""
         self.registry = CollectorRegistry()
-        labels = ["model_name"]
+        labels = ["model_name", "engine"]
         self.model = model
+        self.key = (model, ENGINE_INDEX)  # the values of `labels`
         r = self.registry
         self.e2e = Histogram(
             "vllm:e2e_request_latency_seconds", "E2E latency", labels, buckets=LATENCY_BUCKETS, registry=r
@@ -80,15 +99,19 @@ class Metrics:
         self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", labels, registry=r)
         self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries (tokens)", labels, registry=r)
         self.prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits (tokens)", labels, registry=r)
+        self.http_requests = Counter(
+            "http_requests", "Total number of requests by method, status and handler.", ["handler", "method", "status"],
+            registry=r,
+        )  # fmt: skip
         self.host_memory = Gauge("process_host_memory_model_bytes", "Modelled host memory in use", registry=r)
         self.memory_limit = Gauge("process_memory_limit_bytes", "Container memory limit", registry=r)
         # Export every labelled series from the start, so "no data yet" never looks like a missing series.
         for series in (self.e2e, self.ttft, self.itl, self.running, self.waiting, self.kv_usage, self.preemptions,
                        self.prompt_tokens, self.generation_tokens, self.prefix_queries,
                        self.prefix_hits):  # fmt: skip
-            series.labels(model)
+            series.labels(*self.key)
         for finish in FINISH_REASONS:
-            self.success.labels(model, finish)
+            self.success.labels(*self.key, finish)
         self.cgroup_id: tuple[str, ...] | None = None
         if status is not None:
             self._export_container_status(status)
@@ -186,7 +209,7 @@ class DemoServer:
         self.lora_metrics = lora.LoraMetrics(self.metrics.registry, self.lora.config) if enabled else None
         self.engine.lora = self.lora if enabled else None
         self.disconnects = Disconnects(
-            self.engine, lambda reason: self.metrics.success.labels(model, reason).inc(), leak=leak_aborted
+            self.engine, lambda reason: self.metrics.success.labels(*self.metrics.key, reason).inc(), leak=leak_aborted
         )
         self.tokenizer = Tokenizer(max_model_len)  # one worker in the front end, vLLM's 400 (kfchaos.demo.tokenizer)
         self.metrics.memory_limit.set(config.memory_limit_bytes)
@@ -210,38 +233,39 @@ class DemoServer:
                 self._die_of_oom()
             await asyncio.sleep(result.duration_s)
             now = time.monotonic()
-            labels = self.metrics.model
+            labels = self.metrics.key
             if result.preempted:
-                self.metrics.preemptions.labels(labels).inc(len(result.preempted))
+                self.metrics.preemptions.labels(*labels).inc(len(result.preempted))
+            finished = set(result.finished)
             for request_id in result.emitted:
                 request = self.requests.get(request_id)
                 if request is None:
                     continue
                 if request.first_token_at is None:
                     request.first_token_at = now
-                    self.metrics.ttft.labels(labels).observe(now - request.arrived)
+                    self.metrics.ttft.labels(*labels).observe(now - request.arrived)
                 elif request.last_token_at is not None:
-                    self.metrics.itl.labels(labels).observe(now - request.last_token_at)
+                    self.metrics.itl.labels(*labels).observe(now - request.last_token_at)
                 request.last_token_at = now
                 request.emitted += 1
-                request.queue.put_nowait(" tok")
+                request.queue.put_nowait((" tok", request_id in finished))
             for request_id in result.finished:
                 request = self.requests.get(request_id)
                 if request is not None:
                     request.queue.put_nowait(None)
-                    self.metrics.e2e.labels(labels).observe(now - request.arrived)
-                    self.metrics.success.labels(labels, "length").inc()  # max_tokens reached
-                    self.metrics.generation_tokens.labels(labels).inc(request.emitted)
+                    self.metrics.e2e.labels(*labels).observe(now - request.arrived)
+                    self.metrics.success.labels(*labels, "length").inc()  # max_tokens reached
+                    self.metrics.generation_tokens.labels(*labels).inc(request.emitted)
 
     def _update_gauges(self) -> None:
-        labels = self.metrics.model
-        self.metrics.running.labels(labels).set(len(self.engine.running))
-        self.metrics.waiting.labels(labels).set(len(self.engine.waiting))
-        self.metrics.kv_usage.labels(labels).set(self.engine.kv_cache_usage)
+        labels = self.metrics.key
+        self.metrics.running.labels(*labels).set(len(self.engine.running))
+        self.metrics.waiting.labels(*labels).set(len(self.engine.waiting))
+        self.metrics.kv_usage.labels(*labels).set(self.engine.kv_cache_usage)
         self.metrics.host_memory.set(self.engine.host_bytes)
         queries, hits = self.engine.prefix_queries, self.engine.prefix_hits
-        self.metrics.prefix_queries.labels(labels).inc(queries - self._prefix_exported[0])
-        self.metrics.prefix_hits.labels(labels).inc(hits - self._prefix_exported[1])
+        self.metrics.prefix_queries.labels(*labels).inc(queries - self._prefix_exported[0])
+        self.metrics.prefix_hits.labels(*labels).inc(hits - self._prefix_exported[1])
         self._prefix_exported = (queries, hits)
         if self.metrics.cgroup_id is not None:
             self.metrics.working_set.labels(*self.metrics.cgroup_id).set(self.engine.host_bytes)
@@ -263,7 +287,7 @@ class DemoServer:
     # ------------------------------------------------------------------ HTTP
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._instrument])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
@@ -281,71 +305,130 @@ class DemoServer:
         if self._loop_task:
             self._loop_task.cancel()
 
+    @web.middleware
+    async def _instrument(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """http_requests_total as vLLM's instrumentator counts it, and FastAPI's answer to a path or method that
+        no route serves ({"detail": "Not Found"}: starlette's, not vLLM's ErrorResponse)."""
+        resource = request.match_info.route.resource
+        template = resource.canonical if resource is not None else "none"
+        status = 500  # the instrumentator's until an answer starts
+        try:
+            missing = request.match_info.http_exception
+            if missing is not None:
+                response: web.StreamResponse = web.json_response(
+                    {"detail": missing.reason}, status=missing.status, dumps=dumps
+                )
+            else:
+                response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            # The client went away. vLLM's with_cancellation then returns None, which FastAPI answers 200
+            # (vllm/entrypoints/serve/utils/api_utils.py), and a stream has sent its 200 already.
+            status = 200
+            raise
+        finally:
+            if template not in UNCOUNTED_HANDLERS:
+                self.metrics.http_requests.labels(template, request.method, f"{str(status)[0]}xx").inc()
+
     async def health(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+        return web.Response(status=200)  # vLLM's /health: 200 with an empty body
 
     async def models(self, request: web.Request) -> web.Response:
-        # vLLM's ModelCard carries max_model_len (vllm/entrypoints/openai/serving_engine.py show_available_models).
-        card = {"id": self.model, "object": "model", "max_model_len": self.tokenizer.max_model_len}
+        # vllm/entrypoints/openai/models/serving.py show_available_models: the base model's ModelCard (with
+        # max_model_len; `root` is the model's path, here its name as for a model named by its hub id).
+        created = int(time.time())
+        card = {
+            "id": self.model, "object": "model", "created": created, "owned_by": "vllm", "root": self.model,
+            "parent": None, "max_model_len": self.tokenizer.max_model_len, "permission": [_permission(created)],
+        }  # fmt: skip
         data = [card, *self.lora.models(self.model)]
-        return web.json_response({"object": "list", "data": data})
+        return web.json_response({"object": "list", "data": data}, dumps=dumps)
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        body = await _json_body(request)
-        prompt = body.get("prompt", "")
+        body = await json_object(request)
+        prompt = body.get("prompt")
+        if prompt is None or prompt == "":  # completion/protocol.py validate_prompt_and_prompt_embeds
+            message = "Either prompt or prompt_embeds must be provided and non-empty."
+            raise refused(400, error_body(f"{message} (parameter=prompt)", "BadRequestError", 400, "prompt"))
         if isinstance(prompt, list):
             prompt = " ".join(str(p) for p in prompt)
         if not isinstance(prompt, str):
-            raise _bad_request("prompt must be a string")
+            raise refused(400, validation_error(("body", "prompt"), "string_type",
+                                                "Input should be a valid string", prompt))  # fmt: skip
         return await self._generate(request, body, prompt, chat=False)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        body = await _json_body(request)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _bad_request("messages must be a non-empty list")
+        body = await json_object(request)
+        if "messages" not in body:  # a required field of ChatCompletionRequest
+            raise refused(400, validation_error(("body", "messages"), "missing", "Field required", body))
+        messages = body["messages"]
+        if not isinstance(messages, list):
+            message = "Input should be a valid list"
+            raise refused(400, validation_error(("body", "messages"), "list_type", message, messages))
+        if not messages:
+            raise refused(400, error_body("messages must be a non-empty list", "BadRequestError", 400, "messages"))
         parts = [str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in messages]
         return await self._generate(request, body, "\n\n".join(parts), chat=True)
 
     async def _generate(
         self, request: web.Request, body: dict[str, Any], prompt: str, chat: bool
     ) -> web.StreamResponse:
-        model = body.get("model", self.model)
+        model = body.get("model") or self.model  # no model: the base one (serving.py _is_model_supported)
         if model != self.model:  # an adapter, or vLLM's 404 (kfchaos.demo.lora)
             missing = self.lora.check_model(str(model))
             if missing is not None:
-                raise web.HTTPNotFound(text=json.dumps(missing), content_type="application/json")
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 16
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise _bad_request("max_tokens must be a positive integer")
+                raise refused(404, missing)
+        # Chat's max_completion_tokens wins over its deprecated max_tokens (chat_completion/protocol.py), and the
+        # errors name the one given.
+        param = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = body.get(param)
+        if max_tokens is None:
+            max_tokens = 16  # vLLM: up to max_model_len - prompt; the demo never stops early (docs/demo.md)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            message = "Input should be a valid integer"
+            raise refused(400, validation_error(("body", param), "int_type", message, max_tokens))
+        too_many = self.tokenizer.output_refusal(max_tokens, param)  # before tokenization, as vLLM
+        if too_many is not None:
+            raise refused(400, too_many)
         prompt_tokens = await self.tokenizer.tokenize(prompt)
         refusal = self.tokenizer.refusal(prompt_tokens, max_tokens)
         if refusal is not None:
-            raise web.HTTPBadRequest(text=json.dumps(refusal), content_type="application/json")
+            raise refused(400, refusal)
+        if max_tokens < 1:  # vllm/sampling_params.py _verify_args, once the prompt is in
+            message = f"max_tokens must be at least 1, got {max_tokens}. (parameter=max_tokens, value={max_tokens})"
+            raise refused(400, error_body(message, "BadRequestError", 400, "max_tokens"))
         # The shared prefix is everything before the last paragraph: a document and then a question.
         prefix, _, _ = prompt.rpartition("\n\n")
         prefix_id = hashlib.sha1(prefix.encode()).hexdigest() if prefix else None
-        request_id = f"cmpl-{uuid.uuid4().hex}"
+        # vLLM's ids: "chatcmpl-" / "cmpl-" and 16 hex digits (vllm/utils/__init__.py random_uuid)
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().int & (2**64 - 1):016x}"
         seq = Sequence(request_id, prompt_tokens, max_tokens, prefix_id, len(prefix) // CHARS_PER_TOKEN)
         seq.prefixes = paragraph_prefixes(prompt, CHARS_PER_TOKEN) if self.config.enable_prefix_caching else ()
         seq.lora = None if model == self.model else str(model)
         state = _Request(seq)
         self.requests[request_id] = state
-        self.metrics.prompt_tokens.labels(self.model).inc(prompt_tokens)
+        self.metrics.prompt_tokens.labels(*self.metrics.key).inc(prompt_tokens)
         self.engine.add(seq)
         self._wake.set()
         try:
             if body.get("stream"):
                 return await self._stream(request, state, body, chat)
             text = ""
-            while (token := await state.queue.get()) is not None:
-                text += token
+            while (item := await state.queue.get()) is not None:
+                text += item[0]
             answered = _answered_as(seq, self.model)
-            return web.json_response(_full_response(request_id, answered, text, prompt_tokens, state.emitted, chat))
+            full = _full_response(request_id, answered, text, prompt_tokens, state.emitted, chat)
+            return web.json_response(full, dumps=dumps)
         finally:
             self.requests.pop(request_id, None)
             if not seq.finished:  # the client went away (or the handler failed): abort, free its blocks
@@ -355,29 +438,52 @@ class DemoServer:
     async def _stream(
         self, request: web.Request, state: _Request, body: dict[str, Any], chat: bool
     ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        """The SSE stream of vLLM's completion_stream_generator / chat_completion_stream_generator
+        (vllm/entrypoints/openai/{completion,chat_completion}/serving.py): one chunk per token, the last with its
+        finish_reason; the system fingerprint on that last chunk, or on the usage chunk (`choices: []`) when
+        stream_options.include_usage asks for one; then `data: [DONE]`. Each event is `data: <json>` and a
+        blank line."""
+        response = web.StreamResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
         await response.prepare(request)
         request_id = state.seq.request_id
         answered = _answered_as(state.seq, self.model)
-        first = True
-        while (token := await state.queue.get()) is not None:
-            chunk = _chunk(request_id, answered, token, chat, first)
-            first = False
-            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        created = int(time.time())
+        first = True
+        while (item := await state.queue.get()) is not None:
+            token, last = item
+            chunk = _chunk(request_id, created, answered, token, chat, first, last)
+            if last and not include_usage:
+                chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
+            first = False
+            await response.write(_event(chunk))
         if include_usage:
-            usage = _usage(state.seq.prompt_tokens, state.emitted)
             final = {
                 "id": request_id,
                 "object": _object(chat, True),
+                "created": created,
                 "model": answered,
                 "choices": [],
-                "usage": usage,
+                "usage": _usage(state.seq.prompt_tokens, state.emitted),
+                "system_fingerprint": SYSTEM_FINGERPRINT,
             }
-            await response.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+            await response.write(_event(final))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _event(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + dumps(chunk).encode() + b"\n\n"
+
+
+def _permission(created: int) -> dict[str, Any]:
+    """vLLM's ModelPermission, all defaults (vllm/entrypoints/serve/engine/protocol.py)."""
+    return {
+        "id": f"modelperm-{uuid.uuid4().int & (2**64 - 1):016x}", "object": "model_permission", "created": created,
+        "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True, "allow_search_indices": False,
+        "allow_view": True, "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False,
+    }  # fmt: skip
 
 
 def _answered_as(seq: Sequence, model: str) -> str:
@@ -400,58 +506,66 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def _chunk(request_id: str, model: str, token: str, chat: bool, first: bool) -> dict[str, Any]:
+def _chunk(
+    request_id: str, created: int, model: str, token: str, chat: bool, first: bool, last: bool
+) -> dict[str, Any]:
+    """One token's chunk with vLLM's keys (vllm/entrypoints/openai/*/protocol.py *StreamResponse, dumped with
+    exclude_unset): stop_reason is set on the last chat chunk only, on every completion chunk."""
+    finish = "length" if last else None  # the demo never stops early: max_tokens reached
+    choice: dict[str, Any]
     if chat:
-        delta: dict[str, str] = {"content": token}
-        if first:
-            delta["role"] = "assistant"
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
+        # vLLM sends the role in a chunk of its own first ({"role": "assistant", "content": ""}); the demo puts it
+        # on the first token's chunk (an allowed difference, docs/demo.md "Held to the real engine").
+        delta = {"role": "assistant", "content": token} if first else {"content": token}
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        if last:
+            choice["stop_reason"] = None
+        choice["token_ids"] = None
     else:
-        choice = {"index": 0, "text": token, "finish_reason": None}
-    return {
+        choice = {"index": 0, "text": token, "logprobs": None, "finish_reason": finish, "stop_reason": None,
+                  "prompt_token_ids": None, "token_ids": None}  # fmt: skip
+    chunk: dict[str, Any] = {
         "id": request_id,
         "object": _object(chat, True),
-        "created": int(time.time()),
+        "created": created,
         "model": model,
         "choices": [choice],
     }
+    if chat and first:  # the role chunk's (prompt_token_ids "at the first chunk ever", return_token_ids unset)
+        chunk["prompt_token_ids"] = None
+        chunk["prompt_text"] = None
+    return chunk
 
 
 def _full_response(
     request_id: str, model: str, text: str, prompt_tokens: int, emitted: int, chat: bool
 ) -> dict[str, Any]:
+    """A non-streamed answer with vLLM's keys (ChatCompletionResponse / CompletionResponse, every field dumped)."""
+    choice: dict[str, Any]
     if chat:
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": "length",
-        }
+        message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
+                   "function_call": None, "reasoning": None}  # fmt: skip
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": "length", "stop_reason": None,
+                  "token_ids": None, "routed_experts": None}  # fmt: skip
     else:
-        choice = {"index": 0, "text": text, "finish_reason": "length"}
-    return {
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None,
+                  "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None,
+                  "routed_experts": None}  # fmt: skip
+    usage = {**_usage(prompt_tokens, emitted), "prompt_tokens_details": None, "completion_tokens_details": None}
+    answer: dict[str, Any] = {
         "id": request_id,
         "object": _object(chat, False),
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": _usage(prompt_tokens, emitted),
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": usage,
     }
-
-
-def _bad_request(message: str) -> web.HTTPBadRequest:
-    return web.HTTPBadRequest(
-        text=json.dumps({"error": {"message": message, "type": "BadRequestError"}}), content_type="application/json"
-    )
-
-
-async def _json_body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise _bad_request("request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise _bad_request("request body must be a JSON object")
-    return body
+    if chat:
+        answer.update(prompt_logprobs=None, prompt_token_ids=None, prompt_text=None)
+    answer.update(kv_transfer_params=None, ec_transfer_params=None, metrics=None)
+    return answer
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

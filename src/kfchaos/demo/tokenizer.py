@@ -7,12 +7,20 @@ tokenized one at a time, so a prompt that is slow to tokenize delays the admissi
 behind it -- their TTFT grows although the engine is idle. Modelled here by a FIFO lock held for the prompt's
 tokenization time.
 
-Then `_validate_prompt_and_tokenize` (same file) refuses a request whose prompt plus `max_tokens` does not fit
-in `max_model_len` with 400 and "This model's maximum context length is N tokens. However, you requested M
-tokens (P in the messages, C in the completion). Please reduce the length of the messages or completion.";
-the refusal comes after tokenization, so an over-long prompt still costs its tokenization time. vLLM
-(ErrorResponse, `create_error_response`) answers `{"error": {"message", "type": "BadRequestError", "param",
-"code": 400}}` in current versions (older ones sent the fields unwrapped).
+Then the limits of `--max-model-len` (L), as vLLM 0.32 checks them (vllm/renderers/params.py TokenizeParams),
+each a 400 `{"error": {"message", "type": "BadRequestError", "param", "code": 400}}`:
+- `max_tokens` above L, before tokenization (`__post_init__`): "max_tokens=M cannot be greater than
+  max_model_len=L. Please request fewer output tokens. (parameter=max_tokens, value=M)" (`output_refusal`);
+- a prompt of more than L tokens, after tokenization (`_token_len_check`), so an over-long prompt still costs its
+  tokenization time: "This model's maximum context length is L tokens. However, your prompt contains at least
+  L+1 input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the
+  input prompt. (parameter=input_tokens, value=L+1)" -- "at least L+1" because the tokenizer stops at L+1
+  tokens (`get_encode_kwargs`: max_length = max_input_tokens + 1).
+A prompt that fits with a `max_tokens` that does not is served by vLLM 0.32 with max_tokens cut to L - prompt
+(vllm/entrypoints/serve/utils/api_utils.py get_max_tokens). The demo refuses it as vLLM did before, "This model's
+maximum context length is N tokens. However, you requested M tokens (P in the messages, C in the completion).
+Please reduce the length of the messages or completion." -- an allowed difference (docs/demo.md, "Held to the
+real engine"): no bundled scenario sends such a request.
 
 Cost model (seconds for one prompt), cited where there is a source and marked a guess where not:
 - 20 ns a byte: the Hugging Face tokenizers README ("Takes less than 20 seconds to tokenize a GB of text on a
@@ -77,13 +85,38 @@ class Tokenizer:
                 await asyncio.sleep(cost)
         return tokens
 
-    def refusal(self, prompt_tokens: int, max_tokens: int) -> dict[str, Any] | None:
-        """vLLM's 400 body when the prompt and the completion do not fit in max_model_len; None when they do."""
-        if prompt_tokens + max_tokens <= self.max_model_len:
+    def output_refusal(self, max_tokens: int, param: str = "max_tokens") -> dict[str, Any] | None:
+        """vLLM's 400 body when `max_tokens` (or chat's `max_completion_tokens`: `param`) alone is over max_model_len,
+        checked before the prompt is tokenized; None when it is not."""
+        limit = self.max_model_len
+        if max_tokens <= limit:
             return None
         message = (
-            f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+            f"{param}={max_tokens} cannot be greater than max_model_len={limit}. Please request fewer output tokens."
+        )
+        return _error(f"{message} (parameter={param}, value={max_tokens})", param)
+
+    def refusal(self, prompt_tokens: int, max_tokens: int) -> dict[str, Any] | None:
+        """vLLM's 400 body when the prompt, or the prompt and the completion, do not fit in max_model_len; None when
+        they do (see the module's docstring for the second, the demo's older refusal)."""
+        limit = self.max_model_len
+        if prompt_tokens > limit:
+            counted = limit + 1  # the tokenizer stopped there
+            message = (
+                f"This model's maximum context length is {limit} tokens. However, your prompt contains at least "
+                f"{counted} input tokens, which exceeds this limit even without any output tokens. Please reduce the "
+                "length of the input prompt."
+            )
+            return _error(f"{message} (parameter=input_tokens, value={counted})", "input_tokens")
+        if prompt_tokens + max_tokens <= limit:
+            return None
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
             "completion). Please reduce the length of the messages or completion."
         )
-        return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+        return _error(message, None)
+
+
+def _error(message: str, param: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}}
