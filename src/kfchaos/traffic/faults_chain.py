@@ -8,10 +8,16 @@ fault's name, so the verdict leaves it out of the traffic's figures.
   openai/tiktoken#195), combining marks, emoji ZWJ sequences, right-to-left text with bidi controls, rare but
   valid code points. vLLM tokenizes in the API server process on one worker thread
   (vllm/entrypoints/openai/serving_engine.py: `self._tokenizer_executor = ThreadPoolExecutor(max_workers=1)`),
-  so a slow prompt delays every request queued behind it, and refuses a prompt over the limit with 400
-  ("This model's maximum context length is N tokens. However, you requested M tokens ...",
-  `_validate_prompt_and_tokenize`). The fault's own requests are expected to get 400; their answer time
-  (fast 400 or stall) is in the records, and the traffic's TTFT is what the verdict judges.
+  so a slow prompt delays every request queued behind it, and refuses a prompt over the limit with 400. vLLM
+  0.32 says "This model's maximum context length is N tokens. However, your prompt contains at least N+1 input
+  tokens, which exceeds this limit even without any output tokens. ..." (vllm/renderers/params.py
+  `_token_len_check`: the tokenizer stops at N+1 tokens, hence "at least"; a prompt longer in characters than N
+  times the vocabulary's longest token is refused before tokenizing, `_text_len_check`); older vLLMs said
+  "However, you requested M tokens ..." (`_validate_prompt_and_tokenize`). A prompt under the limit whose
+  max_tokens would pass it is not refused in 0.32: max_tokens is cut to the room left
+  (vllm/entrypoints/serve/utils/api_utils.py `get_max_tokens`). The fault's own over-limit requests are expected to
+  get 400; their answer time (fast 400 or stall) is in the records, and the traffic's TTFT is what the verdict
+  judges (tests/engine/test_faults.py checks the 400 and the real token counts on the real engine).
 - batch-shock: a step of K extra requests in flight at once (K = a share of the stage's in-flight estimate,
   stage rate x expected latency, Little's law, or a number), max_tokens spread wide, then K / expected_latency
   new requests a second for `hold`, keeping ~K extra in flight: the scheduler's preemption path.
