@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
-from kfchaos.cli import EXIT_PASS
+from kfchaos.cli import EXIT_PASS, EXIT_USAGE
 from kfchaos.cli.flags import add_demo_run_flags
 from kfchaos.errors import KfchaosError
 
@@ -37,6 +38,13 @@ def register(subparsers: Any) -> None:
         "unsafe or tuned (default tuned)",
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios, one line each, and exit")
+    parser.add_argument(
+        "--engine",
+        choices=["demo", "vllm"],
+        default="demo",
+        help="demo (default): the bundled demo LLM server; vllm: the real vLLM engine (`make vllm`) in a memory "
+        "cgroup of the container's limit (needs root or a delegated cgroup hierarchy), scenarios unsafe and tuned",
+    )
     add_demo_run_flags(parser, "the control baseline")
     parser.add_argument("--no-baseline", action="store_true", help="with `up`: skip recording the control baseline")
     parser.set_defaults(func=run)
@@ -48,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
         print("\n".join(scenario_lines()))
         return EXIT_PASS
+    if args.engine != "demo" and args.action != "run":
+        raise KfchaosError(f"--engine {args.engine} runs the demo's two scenarios only, not `demo {args.action}`")
     if args.action == "up":
         from kfchaos.demo.run import SCENARIOS
         from kfchaos.demo.up import up, write_env
@@ -77,4 +87,13 @@ def run(args: argparse.Namespace) -> int:
         return show(result, as_json=False, page=stem.with_suffix(".html"), result_json=stem.with_suffix(".json"))
     from kfchaos.demo.run import main
 
-    return main(args.scenario or ["unsafe", "tuned"], args.root.resolve(), args.runs, args.baseline_seconds)
+    if args.engine == "vllm":
+        from kfchaos.demo.enginecheck import cannot_run
+
+        why = cannot_run()
+        if why is not None:
+            print(f"kfchaos demo --engine vllm: {why}", file=sys.stderr)
+            return EXIT_USAGE
+    return main(
+        args.scenario or ["unsafe", "tuned"], args.root.resolve(), args.runs, args.baseline_seconds, engine=args.engine
+    )

@@ -32,12 +32,17 @@ from typing import Any
 import yaml
 
 from kfchaos import safefile, termination
+from kfchaos.demo.enginedeploy import EngineDeployment, GiB
 from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, stop_on_signals
+from kfchaos.demo.vllmengine import EngineSettings, MiB
 from kfchaos.errors import KfchaosError
 from kfchaos.kfp.runs import LocalOutcome
 from kfchaos.knowledge import failure_modes
 
 EXPERIMENTS_DIR = Path(__file__).with_name("experiments")
+# The real engine's container limit: ~2.2 GiB at rest with the unsafe 512 MiB KV cache, ~1.9 GiB with the tuned
+# 256 MiB one (the API server, engine core and worker: mostly torch).
+ENGINE_MEMORY_LIMIT = 2 * GiB + GiB // 2
 DEMO_EXPERIMENT = EXPERIMENTS_DIR / "demo-llm-chaos.yaml"
 SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
     "unsafe": (
@@ -61,6 +66,26 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
         ),
     ),
 }
+# `kfchaos demo --engine vllm`: the same story against the REAL vLLM engine (`make vllm`) in a memory cgroup of the
+# container's limit, under its supervisor (kfchaos.demo.enginesupervisor). The unsafe settings prefill a long-context
+# burst in one huge step and the kernel OOM-kills the engine's worker; the tuned ones chunk it and share its prefix
+# (experiments/vllm/engine-chaos.yaml has the arithmetic, docs/demo.md the measured runs).
+ENGINES = ("demo", "vllm")
+ENGINE_EXPERIMENT = EXPERIMENTS_DIR / "vllm" / "engine-chaos.yaml"
+ENGINE_SCENARIOS: dict[str, EngineDeployment] = {
+    "unsafe": EngineDeployment(
+        EngineSettings(max_num_seqs=128, max_model_len=8192, kv_cache_bytes=512 * MiB, max_num_batched_tokens=131072,
+                       prefix_caching=False),
+        memory_limit_bytes=ENGINE_MEMORY_LIMIT,
+        connect_retry_s=10,
+    ),
+    "tuned": EngineDeployment(
+        EngineSettings(max_num_seqs=32, max_model_len=8192, kv_cache_bytes=256 * MiB, max_num_batched_tokens=2048,
+                       prefix_caching=True),
+        memory_limit_bytes=ENGINE_MEMORY_LIMIT,
+        connect_retry_s=10,
+    ),
+}  # fmt: skip
 EXPECTED = {"unsafe": "FAIL", "tuned": "PASS"}
 # The failure mode (kfchaos.knowledge) each scenario designed to FAIL is built to show; the unsafe one is OOM-killed
 # by its first burst (tests/demo/test_design.py).
@@ -79,12 +104,23 @@ class Scenario:
     name: str
     experiment: Path
     flags: str
-    settings: ServerSettings
+    settings: ServerSettings | EngineDeployment
     expect: str
     cause: str | None = None  # the failure mode it is designed to show (a FAIL scenario), by kfchaos.knowledge id
 
+    @property
+    def engine(self) -> str:
+        return "vllm" if isinstance(self.settings, EngineDeployment) else "demo"
 
-def builtin(name: str) -> Scenario:
+    @property
+    def server_name(self) -> str:
+        return "the real vLLM engine" if self.engine == "vllm" else "the demo LLM server"
+
+
+def builtin(name: str, engine: str = "demo") -> Scenario:
+    if engine == "vllm":
+        deployment = ENGINE_SCENARIOS[name]
+        return Scenario(name, ENGINE_EXPERIMENT, deployment.flags(), deployment, EXPECTED[name], CAUSES.get(name))
     flags, settings = SCENARIOS[name]
     return Scenario(name, DEMO_EXPERIMENT, flags, settings, EXPECTED[name], CAUSES.get(name))
 
@@ -97,10 +133,10 @@ def control_stages(scenario: Scenario) -> list[int] | None:
     `oom_kills above 0` stops the ramp there. Were it to reach a later stage anyway, that stage's drift would be
     judged against the production histogram or be INCONCLUSIVE (kfchaos.verdict.drift), never against a guess.
     """
-    if scenario.name == "unsafe" and scenario.experiment == DEMO_EXPERIMENT:
+    if scenario.name == "unsafe" and scenario.experiment in (DEMO_EXPERIMENT, ENGINE_EXPERIMENT):
         from kfchaos.validate import load_experiment
 
-        return list(load_experiment(DEMO_EXPERIMENT).spec.traffic.stages[:1])
+        return list(load_experiment(scenario.experiment).spec.traffic.stages[:1])
     return None
 
 
@@ -149,7 +185,14 @@ def file_scenario(name: str, directory: Path = EXPERIMENTS_DIR) -> Scenario:
     return Scenario(name, path, flags, settings, read_expectation(path), read_cause(path))
 
 
-def resolve(name: str, directory: Path = EXPERIMENTS_DIR) -> Scenario:
+def resolve(name: str, directory: Path = EXPERIMENTS_DIR, engine: str = "demo") -> Scenario:
+    if engine == "vllm":
+        if name not in ENGINE_SCENARIOS:
+            raise KfchaosError(
+                f"--engine vllm runs the scenarios {' and '.join(ENGINE_SCENARIOS)}, not {name[:100]!r} (the other "
+                "demo scenarios are sized for the demo server)"
+            )
+        return builtin(name, engine)
     return builtin(name) if name in SCENARIOS else file_scenario(name, directory)
 
 
@@ -326,7 +369,7 @@ def prepare(scenario: Scenario, runs_root: Path, baseline_seconds: float, stacks
 
     name, source = scenario.name, scenario.experiment
     started = time.monotonic()
-    log(f"scenario {name}: {source.name} against the demo LLM server with {scenario.flags}")
+    log(f"scenario {name}: {source.name} against {scenario.server_name} with {scenario.flags}")
     # Logs (server, proxy, Prometheus, pipeline) stay next to the runs, where a user looks for them.
     workdir = safefile.unique_folder(runs_root / ".work", name)
     stack = DemoStack(scenario.settings, workdir=workdir)
@@ -446,13 +489,22 @@ def may_prepare_during(current: Scenario, following: Scenario) -> bool:
     OOM series (tests/demo/test_design.py: its first burst is bound to OOM-kill it). The scenario expected to
     PASS records its control and runs its stages with nothing else of the demo running.
     """
-    return following.expect == "FAIL" and following.name == "unsafe" and current.expect == "PASS"
+    # Not with the real engine: its start takes both cores for a minute or more, which the PASS scenario's recovery
+    # probe would be judged through.
+    return (
+        following.expect == "FAIL"
+        and following.name == "unsafe"
+        and current.expect == "PASS"
+        and (following.engine == current.engine == "demo")
+    )
 
 
-def summary_table(results: list[ScenarioResult]) -> str:
+def summary_table(results: list[ScenarioResult], engine: str = "demo") -> str:
     lines = ["", "kfchaos demo: long-context traffic + 200 ms network delay against the demo LLM server", ""]
     if any(r.scenario not in SCENARIOS for r in results):
         lines[1] = "kfchaos demo: " + ", ".join(r.scenario for r in results) + " against the demo LLM server"
+    if engine == "vllm":
+        lines[1] = "kfchaos demo --engine vllm: long-context bursts against the real vLLM engine in a memory cgroup"
     for result in results:
         lines.append(f"  {result.scenario:<7} {result.status:<13} {result.settings}")
         lines.append(f"          expected {result.expected}; took {result.seconds:.0f}s")
@@ -471,9 +523,10 @@ def main(
     runs_root: Path,
     baseline_seconds: float = 15.0,
     directory: Path = EXPERIMENTS_DIR,
+    engine: str = "demo",
 ) -> int:
     # Every name checked before anything starts; each scenario once.
-    chosen = [resolve(name, directory) for name in dict.fromkeys(scenarios)]
+    chosen = [resolve(name, directory, engine) for name in dict.fromkeys(scenarios)]
     started = time.monotonic()
     runs_root = runs_root.resolve()
     stacks: list[DemoStack] = []
@@ -499,7 +552,7 @@ def main(
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     results = [done[scenario.name] for scenario in chosen]
-    print(summary_table(results))
+    print(summary_table(results, engine))
     print(f"demo finished in {time.monotonic() - started:.0f}s", file=sys.stderr)
     surprises = surprise_lines(results)
     for line in surprises:

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,16 +26,13 @@ import yaml
 
 from kfchaos import safefile, termination
 from kfchaos.demo import lifetime
+from kfchaos.demo.enginedeploy import EngineDeployment
+from kfchaos.demo.ports import free_port
+from kfchaos.demo.vllmengine import READY_TIMEOUT
 
 RECORD_NAME = "stack.json"
 DEMO_NAMESPACE = "demo"
 DEMO_POD = "demo-llm-0"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_http(url: str, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
@@ -80,7 +76,7 @@ class ServerSettings:
 
 @dataclass
 class DemoStack:
-    settings: ServerSettings
+    settings: ServerSettings | EngineDeployment
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kfchaos-demo-")))
     with_prometheus: bool = True
     # Tied: every process dies with this one (kfchaos.demo.lifetime) and the work folder is locked while it runs.
@@ -91,6 +87,7 @@ class DemoStack:
     proxy_port: int = 0
     control_port: int = 0
     prometheus_port: int = 0
+    supervisor_port: int = 0  # the real engine's supervisor's /metrics (the cluster's series); 0 for the demo server
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopped: bool = False
     _folder_lock: int | None = field(default=None, repr=False)
@@ -146,19 +143,33 @@ class DemoStack:
             self._folder_lock = safefile.lock_folder(self.workdir)
         self.server_port, self.proxy_port, self.control_port = free_port(), free_port(), free_port()
         python = sys.executable
-        server = self._spawn(
-            [python, "-m", "kfchaos.demo.supervisor", "--port", str(self.server_port), "--state", str(self.state_file),
-             "--restart-delay", str(self.settings.restart_delay_s), *self.settings.args()],
-            "server.log",
-            {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},  # the runtime LoRA endpoints (demo/lora.py)
-        )  # fmt: skip
+        if isinstance(self.settings, EngineDeployment):
+            # The real vLLM engine in a memory cgroup, under a supervisor that exports the cluster's series of its
+            # container on a port of its own (kfchaos.demo.enginesupervisor).
+            self.supervisor_port = free_port()
+            server = self._spawn(
+                [python, "-m", "kfchaos.demo.enginesupervisor", "--port", str(self.server_port),
+                 "--metrics-port", str(self.supervisor_port), "--state", str(self.state_file),
+                 "--deployment", self.settings.to_json()],
+                "server.log",
+            )  # fmt: skip
+            ready, ready_timeout = f"{self.server_url}/v1/models", READY_TIMEOUT  # the model listed: the engine is up
+        else:
+            server = self._spawn(
+                [python, "-m", "kfchaos.demo.supervisor", "--port", str(self.server_port),
+                 "--state", str(self.state_file), "--restart-delay", str(self.settings.restart_delay_s),
+                 *self.settings.args()],
+                "server.log",
+                {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},  # the runtime LoRA endpoints (demo/lora.py)
+            )  # fmt: skip
+            ready, ready_timeout = f"{self.server_url}/health", 30.0
         proxy = self._spawn(
             [python, "-m", "kfchaos.demo.proxy", "--listen", f"127.0.0.1:{self.proxy_port}",
              "--control", f"127.0.0.1:{self.control_port}", "--upstream", self.server_url, "--seed", "0",
              "--connect-retry", str(self.settings.connect_retry_s)],
             "proxy.log",
         )  # fmt: skip
-        wait_http(f"{self.server_url}/health", 30, server)
+        wait_http(ready, ready_timeout, server)
         wait_http(f"{self.control_url}/health", 30, proxy)
         if self.with_prometheus and shutil.which("prometheus"):
             self._start_prometheus()
@@ -180,7 +191,10 @@ class DemoStack:
                             "labels": {"namespace": DEMO_NAMESPACE, "pod": DEMO_POD, "container": "vllm"},
                         }
                     ],
-                }
+                },
+                # The real engine's supervisor: kube-state-metrics' and cAdvisor's series of its container, labelled
+                # by the exporter itself (honor_labels, as a cluster's scrape of kube-state-metrics keeps them).
+                *self._supervisor_jobs(),
             ],
         }
         config_file = self.workdir / "prometheus.yml"
@@ -194,6 +208,12 @@ class DemoStack:
         # Ready is not scraped: a counter whose first sample already holds a burst's requests shows no
         # increase, so rate() over that burst is empty. The first scrape comes before any traffic.
         self.wait_scraped(after=time.time())
+
+    def _supervisor_jobs(self) -> list[dict[str, Any]]:
+        if not self.supervisor_port:
+            return []
+        return [{"job_name": "cluster-state", "honor_labels": True,
+                 "static_configs": [{"targets": [f"127.0.0.1:{self.supervisor_port}"]}]}]  # fmt: skip
 
     def wait_scraped(self, after: float, timeout: float = 30.0) -> None:
         """Until Prometheus holds a scrape of the demo server taken after `after` (epoch seconds): the
@@ -220,7 +240,8 @@ class DemoStack:
         for process in reversed(self.processes):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        # The real engine's supervisor stops vLLM (its engine core and worker) and removes its cgroup first.
+        deadline = time.monotonic() + (30 if self.supervisor_port else 10)
         for process in self.processes:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))

@@ -46,6 +46,7 @@ class Supervisor:
         self.oom_kills = 0  # for the demo's own summary line only
         self.last_reason: str | None = None
         self.last_exit_code: int | None = None
+        self.terminated_reason: str | None = None
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.workdir = Path(tempfile.mkdtemp(prefix="kfchaos-demo-"))
@@ -72,6 +73,7 @@ class Supervisor:
             "oom_kills": self.oom_kills,
             "last_terminated_reason": self.last_reason,
             "last_exit_code": self.last_exit_code,
+            "terminated_reason": self.terminated_reason,
             "previous_log": str(self.previous_log) if self.previous_log else None,
             "started_at": self.started_at,
             "last_started_at": self.last_started_at,
@@ -130,17 +132,13 @@ class Supervisor:
             self.previous_log = self.workdir / f"container-{self.restarts}.log"
             self.last_started_at, self.last_finished_at = self.started_at, time.time()
             self.restarts += 1
-            # A signal death reads as 128 + the signal number, as the runtime reports it (SIGKILL -> 137).
-            self.last_exit_code = 128 - code if code < 0 else code
-            if self.oom_marker.exists():
-                self.oom_marker.unlink()
-                self.oom_kills += 1
-                self.last_reason = "OOMKilled"
-                print(f"demo-supervisor: server OOM-killed (kill #{self.oom_kills}); restarting", file=sys.stderr)
-            else:
-                self.last_reason = "Completed" if code == 0 else "Error"
-                print(f"demo-supervisor: server exited with {code}; restarting", file=sys.stderr)
+            kills = self._container_ended()
+            self.oom_kills += kills
+            self.last_reason, self.last_exit_code = terminated(code, oom_killed=kills > 0)
+            print(f"demo-supervisor: server exited with {code} ({self.last_reason}, kernel OOM kills in it: {kills}); "
+                  "restarting", file=sys.stderr)  # fmt: skip
             self.child = None
+            self.terminated_reason = self.last_reason  # State Terminated until the next container starts
             self._write_state()
             deadline = time.monotonic() + self.restart_delay
             while time.monotonic() < deadline and not self.stopping:
@@ -148,7 +146,33 @@ class Supervisor:
             if self.stopping:
                 self.state_file.unlink(missing_ok=True)
                 return 0
+            self.terminated_reason = None
             self._start_child()
+
+    def _container_ended(self) -> int:
+        """The kernel's OOM kills in the container that just ended (the demo server leaves its marker before it
+        ends itself, as the kernel's OOM killer would end it), and whatever the container leaves behind removed."""
+        if self.oom_marker.exists():
+            self.oom_marker.unlink()
+            return 1
+        return 0
+
+
+def terminated(code: int, oom_killed: bool) -> tuple[str, int]:
+    """(reason, exit code) of a container that ended with `code` (Popen's: negative for a signal), as containerd's
+    CRI plugin records it: a signal death reads as 128 + the signal number (SIGKILL -> 137); the reason is OOMKilled
+    when an OOM event came for the container, else Error for a non-zero exit, Completed for 0 (containerd
+    internal/cri/server/container_status.go toCRIContainerStatus: oomExitReason, errorExitReason,
+    completeExitReason). The OOM event is containerd's TaskOOM, which its shim publishes for an OOM kill of ANY
+    process of the container's cgroup (pkg/oom/v1/v1.go: memory.oom_control's eventfd; pkg/oom/v2/v2.go:
+    memory.events oom_kill), and the CRI plugin sets Reason=OOMKilled on it even while the container runs
+    (pkg/cri/server/events.go handleEvent, TaskOOM case), so the reason sticks to whatever exit comes later, exit
+    code 0 included: kubernetes/kubernetes#104454 (cgroup v1, or singleProcessOOMKill on v2). With
+    memory.oom.group (the kubelet's default on cgroup v2 since 1.28) the whole container dies with 137 instead."""
+    exit_code = 128 - code if code < 0 else code
+    if oom_killed:
+        return "OOMKilled", exit_code
+    return ("Completed" if code == 0 else "Error"), exit_code
 
 
 def _tee(child: subprocess.Popen[bytes], log: Path) -> None:

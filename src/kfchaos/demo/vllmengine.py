@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 
 from kfchaos.demo.memcgroup import MemoryCgroup
-from kfchaos.demo.stack import free_port
+from kfchaos.demo.ports import free_port
 
 VLLM_VERSION = "0.32.0"
 MODEL_NAME = "tiny-llama"  # --served-model-name: the name requests and vLLM's `model_name` label carry

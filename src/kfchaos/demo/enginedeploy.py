@@ -1,0 +1,42 @@
+"""The real vLLM engine as one container of a Deployment: vLLM's flags, the container's memory limit and the
+restart delay, as the demo stack (kfchaos.demo.stack) hands them to the engine's supervisor
+(kfchaos.demo.enginesupervisor) on its command line, in JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from kfchaos.demo.vllmengine import EngineSettings
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class EngineDeployment:
+    settings: EngineSettings = field(default_factory=EngineSettings)
+    memory_limit_bytes: int = 2 * GiB + GiB // 2
+    # The kubelet's first back-off is 10 s (pkg/kubelet/kubelet.go backOffPeriod); the demo waits less, the engine's
+    # own start (~35 s on 2 cores, minutes when the machine is busy) is the long part of a restart anyway.
+    restart_delay_s: float = 3.0
+    connect_retry_s: float = 0.0  # the fault proxy holds requests this long while the engine restarts
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> EngineDeployment:
+        document = json.loads(text)
+        settings = dict(document.pop("settings"))
+        settings["extra"] = tuple(settings.get("extra") or ())
+        return cls(settings=EngineSettings(**settings), **document)
+
+    def flags(self) -> str:
+        """The settings that decide the scenario, as a team would write them on its Deployment."""
+        s = self.settings
+        parts = [f"--max-num-seqs {s.max_num_seqs}", f"--kv-cache-memory-bytes {s.kv_cache_bytes >> 20}Mi"]
+        if s.max_num_batched_tokens is not None:
+            parts.append(f"--max-num-batched-tokens {s.max_num_batched_tokens}")
+        parts.append("--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching")
+        limit = self.memory_limit_bytes / GiB
+        return " ".join(parts) + f" (memory limit {limit:g}Gi)"
