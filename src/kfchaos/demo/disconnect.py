@@ -9,8 +9,10 @@ As vLLM does it:
   `_free_request` -> `kv_cache_manager.free` (vllm/v1/core/sched/scheduler.py). Here aiohttp's
   `handler_cancellation` plays `with_cancellation`'s part (server.main) and this module frees the blocks.
 - `vllm:request_success_total` carries a `finished_reason` label with one series per `FinishReason` (stop,
-  length, abort; vllm/v1/metrics/loggers.py). The demo counts an aborted request under `abort`; whether vLLM
-  itself increments that series for a client abort is not verified here (a guess), so no verdict depends on it.
+  length, abort; vllm/v1/metrics/loggers.py). The demo counts a client abort under `abort`; vLLM 0.32 does not
+  (measured on the real engine, docs/faults.md: vllm/v1/engine/output_processor.py `abort_requests` drops the
+  request without its finished-request stats) -- a known difference of values, kept because
+  tests/demo/test_disconnect.py counts the demo's aborts by it; no verdict reads that series.
 - A slow reader does not hold its sequence: vLLM's engine never waits for the client. `RequestOutputCollector`
   (vllm/v1/engine/output_processor.py) merges outputs "if the producer gets ahead of the consumer", and the
   HTTP side blocks in uvicorn's `send()` on `flow.drain()` (uvicorn/protocols/http/httptools_impl.py). So the
