@@ -55,6 +55,8 @@ class EngineSupervisor(Supervisor):
         self.port = port
         self.install = install
         self.server: EngineServer | None = None
+        # The pod status's lastState while the ended container is still State Terminated: the termination before it.
+        self.last_before: tuple[str | None, int | None] = (None, None)
 
     def _start_child(self) -> None:
         # A new container is a new cgroup (the runtime makes one per container): its OOM counter starts at 0.
@@ -76,6 +78,7 @@ class EngineSupervisor(Supervisor):
     def _container_ended(self) -> int:
         """The kernel's OOM kills in the ended container's cgroup; then its leftovers killed and the cgroup removed
         (the worker or engine core may outlive the API server by a moment)."""
+        self.last_before = (self.last_reason, self.last_exit_code)
         server = self.server
         if server is None:
             return 0
@@ -105,10 +108,17 @@ class EngineSupervisor(Supervisor):
             with contextlib.suppress(OSError):  # removed between the check and the read: no cgroup, no series
                 oom_events, working_set = cgroup.oom_kills(), cgroup.working_set_bytes()
         live = oom_events is not None
+        restarts, (last_reason, last_exit_code) = self.restarts, (self.last_reason, self.last_exit_code)
+        if self.terminated_reason is not None:
+            # Between an exit and the next start the container is State Terminated with its own reason; the restart
+            # count steps, and lastState takes that termination, only when the kubelet creates the next container
+            # (kuberuntime gives it the dead one's count + 1: pkg/kubelet/kuberuntime/kuberuntime_container.go;
+            # kubelet_pods.go convertToAPIContainerStatuses). The supervisor counts at the exit, so undo it here.
+            restarts, (last_reason, last_exit_code) = self.restarts - 1, self.last_before
         return kubeseries.ContainerSeries(
-            restarts=self.restarts,
-            last_reason=self.last_reason,
-            last_exit_code=self.last_exit_code,
+            restarts=restarts,
+            last_reason=last_reason,
+            last_exit_code=last_exit_code,
             terminated_reason=self.terminated_reason,
             memory_limit_bytes=self.deployment.memory_limit_bytes,
             container_id=f"c{self.restarts}" if live else None,

@@ -32,8 +32,9 @@ def version(root: Path = ROOT) -> int | None:
     return None
 
 
-def unavailable(root: Path = ROOT) -> str | None:
-    """Why no memory cgroup can be made here, or None when one can."""
+def unavailable(root: Path | None = None) -> str | None:
+    """Why no memory cgroup can be made here, or None when one can (`root`: the cgroup fs, ROOT when None)."""
+    root = ROOT if root is None else root
     found = version(root)
     if found is None:
         return f"no memory cgroup hierarchy under {root}"

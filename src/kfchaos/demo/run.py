@@ -72,16 +72,22 @@ SCENARIOS: dict[str, tuple[str, ServerSettings]] = {
 # (experiments/vllm/engine-chaos.yaml has the arithmetic, docs/demo.md the measured runs).
 ENGINES = ("demo", "vllm")
 ENGINE_EXPERIMENT = EXPERIMENTS_DIR / "vllm" / "engine-chaos.yaml"
+# The tiny model's weights are random: sampled, its first token is sometimes its end-of-sequence token, and such an
+# answer (200, no token) is an empty completion, a failed request (docs/verdict.md). Greedy decoding (a server-side
+# default: vllm/config/model.py get_diff_sampling_param reads `temperature` from the generation config, which
+# --override-generation-config sets) makes each prompt's answer the same in every run; the demo's seeded traffic
+# then holds no prompt whose answer ends before its first token.
+GREEDY = ("--override-generation-config", '{"temperature": 0.0}')
 ENGINE_SCENARIOS: dict[str, EngineDeployment] = {
     "unsafe": EngineDeployment(
         EngineSettings(max_num_seqs=128, max_model_len=8192, kv_cache_bytes=512 * MiB, max_num_batched_tokens=131072,
-                       prefix_caching=False),
+                       prefix_caching=False, extra=GREEDY),
         memory_limit_bytes=ENGINE_MEMORY_LIMIT,
         connect_retry_s=10,
     ),
     "tuned": EngineDeployment(
         EngineSettings(max_num_seqs=32, max_model_len=8192, kv_cache_bytes=256 * MiB, max_num_batched_tokens=2048,
-                       prefix_caching=True),
+                       prefix_caching=True, extra=GREEDY),
         memory_limit_bytes=ENGINE_MEMORY_LIMIT,
         connect_retry_s=10,
     ),

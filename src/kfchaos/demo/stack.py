@@ -26,7 +26,7 @@ import yaml
 
 from kfchaos import safefile, termination
 from kfchaos.demo import lifetime
-from kfchaos.demo.enginedeploy import EngineDeployment
+from kfchaos.demo.enginedeploy import EngineDeployment, warm_up
 from kfchaos.demo.ports import free_port
 from kfchaos.demo.vllmengine import READY_TIMEOUT
 
@@ -170,6 +170,8 @@ class DemoStack:
             "proxy.log",
         )  # fmt: skip
         wait_http(ready, ready_timeout, server)
+        if isinstance(self.settings, EngineDeployment):
+            warm_up(self.server_url, self.settings.settings.served_model_name)
         wait_http(f"{self.control_url}/health", 30, proxy)
         if self.with_prometheus and shutil.which("prometheus"):
             self._start_prometheus()
