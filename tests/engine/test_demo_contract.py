@@ -96,7 +96,7 @@ def generation(model: str, chat: bool, **extra: Any) -> dict[str, Any]:
     return body
 
 
-STREAMS = {
+STREAMS: dict[str, tuple[str, bool, dict[str, Any]]] = {
     "completions": ("/v1/completions", False, {"stream": True}),
     "completions+usage": ("/v1/completions", False, {"stream": True, "stream_options": {"include_usage": True}}),
     "chat": ("/v1/chat/completions", True, {"stream": True}),
@@ -284,7 +284,9 @@ def test_models_and_health_answer_as_the_engine(sides: tuple[Side, Side]) -> Non
     assert shapes.shape(demo.models["data"][0]) == shapes.shape(real.models["data"][0])
     assert set(demo.models) == set(real.models) and demo.models["object"] == real.models["object"] == "list"
     for side in sides:
-        assert [m["id"] for m in side.models["data"]] == [side.model, ADAPTER], side.base
+        # The base model first, then the adapters (another test of the session may have left one of its own).
+        ids = [m["id"] for m in side.models["data"]]
+        assert ids[0] == side.model and ADAPTER in ids, (side.base, ids)
         assert side.models["data"][0]["max_model_len"] == MAX_MODEL_LEN, side.base
         assert side.health is not None
     assert real.health is not None and demo.health is not None
@@ -327,6 +329,7 @@ def test_the_series_kfchaos_reads_have_the_engines_names_types_and_labels(sides:
 def test_http_requests_total_groups_status_and_names_the_route(sides: tuple[Side, Side]) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
+    real, _ = sides
     for side in sides:
         samples = [
             s.labels
@@ -335,7 +338,9 @@ def test_http_requests_total_groups_status_and_names_the_route(sides: tuple[Side
             if s.name == "http_requests_total"
         ]
         statuses = {s["status"] for s in samples}
-        assert statuses <= {"1xx", "2xx", "3xx", "4xx", "5xx"} and "5xx" not in statuses, (side.base, statuses)
+        assert statuses <= {"1xx", "2xx", "3xx", "4xx", "5xx"}, (side.base, statuses)
+        # None of the contract's requests is a server error (the shared engine's count may hold other tests')
+        assert side is real or "5xx" not in statuses, statuses
         routes = {(s["handler"], s["method"], s["status"]) for s in samples}
         for expected in [("/v1/completions", "POST", "2xx"), ("/v1/completions", "POST", "4xx"),
                          ("/v1/chat/completions", "POST", "2xx"), ("/v1/models", "GET", "2xx")]:  # fmt: skip
@@ -357,7 +362,7 @@ def test_allowed_differences_are_still_differences(sides: tuple[Side, Side]) -> 
     want, got = real.errors["unknown model"].json(), demo.errors["unknown model"].json()
     assert want["error"]["message"].startswith(got["error"]["message"]) and want != got, (got, want)
     # adapter model card: the demo's keys are some of the engine's, with the same values
-    real_card, demo_card = real.models["data"][1], demo.models["data"][1]
+    real_card, demo_card = (next(m for m in side.models["data"] if m["id"] == ADAPTER) for side in sides)
     assert set(demo_card) < set(real_card), (demo_card, real_card)
     assert {k: named(str(v), demo) for k, v in demo_card.items()} == {
         k: named(str(real_card[k]), real) for k in demo_card
