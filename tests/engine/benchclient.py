@@ -93,13 +93,39 @@ def token_count(server: EngineServer, body: dict[str, Any]) -> int:
     return int(answer["count"])
 
 
-def traffic_file(path: Path, api: str, prompts: list[str], max_tokens: int, rate: float) -> Path:
+def visible_seed(server: EngineServer, api: str, prompt: str) -> int:
+    """A sampling seed (vLLM's per-request `seed`, vllm/sampling_params.py) whose first token has text. The random
+    model samples tokens at random, and a byte-level BPE token that is part of a UTF-8 character has no text of its
+    own: vLLM's detokenizer holds it back, so its chunk's text is empty and a client's TTFT (the first chunk with
+    text, kfchaos.traffic.sse) waits for a later token while the engine's TTFT does not. With a seed whose first
+    token has text the two TTFTs time the same token; the first sampling step is the same in a stream."""
+    endpoint = "/v1/completions" if api == "openai-completions" else "/v1/chat/completions"
+    for seed in range(200):
+        body: dict[str, Any] = {"model": MODEL_NAME, "max_tokens": 1, "seed": seed}
+        if api == "openai-completions":
+            body["prompt"] = prompt
+        else:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        status, answer = post_json(f"{server.url}{endpoint}", body)
+        assert status == 200, answer
+        choice = answer["choices"][0]
+        text = choice["text"] if api == "openai-completions" else choice["message"]["content"]
+        if text and text.strip("\ufffd"):
+            return seed
+    raise AssertionError(f"no seed below 200 gives a first token with text for {prompt!r}")
+
+
+def traffic_file(
+    path: Path, api: str, prompts: list[str], max_tokens: int, rate: float, seeds: list[int] | None = None
+) -> Path:
     """A JSONL recording (docs/traffic.md) of one request per prompt, `rate` a second, each asking for exactly
-    `max_tokens` tokens (ignore_eos: the random-weight model's EOS cannot end one early)."""
+    `max_tokens` tokens (ignore_eos: the random-weight model's EOS cannot end one early), with its seed if given."""
     endpoint = "/v1/completions" if api == "openai-completions" else "/v1/chat/completions"
     rows = []
     for i, prompt in enumerate(prompts):
         body: dict[str, Any] = {"max_tokens": max_tokens, "ignore_eos": True}
+        if seeds is not None:
+            body["seed"] = seeds[i]
         if api == "openai-completions":
             body["prompt"] = prompt
         else:

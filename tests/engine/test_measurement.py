@@ -37,7 +37,15 @@ import pytest
 from kfchaos.demo.vllmengine import MODEL_NAME, EngineInstall, EngineServer
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.plan import ReplaySettings
-from tests.engine.benchclient import prompt_words, read_engine, run_bench, token_count, traffic_file, wait_idle
+from tests.engine.benchclient import (
+    prompt_words,
+    read_engine,
+    run_bench,
+    token_count,
+    traffic_file,
+    visible_seed,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +79,8 @@ def test_the_replays_records_agree_with_the_engines_counters(
     vllm_engine: EngineServer, tmp_path: Path, api: str
 ) -> None:
     prompts = [f"[m{i}] " + prompt_words(i, PROMPT_WORDS) for i in range(REQUESTS)]
-    source = traffic_file(tmp_path / "traffic.jsonl", api, prompts, OUTPUT, RATE)
+    seeds = [visible_seed(vllm_engine, api, p) for p in prompts]
+    source = traffic_file(tmp_path / "traffic.jsonl", api, prompts, OUTPUT, RATE, seeds)
     if api == "openai-completions":
         expected_prompts = [token_count(vllm_engine, {"prompt": p}) for p in prompts]
     else:
@@ -142,7 +151,8 @@ def test_the_replay_and_vllms_benchmark_client_agree_on_the_same_traffic(
     # "[bN] " is 4 tokens in this tokenizer ("[", "b", "N", "]"), each filler word one more: 64 tokens.
     prompts = [f"[b{i}] " + prompt_words(i, BENCH_INPUT - 4) for i in range(BENCH_REQUESTS)]
     assert [token_count(vllm_engine, {"prompt": p}) for p in prompts] == [BENCH_INPUT] * BENCH_REQUESTS
-    source = traffic_file(tmp_path / "traffic.jsonl", "openai-completions", prompts, BENCH_OUTPUT, BENCH_RATE)
+    seeds = [visible_seed(vllm_engine, "openai-completions", p) for p in prompts]
+    source = traffic_file(tmp_path / "traffic.jsonl", "openai-completions", prompts, BENCH_OUTPUT, BENCH_RATE, seeds)
 
     wait_idle(vllm_engine)
     before = read_engine(vllm_engine)
