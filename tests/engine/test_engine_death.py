@@ -1,10 +1,10 @@
 """How the real vLLM engine dies of memory, and how kfchaos counts it.
 
 The engine runs as the demo's unsafe scenario deploys it (kfchaos.demo.run ENGINE_SCENARIOS["unsafe"]): in a memory
-cgroup of the container's 2.5 GiB limit, under the supervisor that records its ends as containerd and the kubelet
+cgroup of the container's 2.75 GiB limit, under the supervisor that records its ends as containerd and the kubelet
 on cgroup v1 do (kfchaos.demo.enginesupervisor), scraped by a real Prometheus beside vLLM's own /metrics. A
-long-context burst (48 prompts of 4 000 tokens sharing one document, as kfchaos's long-context-burst fault sends them)
-makes vLLM prefill up to --max-num-batched-tokens 131072 of them in one step: the worker's activations for it take
+long-context burst (96 prompts of 4 000 tokens sharing one document, as kfchaos's long-context-burst fault sends them)
+makes vLLM prefill up to --max-num-batched-tokens 262144 of them in one step: the worker's activations for it take
 the cgroup past its limit and the kernel OOM-kills `VLLM::Worker`, not the API server (the container's first
 process). The requests get HTTP 500 (EngineDeadError) and the API server shuts itself down with exit code 0. That
 exit is still an OOM kill: the kernel's own counter says so, the supervisor records OOMKilled with exit code 0
@@ -34,7 +34,7 @@ from kfchaos.traffic.wire import filler_text
 from tests.conftest import require_tool
 from tests.engine.conftest import post_json
 
-BURST = 48
+BURST = 96
 CONTEXT_TOKENS = 4000
 DEATH_TIMEOUT = 300.0  # the burst, the worker's kill and the server's own shutdown, on a busy 2-core machine
 
