@@ -106,8 +106,9 @@ def test_aborted_requests_free_their_blocks_and_a_leak_fails_the_check(demo: tup
     aborted = [r for r in rows if r["fault_request"] == "storm"]
     assert len(aborted) == 20 and all(r["error"] == "client_abort" for r in aborted)
     after = scrape(base)
-    # The server noticed every disconnect and aborted the request, as vLLM does (finished_reason="abort").
-    assert after["vllm:request_success_total{abort}"] == 20
+    # The server noticed every disconnect and aborted the request: none runs on. As vLLM 0.32, it counts a client's
+    # abort under no finished_reason (tests/engine/test_faults.py measures the real engine's +0).
+    assert after["vllm:request_success_total{abort}"] == 0
     assert after["vllm:num_requests_running"] == 0
     requests_ = from_table(result.table)
     check = abort_recovery_check(requests_.where(requests_.injected), sampler.snapshot(), settle=0.5)

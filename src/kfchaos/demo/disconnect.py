@@ -9,10 +9,10 @@ As vLLM does it:
   `_free_request` -> `kv_cache_manager.free` (vllm/v1/core/sched/scheduler.py). Here aiohttp's
   `handler_cancellation` plays `with_cancellation`'s part (server.main) and this module frees the blocks.
 - `vllm:request_success_total` carries a `finished_reason` label with one series per `FinishReason` (stop,
-  length, abort; vllm/v1/metrics/loggers.py). The demo counts a client abort under `abort`; vLLM 0.32 does not
-  (measured on the real engine, docs/faults.md: vllm/v1/engine/output_processor.py `abort_requests` drops the
-  request without its finished-request stats) -- a known difference of values, kept because
-  tests/demo/test_disconnect.py counts the demo's aborts by it; no verdict reads that series.
+  length, abort; vllm/v1/metrics/loggers.py), but a client's abort is counted in none of them: the API server's
+  `abort()` reaches vllm/v1/engine/output_processor.py `abort_requests`, which drops the request without its
+  finished-request stats (measured on vLLM 0.32: tests/engine/test_faults.py; docs/faults.md). The demo counts
+  nothing either; `Disconnects.aborted` is its own tally, for tests.
 - A slow reader does not hold its sequence: vLLM's engine never waits for the client. `RequestOutputCollector`
   (vllm/v1/engine/output_processor.py) merges outputs "if the producer gets ahead of the consumer", and the
   HTTP side blocks in uvicorn's `send()` on `flow.drain()` (uvicorn/protocols/http/httptools_impl.py). So the
@@ -27,19 +27,16 @@ held for good, or for minutes) did: the client-abort-storm verdict must FAIL suc
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from kfchaos.demo.engine import Engine
 
 FINISH_REASONS = ("stop", "length", "abort")  # vLLM's FinishReason values with a request_success series
 
 
 class Disconnects:
-    """Aborts of the requests whose client went away; `count(reason)` is told about each one."""
+    """Aborts of the requests whose client went away."""
 
-    def __init__(self, engine: Engine, count: Callable[[str], None], *, leak: bool = False) -> None:
+    def __init__(self, engine: Engine, *, leak: bool = False) -> None:
         self.engine = engine
-        self.count = count
         self.leak = leak
         self.aborted = 0
         self.leaked_blocks = 0
@@ -52,4 +49,3 @@ class Disconnects:
                 self.leaked_blocks += seq.blocks + seq.shared_prefix_blocks  # never returned to free_blocks
         engine.abort(request_id)
         self.aborted += 1
-        self.count("abort")

@@ -208,9 +208,7 @@ class DemoServer:
         enabled = self.lora.config.enabled
         self.lora_metrics = lora.LoraMetrics(self.metrics.registry, self.lora.config) if enabled else None
         self.engine.lora = self.lora if enabled else None
-        self.disconnects = Disconnects(
-            self.engine, lambda reason: self.metrics.success.labels(*self.metrics.key, reason).inc(), leak=leak_aborted
-        )
+        self.disconnects = Disconnects(self.engine, leak=leak_aborted)
         self.tokenizer = Tokenizer(max_model_len)  # one worker in the front end, vLLM's 400 (kfchaos.demo.tokenizer)
         self.metrics.memory_limit.set(config.memory_limit_bytes)
         self.requests: dict[str, _Request] = {}
