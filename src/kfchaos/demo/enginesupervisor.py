@@ -70,6 +70,8 @@ class EngineSupervisor(Supervisor):
         )
         self.server.start(wait=False)
         self.child = self.server.process
+        if self.stopping and self.child is not None:  # told to stop while this container started: stop it too
+            os.killpg(self.child.pid, signal.SIGTERM)
         self.started_at = time.time()
         self._event("Created", "Created container vllm")
         self._event("Started", "Started container vllm")

@@ -198,7 +198,11 @@ class FaultProxy:
     async def _open(self, app: web.Application) -> None:
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
-            connector=aiohttp.TCPConnector(limit=0),
+            # An idle pooled connection is dropped before the upstream's own keep-alive closes it: vLLM's uvicorn
+            # closes one idle for 5 s (vllm/envs.py VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and a request sent on a connection
+            # it is closing fails with "Server disconnected" (a 502 here that no server caused). aiohttp checks the
+            # idle time when it hands a connection out (connector.py), so a busy loop cannot stretch it.
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0),
             auto_decompress=False,
         )
 
