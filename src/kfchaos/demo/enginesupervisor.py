@@ -55,6 +55,7 @@ class EngineSupervisor(Supervisor):
         self.port = port
         self.install = install
         self.server: EngineServer | None = None
+        self.container_id = "c0"
         # The pod status's lastState while the ended container is still State Terminated: the termination before it.
         self.last_before: tuple[str | None, int | None] = (None, None)
 
@@ -68,6 +69,7 @@ class EngineSupervisor(Supervisor):
             memory_limit_bytes=self.deployment.memory_limit_bytes,
             cgroup_name=f"kfchaos-engine-{os.getpid()}-c{self.restarts}",
         )
+        self.container_id = f"c{self.restarts}"  # its cgroup's series' id, whatever the restart count says meanwhile
         self.server.start(wait=False)
         self.child = self.server.process
         if self.stopping and self.child is not None:  # told to stop while this container started: stop it too
@@ -123,7 +125,9 @@ class EngineSupervisor(Supervisor):
             last_exit_code=last_exit_code,
             terminated_reason=self.terminated_reason,
             memory_limit_bytes=self.deployment.memory_limit_bytes,
-            container_id=f"c{self.restarts}" if live else None,
+            # The running container's own id: the supervisor counts the restart before it has removed the ended
+            # container's cgroup, and that cgroup's count exported under the next id read as a new kill.
+            container_id=self.container_id if live else None,
             started_at=self.started_at if live else None,
             oom_events=oom_events or 0,
             working_set_bytes=working_set,
