@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.prometheus import PrometheusServer
 
 from kfchaos.demo.vllmengine import EngineInstall, EngineServer, EngineSettings, engine_home
+from tests.support.prometheus import PrometheusServer
 
 NAMESPACE = "llm-serving"
 POD = "vllm-0"
