@@ -2,8 +2,8 @@
 
 One place for their names and labels, for the supervisor of the real vLLM engine (kfchaos.demo.enginesupervisor),
 which exports them on a /metrics endpoint of its own beside vLLM's, as kube-state-metrics and the kubelet's cAdvisor
-are processes of their own beside a pod. (The demo server's `_export_container_status` exports the same series
-from inside the modelled server: the same names and labels, written there before this module.)
+are processes of their own beside a pod, and for the demo server, which exports them from inside the modelled server
+(kfchaos.demo.server `_export_container_status`).
 
 - kube-state-metrics (kubernetes/kube-state-metrics internal/store/pod.go), from the pod object, labels namespace,
   pod, uid, container: `kube_pod_container_status_restarts_total` (restartCount),

@@ -24,16 +24,17 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from kfchaos import safefile
-from kfchaos.demo import lora
+from kfchaos.demo import kubeseries, lora
 from kfchaos.demo.disconnect import FINISH_REASONS, Disconnects
 from kfchaos.demo.engine import Engine, EngineConfig, Sequence
 from kfchaos.demo.hostmemory import HostMemory
@@ -93,7 +94,7 @@ class Metrics:
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting", labels, registry=r)
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full", labels, registry=r)
         self.preemptions = Counter("vllm:num_preemptions", "Preemptions", labels, registry=r)
-        # One series per finish reason, as vLLM (kfchaos.demo.disconnect): a client abort counts under "abort".
+        # One series per finish reason, as vLLM; a client's abort counts under none (kfchaos.demo.disconnect).
         self.success = Counter("vllm:request_success", "Finished requests", [*labels, "finished_reason"], registry=r)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens", labels, registry=r)
         self.generation_tokens = Counter("vllm:generation_tokens", "Generated tokens", labels, registry=r)
@@ -112,60 +113,48 @@ class Metrics:
             series.labels(*self.key)
         for finish in FINISH_REASONS:
             self.success.labels(*self.key, finish)
-        self.cgroup_id: tuple[str, ...] | None = None
+        self.container: _ContainerSeries | None = None
         if status is not None:
             self._export_container_status(status)
 
     def _export_container_status(self, status: ContainerStatus) -> None:
-        """The series a cluster keeps about this container, exported as a cluster presents them.
-
-        kube-state-metrics (kubernetes/kube-state-metrics internal/store/pod.go) reports from the pod object:
-        `kube_pod_container_status_restarts_total` = the container status's restartCount, and, once the
-        container has terminated before, `kube_pod_container_status_last_terminated_reason{reason}` = 1 and
-        `kube_pod_container_status_last_terminated_exitcode` from lastState.terminated; labels namespace, pod,
-        uid, container. The reason is the runtime's: OOMKilled, Error (non-zero exit) or Completed (containerd
-        internal/cri/server: oomExitReason, errorExitReason, completeExitReason).
-        cAdvisor's `container_oom_events_total` is per container cgroup (labels id, name): this container's
-        series is new and starts at 0, and the killed container's count went with its cgroup
-        (google/cadvisor#3015) -- a counter a cluster loses, so it is exported here the same way.
+        """The series a cluster keeps about this container, exported as a cluster presents them: kube-state-metrics'
+        and cAdvisor's, from kfchaos.demo.kubeseries (their names, labels and upstream sources in one place, shared
+        with the real engine's supervisor). cAdvisor's `container_oom_events_total` is per container cgroup: this
+        container's series is new and starts at 0, and the killed container's count went with its cgroup
+        (google/cadvisor#3015) -- a counter a cluster loses, so it is exported here the same way. The working set
+        is the modelled host memory (the KV pool's mirror), read at each scrape.
         In a cluster kube-state-metrics is its own process and keeps reporting while the container is down;
         here the new container reports them once it is up (the counts are the same, shown a restart delay
         later: the verdict's grace covers a scrape interval, the demo's restart delay is 2 s).
         """
-        r = self.registry
-        pod = ["namespace", "pod", "uid", "container"]
-        where = (DEMO_NAMESPACE, DEMO_POD, DEMO_POD_UID, DEMO_CONTAINER)
-        Gauge("kube_pod_container_status_restarts_total", "Restarts (kube-state-metrics)", pod, registry=r).labels(
-            *where
-        ).set(status.restarts)
-        if status.last_reason is not None:
-            Gauge(
-                "kube_pod_container_status_last_terminated_reason",
-                "Last terminated reason (kube-state-metrics)",
-                [*pod, "reason"],
-                registry=r,
-            ).labels(*where, status.last_reason).set(1)
-            Gauge(
-                "kube_pod_container_status_last_terminated_exitcode",
-                "Last terminated exit code (kube-state-metrics)",
-                pod,
-                registry=r,
-            ).labels(*where).set(status.last_exit_code or 0)
-        cgroup = ["namespace", "pod", "container", "id"]
-        cgroup_id = (DEMO_NAMESPACE, DEMO_POD, DEMO_CONTAINER, f"/kubepods/demo/{status.container_id}")
-        cadvisor = Gauge("container_oom_events_total", "OOM events of this cgroup (cAdvisor)", cgroup, registry=r)
-        cadvisor.labels(*cgroup_id).set(0)
-        # cAdvisor's memory series of the same cgroup (google/cadvisor metrics/prometheus.go): the working set is
-        # the modelled host memory (the KV pool's mirror), the limit the container's; and kube-state-metrics'
-        # kube_pod_container_resource_limits{resource="memory",unit="byte"} from the pod spec (internal/store/pod.go).
-        self.working_set = Gauge("container_memory_working_set_bytes", "Working set (cAdvisor)", cgroup, registry=r)
-        self.working_set.labels(*cgroup_id)
-        self.cgroup_id = cgroup_id
-        Gauge("container_spec_memory_limit_bytes", "Memory limit (cAdvisor)", cgroup, registry=r).labels(
-            *cgroup_id
-        ).set(status.memory_limit_bytes)
-        Gauge("kube_pod_container_resource_limits", "Limits (kube-state-metrics)", [*pod, "resource", "unit"],
-              registry=r).labels(*where, "memory", "byte").set(status.memory_limit_bytes)  # fmt: skip
+        self.container = _ContainerSeries(status)
+        self.registry.register(self.container)
+
+
+class _ContainerSeries:
+    """A collector of this container's cluster series (kfchaos.demo.kubeseries), read at each scrape."""
+
+    POD = kubeseries.Pod(DEMO_NAMESPACE, DEMO_POD, DEMO_POD_UID, DEMO_CONTAINER)
+
+    def __init__(self, status: ContainerStatus) -> None:
+        self.status = status
+        self.working_set_bytes = 0
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.status
+        yield from kubeseries.families(
+            self.POD,
+            kubeseries.ContainerSeries(
+                restarts=status.restarts,
+                last_reason=status.last_reason,
+                last_exit_code=status.last_exit_code,
+                terminated_reason=None,  # a running container answers the scrape
+                memory_limit_bytes=status.memory_limit_bytes,
+                container_id=status.container_id,
+                working_set_bytes=self.working_set_bytes,
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -265,8 +254,8 @@ class DemoServer:
         self.metrics.prefix_queries.labels(*labels).inc(queries - self._prefix_exported[0])
         self.metrics.prefix_hits.labels(*labels).inc(hits - self._prefix_exported[1])
         self._prefix_exported = (queries, hits)
-        if self.metrics.cgroup_id is not None:
-            self.metrics.working_set.labels(*self.metrics.cgroup_id).set(self.engine.host_bytes)
+        if self.metrics.container is not None:
+            self.metrics.container.working_set_bytes = self.engine.host_bytes
         if self.lora_metrics is not None:
             self.lora_metrics.update((s.lora for s in self.engine.running), (s.lora for s in self.engine.waiting))
 
