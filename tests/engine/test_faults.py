@@ -237,7 +237,11 @@ def test_batch_shock_under_a_small_max_num_seqs_makes_requests_wait_and_preempts
     assert peaks.peak["vllm:num_requests_waiting"] >= 2, peaks.peak
     assert peaks.peak["vllm:num_requests_running"] <= 8, peaks.peak
     assert change["preemptions"] >= 1, change
-    assert peaks.peak["vllm:kv_cache_usage_perc"] >= 0.9, peaks.peak  # preempted because the cache was full
+    # Preempted because the cache was full: at the step that preempts, every usable block is held, and the
+    # preemption frees the victim's blocks at once, so a sample can land just after it. One sequence holds at most
+    # ceil((900 + 1400) / 128) = 18 of the 63 usable blocks (vLLM keeps one as its null block:
+    # vllm/v1/core/block_pool.py), so the peak seen is at least 1 - 18/63 = 0.71 (seen: 0.87-0.98).
+    assert peaks.peak["vllm:kv_cache_usage_perc"] >= 1 - 18 / 63, peaks.peak
 
 
 def test_lora_adapter_churn_loads_and_unloads_real_adapters_and_they_serve(
