@@ -12,8 +12,9 @@ only once reaped (`RUSAGE_CHILDREN`), so a server a session fixture keeps runnin
 it, and a daemon never reaped not at all: the CPU figures are a floor.
 
 tests/slow-tests.txt is written from a timing report by `python -m tests.support.timing REPORT --write-slow`: every
-test whose setup + call + teardown took 1 s or more, and every test of a folder that starts a real engine, cluster or
-package build (those pay a start-up whichever test runs first). A test not in the file is taken as quick, so a new
+test whose setup + call + teardown took 1 s or more, and every test of a file whose fixtures took that long (a shared
+server is paid for by whichever test runs first); `--quick` also leaves out the folders that start a real engine,
+cluster or package build. A test not in the file is taken as quick, so a new
 test runs in `make check` until the next report lists it.
 """
 
@@ -133,10 +134,14 @@ def table(entries: list[dict[str, Any]], top: int = 40) -> str:
 
 
 def write_slow(entries: list[dict[str, Any]]) -> int:
-    slow = sorted(e["nodeid"] for e in entries if wall(e) >= QUICK_LIMIT_S)
+    """Every test that took QUICK_LIMIT_S or more, and every test of a file where one test's setup or teardown did:
+    such a file shares a costly fixture (a server, a stack), which whichever of its tests runs first pays for."""
+    costly_files = {e["file"] for e in entries if e.get("setup", 0) + e.get("teardown", 0) >= QUICK_LIMIT_S}
+    slow = sorted(e["nodeid"] for e in entries if wall(e) >= QUICK_LIMIT_S or e["file"] in costly_files)
     header = (
-        "# Tests that took 1 s or more (setup + call + teardown) in the last timing report; `make check` leaves them\n"
-        "# out. Written by `python -m tests.support.timing REPORT --write-slow` (tests/support/timing.py).\n"
+        "# Tests that took 1 s or more (setup + call + teardown) in the last timing report, and every test of a file\n"
+        "# whose fixtures took that long: `make check` leaves them out. Written by\n"
+        "# `python -m tests.support.timing REPORT --write-slow` (tests/support/timing.py).\n"
     )
     SLOW_LIST.write_text(header + "\n".join(slow) + "\n")
     return len(slow)
