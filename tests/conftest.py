@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.groups import mark_groups
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 # --timing-report and --quick (`make check`): tests/support/timing.py
@@ -34,6 +36,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue  # tests/cluster starts its own control plane (tests/cluster/conftest.py)
         if not has_cluster and ("cluster" in item.keywords or "e2e" in item.keywords):
             item.add_marker(skip)
+    mark_groups(items)  # for pytest-xdist's --dist loadgroup (scripts/test.sh)
 
 
 @pytest.fixture(scope="session", autouse=True)

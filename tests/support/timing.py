@@ -74,7 +74,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     report = config.getoption("--timing-report")
-    if report:
+    # Under pytest-xdist the tests run in the workers: each records its own (the controller only relays reports).
+    distributing = bool(config.getoption("numprocesses", default=None)) and not hasattr(config, "workerinput")
+    if report and not distributing:
         config.pluginmanager.register(TimingRecorder(Path(report)), "kfchaos-timing")
 
 
