@@ -64,3 +64,37 @@ def test_explicit_removal_time_wins() -> None:
     check = verdict.check("recovery")
     assert check.value == pytest.approx(20.0)
     assert not check.gating  # no recovery_max: reported, does not decide
+
+
+def _recovering_in_the_stage(bad_for: float) -> pa.Table:
+    """As run_with_recovery, but the records after removal are the same stage's (a traffic fault that ends mid-stage,
+    as a long-context burst does)."""
+    faulty = records(10, exponential(0.05, 6000), start=START)
+    n = 12000
+    t = np.arange(n) / 100.0
+    status = np.where((t < bad_for) & (np.arange(n) % 2 == 0), 503, 200)
+    errors = [("http" if s == 503 else None) for s in status]
+    recovering = records(10, exponential(0.05, n), start=START + 60, error=errors, status=status, fault_active=False)
+    return concat(faulty, recovering)
+
+
+@pytest.mark.parametrize(
+    ("valid", "status"),
+    [(True, Status.FAIL), ("replayer fell behind: send lag P99 400.0ms > 250ms", Status.INCONCLUSIVE)],
+)
+def test_recovery_is_judged_only_on_a_replay_that_kept_its_schedule(valid: bool | str, status: Status) -> None:
+    """A re-judged run folder gave FAIL on recovery where its stage, and the pipeline's verdict, were INCONCLUSIVE:
+    the records after the burst came from a replay that fell behind, whose delays the windows held too."""
+    verdict = evaluate(
+        _recovering_in_the_stage(bad_for=45),
+        SPEC,
+        baseline=baseline(),
+        metrics=oom_snapshot(START, START + 200),
+        stage_valid={10: valid},
+    )
+    check = verdict.check("recovery")
+    assert check.status is status, check
+    if status is Status.INCONCLUSIVE:
+        assert check.reason.startswith("not judged: the replay after removal was not valid (stage 10%: ")
+        assert check.value is None
+        assert verdict.stage(10).check("replay").status is Status.INCONCLUSIVE

@@ -29,7 +29,7 @@ from kfchaos.verdict.foreignload import foreign_load_check
 from kfchaos.verdict.gate import gate
 from kfchaos.verdict.load import load_check, ramp_rates
 from kfchaos.verdict.model import Check, GateResult, StageResult, Status, Verdict, status_of, worst
-from kfchaos.verdict.recovery import RECOVERY_WINDOW, recorded_check, recovery_check
+from kfchaos.verdict.recovery import RECOVERY_WINDOW, recorded_check, recovery_check, within_valid_replay
 from kfchaos.verdict.requests import DROPPED, Requests, load_requests
 
 FaultsVerified = bool | Mapping[str, bool] | None
@@ -477,6 +477,7 @@ def evaluate(
         overall.append(Check("baseline", Status.INCONCLUSIVE, "no baseline: P99 drift cannot be judged"))
     base_p99 = baseline.p99("latency_p99") if baseline else None
     recovery = recovery_check(requests, spec.slo, base_p99, removed_at=faults_removed_at, width=recovery_window)
+    recovery = within_valid_replay(recovery, requests, stages)
     after_removal = faults_removed_at is not None and bool(np.any(requests.intended >= faults_removed_at))
     if recorded_recovery is not None and not after_removal:
         # A pipeline run's recovery probe is replayed after the ramp and its records are not part of the run

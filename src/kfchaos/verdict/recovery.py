@@ -10,12 +10,13 @@ recover while observed.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from kfchaos.spec import Slo
-from kfchaos.verdict.model import Check, Status
+from kfchaos.verdict.model import Check, StageResult, Status
 from kfchaos.verdict.requests import Requests
 from kfchaos.verdict.windows import windows
 
@@ -109,6 +110,28 @@ def recovery_check(
     status = Status.PASS if seconds <= limit_s else Status.FAIL
     reason = f"SLOs held again {seconds:g}s after removal vs recovery_max {limit_s:g}s"
     return Check(name, status, reason, seconds, limit_s, interval, int(grid.sent.sum()), "s", True, details)
+
+
+def within_valid_replay(check: Check | None, requests: Requests, stages: list[StageResult]) -> Check | None:
+    """A recovery measured from records is only as good as their replay: when a stage whose requests were sent after
+    the removal has a replay that fell behind (its `replay` check not PASS), the windows after removal held the
+    replayer's delays too, and neither a FAIL nor a PASS of recovery can be told from them: INCONCLUSIVE, as the
+    stage itself is. (A pipeline run judges recovery on its probe after removal, never on such a stage; re-judging
+    its folder must not turn the stage's INCONCLUSIVE into a FAIL.)"""
+    if check is None or check.status is Status.INCONCLUSIVE or not check.details.get("removed_at"):
+        return check
+    after = {int(s) for s in np.unique(requests.stage[requests.intended >= float(check.details["removed_at"])])}
+    invalid = [
+        f"stage {stage.stage}%: {replay.reason}"
+        for stage in stages
+        if stage.stage in after
+        for replay in stage.checks
+        if replay.name == "replay" and replay.status is not Status.PASS
+    ]
+    if not invalid:
+        return check
+    reason = f"not judged: the replay after removal was not valid ({'; '.join(invalid)})"
+    return replace(check, status=Status.INCONCLUSIVE, reason=reason, value=None, interval=None)
 
 
 def recorded_check(data: dict[str, Any]) -> Check:
