@@ -2,7 +2,7 @@
 
 A baseline carries its provenance (server, queries, window, exclusions, step, captured_at) and a content
 hash over everything else, so an edited file is refused and an old one is flagged -- never used silently.
-`capture()` (kfchaos.metrics.capture) produces one; `load_baseline()` checks it.
+`capture()` (below) produces one from Prometheus; `load_baseline()` checks it.
 """
 
 from __future__ import annotations

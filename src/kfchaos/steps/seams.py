@@ -29,7 +29,8 @@ def _module(name: str, why: str) -> Any:
 
 
 class FaultBackend(Protocol):
-    """DESIGN.md's FaultBackend over experiment faults: what preflight, inject, remove and cleanup use."""
+    """The fault backend over experiment faults (kfchaos.faults.backend.FaultBackend for Chaos Mesh, the demo's local
+    one): what preflight, inject, remove and cleanup use."""
 
     def preflight(self, faults: list[FaultBase]) -> Any: ...
     def apply(self, fault: FaultBase) -> Any: ...
