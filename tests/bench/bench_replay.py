@@ -115,7 +115,7 @@ def _small_requests_file(path: Path, rate: float, seconds: float, gzip_it: bool 
 
 def child_rate(url: str, rate: str, seconds: str) -> dict[str, Any]:
     from kfchaos.traffic.api import plan_stage, run_stage
-    from kfchaos.traffic.plan import ReplaySettings
+    from kfchaos.traffic.settings import ReplaySettings
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "small.jsonl"
@@ -136,7 +136,7 @@ def child_rate(url: str, rate: str, seconds: str) -> dict[str, Any]:
 def child_streams(url: str, count: str) -> dict[str, Any]:
     from kfchaos.spec import Synthetic
     from kfchaos.traffic.api import plan_stage, run_stage
-    from kfchaos.traffic.plan import ReplaySettings
+    from kfchaos.traffic.settings import ReplaySettings
 
     n = int(count)
     synthetic = Synthetic.model_validate(
@@ -162,7 +162,7 @@ def child_streams(url: str, count: str) -> dict[str, Any]:
 
 def child_large(path: str, url: str, replay_seconds: str) -> dict[str, Any]:
     from kfchaos.traffic.api import plan_stage, run_stage
-    from kfchaos.traffic.plan import ReplaySettings
+    from kfchaos.traffic.settings import ReplaySettings
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()

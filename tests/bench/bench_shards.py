@@ -96,7 +96,7 @@ def _merge_child(mode: str, out: Path, parts: list[Path]) -> dict[str, float]:
 
 def plan_per_shard(tmp: Path) -> None:
     from kfchaos.traffic.api import plan_stage
-    from kfchaos.traffic.plan import ReplaySettings
+    from kfchaos.traffic.settings import ReplaySettings
 
     path = tmp / "recording.jsonl"
     with path.open("w") as stream:

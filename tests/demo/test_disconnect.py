@@ -21,8 +21,7 @@ from kfchaos.faultspec.params import ClientAbortStormParams
 from kfchaos.metrics import names
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.faultload import TrafficFault
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 from kfchaos.verdict.abortstorm import abort_recovery_check
 from kfchaos.verdict.model import Status
 from kfchaos.verdict.requests import from_table

@@ -36,7 +36,7 @@ import pytest
 
 from kfchaos.demo.vllmengine import MODEL_NAME, EngineInstall, EngineServer
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings
 from tests.engine.benchclient import (
     prompt_words,
     read_engine,

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.traffic.source import DEADLINE_NOTE
 from tests.support.hostile import hostile_server, json_answer
 

@@ -19,8 +19,8 @@ import pytest
 from kfchaos.records import unfinished_stages
 from kfchaos.traffic import engine
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.plan import ReplaySettings
 from kfchaos.traffic.recorder import Recorder
+from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.verdict import load_requests
 from tests.support.hostile import hostile_server, json_answer
 

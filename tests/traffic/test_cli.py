@@ -127,8 +127,8 @@ def test_progress_lines_when_not_a_terminal(server: LoopbackServer, tmp_path: Pa
     import io
 
     from kfchaos.traffic.api import run_stage
-    from kfchaos.traffic.plan import ReplaySettings
     from kfchaos.traffic.progress import Progress
+    from kfchaos.traffic.settings import ReplaySettings
 
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({"id": f"r{i}", "timestamp": i * 0.01}) + "\n" for i in range(60)))

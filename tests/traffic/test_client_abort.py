@@ -10,8 +10,7 @@ from pydantic import ValidationError
 
 from kfchaos.faultspec.params import ClientAbortStormParams
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.faultload import TrafficFault
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 
 from .loopback_server import LoopbackServer
 

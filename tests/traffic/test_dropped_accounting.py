@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.verdict import evaluate
 from kfchaos.verdict.model import Status
 from tests.verdict.builders import experiment

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.traffic.sse import SseTimer, stream_error
 
 from .loopback_server import LoopbackServer

@@ -7,9 +7,8 @@ from pydantic import ValidationError
 
 from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
 from kfchaos.spec import Synthetic
-from kfchaos.traffic.faultload import TrafficFault
 from kfchaos.traffic.faulttable import generate
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 
 SETTINGS = ReplaySettings(stage=50, synthetic=Synthetic(rate=20), duration=30.0, api="openai-completions", model="m")
 

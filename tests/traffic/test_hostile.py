@@ -24,7 +24,7 @@ from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.formats import READERS
 from kfchaos.traffic.formats import sharegpt as sharegpt_module
 from kfchaos.traffic.formats.sharegpt import read_sharegpt
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.traffic.source import SourceReport
 from kfchaos.traffic.tagging import HeaderPolicy
 from tests.conftest import ROOT

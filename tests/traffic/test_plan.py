@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from kfchaos.errors import KfchaosError
 from kfchaos.faultspec.params import LongContextBurstParams
 from kfchaos.spec import Synthetic
-from kfchaos.traffic.faultload import TrafficFault
-from kfchaos.traffic.plan import ReplaySettings, plan_stage
+from kfchaos.traffic.plan import plan_stage
 from kfchaos.traffic.sampling import select, unit
+from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 
 
 def recording(tmp_path: Path, n: int = 2000, gap: float = 0.01) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from kfchaos.records import REQUEST_SCHEMA
 from kfchaos.traffic.api import merge_shards, plan_stage, run_stage
-from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.traffic.tagging import HeaderPolicy, credential_from_env
 
 from .loopback_server import LoopbackServer

@@ -14,10 +14,9 @@ import pytest
 from kfchaos.faultspec.params import LongContextBurstParams
 from kfchaos.records import RecordsError
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.faultload import TrafficFault
 from kfchaos.traffic.merge import merge_records, stage_plan_hash
-from kfchaos.traffic.plan import ReplaySettings
 from kfchaos.traffic.recorder import Recorder, write_parquet
+from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 from kfchaos.validate import load_experiment
 
 from .loopback_server import LoopbackServer

@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from kfchaos.faultspec.params import LongContextBurstParams
 from kfchaos.traffic import engine, http1
 from kfchaos.traffic.api import plan_stage, run_stage
-from kfchaos.traffic.faultload import TrafficFault
-from kfchaos.traffic.plan import GoodputSlo, ReplaySettings
+from kfchaos.traffic.settings import GoodputSlo, ReplaySettings, TrafficFault
 from kfchaos.traffic.sse import SseError, SseTimer
 
 from .loopback_server import LoopbackServer

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from kfchaos.spec import Synthetic, TokenLengths
-from kfchaos.traffic.plan import ReplaySettings, plan_stage
+from kfchaos.traffic.plan import plan_stage
 from kfchaos.traffic.request import TrafficRequest
+from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.traffic.synthetic import draw_lengths
 from kfchaos.traffic.tagging import HeaderPolicy
 from kfchaos.traffic.wire import RequestBuilder

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kfchaos.demo.stack import free_port, wait_http
 from kfchaos.spec import Synthetic
 from kfchaos.traffic.api import run_stage
-from kfchaos.traffic.plan import ReplaySettings, plan_stage
+from kfchaos.traffic.plan import plan_stage
+from kfchaos.traffic.settings import ReplaySettings
 
 MODEL = "demo/llama-3-8b-sim"
 pytestmark = pytest.mark.integration

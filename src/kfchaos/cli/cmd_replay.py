@@ -30,9 +30,10 @@ from kfchaos.traffic.api import run_stage
 from kfchaos.traffic.formats import FORMATS
 from kfchaos.traffic.http1 import parse_target
 from kfchaos.traffic.httpsyntax import header_problem
-from kfchaos.traffic.plan import APIS, NO_GOODPUT_SLO, ReplayPlan, ReplaySettings, settings_from_experiment
+from kfchaos.traffic.plan import ReplayPlan, settings_from_experiment
 from kfchaos.traffic.progress import Progress
 from kfchaos.traffic.recorder import read_records, write_parquet
+from kfchaos.traffic.settings import APIS, NO_GOODPUT_SLO, ReplaySettings
 from kfchaos.traffic.summary import StageSummary, summarize
 from kfchaos.traffic.tagging import HeaderPolicy
 from kfchaos.units import parse_duration

@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kfchaos.traffic.engine import StageResult, replay, run_stage
-from kfchaos.traffic.plan import ReplayPlan, ReplaySettings, plan_stage, settings_from_experiment
+from kfchaos.traffic.plan import ReplayPlan, plan_stage, settings_from_experiment
 from kfchaos.traffic.recorder import read_records
+from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.traffic.summary import StageSummary, summarize
 
 __all__ = [

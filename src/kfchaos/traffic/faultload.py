@@ -15,46 +15,18 @@ index in that order (request k goes to shard k mod n), so the shards together se
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from kfchaos.errors import KfchaosError
 from kfchaos.faultspec.params import (
-    PARAMS_BY_TYPE,
-    TRAFFIC_SIDE_TYPES,
     ClientAbortStormParams,
     LongContextBurstParams,
     LoraAdapterChurnParams,
 )
 from kfchaos.traffic.request import API_PATHS, ClientBehaviour, TrafficRequest
-from kfchaos.types import StrictModel
-
-if TYPE_CHECKING:  # for annotations only: the plan reads the generators through kfchaos.traffic.faulttable
-    from kfchaos.traffic.plan import ReplaySettings
-
-
-@dataclass(frozen=True)
-class TrafficFault:
-    """A traffic-side fault as the replayer performs it: the experiment's fault name and its params."""
-
-    name: str
-    params: StrictModel
-
-    @property
-    def type(self) -> str:
-        return fault_type(type(self.params))
-
+from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 
 FaultRequests = Iterator[tuple[float, TrafficRequest]]
-Generator = Callable[[TrafficFault, "ReplaySettings"], FaultRequests]
-
-
-def fault_type(params: type[StrictModel]) -> str:
-    """The traffic-side fault type of a params model (kfchaos.faultspec.params.PARAMS_BY_TYPE)."""
-    for name in sorted(TRAFFIC_SIDE_TYPES):
-        if PARAMS_BY_TYPE.get(name) is params:
-            return name
-    raise KeyError(f"no traffic-side fault generator for {params.__name__}")
+Generator = Callable[[TrafficFault, ReplaySettings], FaultRequests]
 
 
 def api_path(settings: ReplaySettings) -> str:

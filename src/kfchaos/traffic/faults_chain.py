@@ -35,16 +35,13 @@ from __future__ import annotations
 import functools
 import math
 import random
-from typing import TYPE_CHECKING
 
 from kfchaos.bounds import MAX_FAULT_CONCURRENCY, MAX_REQUESTS
 from kfchaos.errors import KfchaosError
 from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
-from kfchaos.traffic.faultload import FaultRequests, TrafficFault, api_path, repeat_starts
+from kfchaos.traffic.faultload import FaultRequests, api_path, repeat_starts
 from kfchaos.traffic.request import TrafficRequest
-
-if TYPE_CHECKING:  # for annotations only: the plan reads the generators through kfchaos.traffic.faulttable
-    from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 
 # Common three-letter English words: with the space before them one token each in byte-level BPE vocabularies.
 _WORDS = (

@@ -8,21 +8,16 @@ at import: a type without a generator would plan a stage without its fault.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
 from kfchaos.traffic import faults_chain
 from kfchaos.traffic.faultload import (
     FaultRequests,
     Generator,
-    TrafficFault,
     client_abort_storm,
     long_context_burst,
     lora_adapter_churn,
 )
-
-if TYPE_CHECKING:  # for annotations only: the plan imports this module
-    from kfchaos.traffic.plan import ReplaySettings
+from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 
 GENERATORS: dict[str, Generator] = {
     "long-context-burst": long_context_burst,

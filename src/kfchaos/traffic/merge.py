@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 
 from kfchaos import safefile
 from kfchaos.records import RecordsError
-from kfchaos.traffic.plan import ReplayPlan, ReplaySettings
+from kfchaos.traffic.plan import ReplayPlan
 from kfchaos.traffic.recorder import read_records
+from kfchaos.traffic.settings import ReplaySettings
 
 MERGE_ORDER = [("intended", "ascending"), ("shard", "ascending"), ("request_id", "ascending")]
 

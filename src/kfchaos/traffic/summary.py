@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kfchaos.traffic.plan import NO_GOODPUT_SLO, GoodputSlo
+from kfchaos.traffic.settings import NO_GOODPUT_SLO, GoodputSlo
 
 PERCENTILES = (50, 90, 95, 99)
 
