@@ -32,7 +32,7 @@ MAX_RESPONSE_BYTES = 64 << 20
 MAX_SSE_EVENT_BYTES = 4 << 20
 MAX_TOKENS = 2**31 - 1  # the records' int32 columns
 
-# Traffic-side faults (kfchaos.traffic.faults_chain): one prompt a fault builds, the prompts of one wave together
+# Traffic-side faults (kfchaos.traffic.trafficfaults.chain): one prompt a fault builds, the prompts of one wave together
 # (all may be in flight at once), and the extra requests a fault may hold in flight at once.
 MAX_FAULT_PROMPT_BYTES = 16 << 20
 MAX_FAULT_WAVE_BYTES = 256 << 20

@@ -74,7 +74,7 @@ REQUEST_SCHEMA = pa.schema(
         # Seconds spent opening connections (TCP, TLS) for this request, 0 on a kept-alive one; null if not
         # sent. Part of latency and ttft (which start before the connection, as in vLLM's bench client).
         pa.field("connect", pa.float64(), nullable=True),
-        # The traffic-side fault that sent this request (kfchaos.traffic.faultload), null for the traffic itself.
+        # The traffic-side fault that sent this request (kfchaos.traffic.trafficfaults), null for the traffic itself.
         # Such requests are the fault, and are left out of every figure that judges the traffic.
         pa.field("fault_request", pa.dictionary(pa.int16(), pa.string()), nullable=True),
         # When the replayer learned the request's outcome (epoch s), whatever it was: the response complete, the

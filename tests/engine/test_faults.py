@@ -30,7 +30,7 @@ import pytest
 
 from kfchaos.demo.vllmengine import LORA_ADAPTERS, MODEL_NAME, EngineInstall, EngineServer
 from kfchaos.faultspec.params import TokenizerStressParams
-from kfchaos.traffic.faults_chain import tokenizer_prompt
+from kfchaos.traffic.trafficfaults.chain import tokenizer_prompt
 from tests.engine.conftest import BLOCK_SIZE, KV_TOKENS, metrics_text, post_json, reset_prefix_cache, sample
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The serving-chain faults' request generators (kfchaos.traffic.faults_chain) and their params' bounds."""
+"""The serving-chain faults' request generators (kfchaos.traffic.trafficfaults.chain) and their params' bounds."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pydantic import ValidationError
 
 from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
 from kfchaos.spec import Synthetic
-from kfchaos.traffic.faulttable import generate
 from kfchaos.traffic.settings import ReplaySettings, TrafficFault
+from kfchaos.traffic.trafficfaults.table import generate
 
 SETTINGS = ReplaySettings(stage=50, synthetic=Synthetic(rate=20), duration=30.0, api="openai-completions", model="m")
 

@@ -72,7 +72,7 @@ def _with_traffic_faults() -> list[Path]:
 
 @pytest.mark.parametrize("path", _with_traffic_faults(), ids=lambda p: p.name)
 def test_every_traffic_side_fault_splits_over_shards_into_its_unsharded_requests(path: Path) -> None:
-    """kfchaos.traffic.faultload: a generator must be a function of (fault, settings) only, the same in every shard
+    """kfchaos.traffic.trafficfaults: a generator must be a function of (fault, settings) only, the same in every shard
     pod, or the shards would send another plan than the one their hash names."""
     experiment = load_experiment(path)
     for stage in experiment.spec.traffic.stages:

@@ -448,7 +448,7 @@ class ClientAbortStormParams(StrictModel):
 
 # ---------------------------------------------------------------- serving-chain faults (traffic side)
 # Sizes are bounded by kfchaos.bounds (prompt bytes, requests at once); the generators live in
-# kfchaos.traffic.faults_chain.
+# kfchaos.traffic.trafficfaults.chain.
 
 TokenizerKind = Literal[
     "over-limit", "near-limit", "no-spaces", "combining-marks", "emoji-zwj", "rtl-mixed", "odd-codepoints"
@@ -477,7 +477,8 @@ class TokenizerStressParams(StrictModel):
     def _bounded(self) -> TokenizerStressParams:
         if self.max_tokens >= self.max_model_len:
             raise ValueError(f"max_tokens ({self.max_tokens}) must be below max_model_len ({self.max_model_len})")
-        # Word prompts take 4 bytes a token (kfchaos.traffic.faults_chain); text prompts up to 4 bytes a character.
+        # Word prompts take 4 bytes a token (kfchaos.traffic.trafficfaults.chain); text prompts up to 4 bytes a
+        # character.
         largest = max(4 * (self.max_model_len + self.over_tokens), 4 * self.prompt_chars)
         if largest > bounds.MAX_FAULT_PROMPT_BYTES:
             raise ValueError(

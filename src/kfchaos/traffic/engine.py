@@ -34,7 +34,6 @@ import pyarrow as pa
 
 from kfchaos.bounds import MAX_DURATION, MAX_REQUESTS
 from kfchaos.errors import KfchaosError
-from kfchaos.traffic import clientfault
 from kfchaos.traffic.http1 import Exchange, Pool, Target, parse_target
 from kfchaos.traffic.plan import Planned, ReplayPlan
 from kfchaos.traffic.progress import Progress, Snapshot
@@ -43,6 +42,7 @@ from kfchaos.traffic.source import SourceReport, read_until
 from kfchaos.traffic.sse import SseTimer, stream_error
 from kfchaos.traffic.summary import StageSummary, summarize
 from kfchaos.traffic.tagging import new_trace_id
+from kfchaos.traffic.trafficfaults import client as clientfault
 from kfchaos.traffic.wire import RequestBuilder
 
 SPIN = 0.001  # wake this long before a request is due (timer resolution), then yield until it is

@@ -18,7 +18,7 @@ API_PATHS = {"openai-completions": "/v1/completions", "openai-chat": "/v1/chat/c
 
 @dataclass(frozen=True, slots=True)
 class ClientBehaviour:
-    """How the replayer's client treats one fault request's stream (kfchaos.traffic.clientfault).
+    """How the replayer's client treats one fault request's stream (kfchaos.traffic.trafficfaults.client).
 
     `abort_after_tokens` / `abort_after_s`: close the connection after that many token chunks, or seconds after
     sending (a client abort). `read_rate`: read the stream at most this many bytes/s through a small receive
@@ -51,7 +51,7 @@ class TrafficRequest:
     prompt_tokens: int | None = None
     max_tokens: int | None = None
     long_context: bool = False  # a long-context burst's prompt: one shared document, then a question
-    fault: str | None = None  # the traffic-side fault that sent it (kfchaos.traffic.faultload); None: traffic
+    fault: str | None = None  # the traffic-side fault that sent it (kfchaos.traffic.trafficfaults); None: traffic
     turn: Turn | None = None  # a synthetic conversation's turn (kfchaos.traffic.conversation)
     model: str | None = None  # the model it names instead of target.model (a LoRA adapter); built bodies only
     client: ClientBehaviour | None = None  # a fault request's client behaviour (abort, slow reading); None: normal

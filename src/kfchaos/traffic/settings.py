@@ -1,7 +1,7 @@
 """What a stage's replay is asked to do, shared by the plan and the traffic-side faults' generators: the replay's
 settings (`ReplaySettings`, with the plan hash's description of them) and a traffic-side fault as the replayer
-performs it (`TrafficFault`). Its own module, below both: the plan reads the generators (kfchaos.traffic.faulttable)
-and the generators read the settings.
+performs it (`TrafficFault`). Its own module, below both: the plan reads the generators
+(kfchaos.traffic.trafficfaults.table) and the generators read the settings.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class ReplaySettings:
     concurrency_limit: int = 10_000
     max_send_lag_p99: float = 0.050
     headers: HeaderPolicy = NO_HEADER_CHANGES
-    traffic_faults: tuple[TrafficFault, ...] = ()  # faults the replayer performs (kfchaos.traffic.faultload)
+    traffic_faults: tuple[TrafficFault, ...] = ()  # faults the replayer performs (kfchaos.traffic.trafficfaults)
     prompt_rate: float = 1.0  # arrivals per second for prompt sets (format sharegpt) at 100 %
     goodput: GoodputSlo = NO_GOODPUT_SLO
 

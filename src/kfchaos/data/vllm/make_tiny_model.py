@@ -43,8 +43,8 @@ LORA_RANK = 8
 LORA_ADAPTERS = ("tiny-sql", "tiny-support")
 LORA_TARGETS = ("q_proj", "v_proj")
 
-# The words kfchaos's replayer writes prompts with (kfchaos.traffic.wire, kfchaos.traffic.faults_chain), so that each
-# is one token after a space, as in the byte-level BPE vocabularies of real models; then more common words.
+# The words kfchaos's replayer writes prompts with (kfchaos.traffic.wire, kfchaos.traffic.trafficfaults.chain), so
+# that each is one token after a space, as in the byte-level BPE vocabularies of real models; then more common words.
 _REPLAY_WORDS_TEXT = (
     "the river stone cloud light house green table paper water music field night market window story "
     "garden bread north winter and for you are not but all can had was one our out day new summarize "

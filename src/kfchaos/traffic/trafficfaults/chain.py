@@ -1,6 +1,6 @@
 """Traffic-side faults along the LLM serving chain: tokenizer stress, batch shock, prefix-cache thrash.
 
-Each is a generator of extra requests for a stage (kfchaos.traffic.faultload); every request carries the
+Each is a generator of extra requests for a stage (kfchaos.traffic.trafficfaults); every request carries the
 fault's name, so the verdict leaves it out of the traffic's figures.
 
 - tokenizer-stress: prompts the API server's tokenizer finds costly or odd -- over and near `--max-model-len`,
@@ -39,9 +39,9 @@ import random
 from kfchaos.bounds import MAX_FAULT_CONCURRENCY, MAX_REQUESTS
 from kfchaos.errors import KfchaosError
 from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
-from kfchaos.traffic.faultload import FaultRequests, api_path, repeat_starts
 from kfchaos.traffic.request import TrafficRequest
 from kfchaos.traffic.settings import ReplaySettings, TrafficFault
+from kfchaos.traffic.trafficfaults.base import FaultRequests, api_path, repeat_starts
 
 # Common three-letter English words: with the space before them one token each in byte-level BPE vocabularies.
 _WORDS = (

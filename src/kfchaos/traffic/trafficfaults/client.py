@@ -1,6 +1,6 @@
 """The client side of a client-abort-storm fault: streams the client closes mid-generation, and slow readers.
 
-Only fault requests come here (`TrafficRequest.client` is set, kfchaos.traffic.faultload); for every other
+Only fault requests come here (`TrafficRequest.client` is set, kfchaos.traffic.trafficfaults); for every other
 request the engine pays one `is None` test.
 
 - Abort: the connection is closed after `abort_after_tokens` token chunks have arrived (counted by the SSE

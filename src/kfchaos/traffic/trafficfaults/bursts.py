@@ -1,20 +1,8 @@
-"""Traffic-side faults: the requests a fault adds to a stage's traffic, performed by the replayer itself.
-
-Chaos Mesh has no fault for what an LLM server meets from its clients (long-context bursts, prompts that are
-costly to tokenize, a step of concurrency, clients that abort in bulk, ...). Such a fault is a generator of
-extra requests for the stages it is active in, listed by fault type in kfchaos.traffic.faulttable, the table
-the replay plan reads to merge them into the stage's schedule.
-
-Every request a fault generates carries `TrafficRequest.fault` (the fault's name). The records keep it in the
-`fault_request` column, and everything that judges the *traffic* (the verdict's checks, the stage gate, the
-control baseline) leaves those requests out: they are the fault, not the service's users. A generator yields
-`(offset, request)` in non-decreasing offset order; the plan splits the fault's requests over shards by their
-index in that order (request k goes to shard k mod n), so the shards together send each request once.
-"""
+"""The generators of the faults that add load from outside the serving chain: long-context bursts, LoRA adapter
+churn's requests, client-abort storms (kfchaos.traffic.trafficfaults, the package's docstring, says how a
+generator's requests are merged and marked)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable, Iterator
 
 from kfchaos.errors import KfchaosError
 from kfchaos.faultspec.params import (
@@ -22,24 +10,9 @@ from kfchaos.faultspec.params import (
     LongContextBurstParams,
     LoraAdapterChurnParams,
 )
-from kfchaos.traffic.request import API_PATHS, ClientBehaviour, TrafficRequest
+from kfchaos.traffic.request import ClientBehaviour, TrafficRequest
 from kfchaos.traffic.settings import ReplaySettings, TrafficFault
-
-FaultRequests = Iterator[tuple[float, TrafficRequest]]
-Generator = Callable[[TrafficFault, ReplaySettings], FaultRequests]
-
-
-def api_path(settings: ReplaySettings) -> str:
-    return API_PATHS.get(settings.api, "/")
-
-
-def repeat_starts(start: float, every: float | None, duration: float | None) -> list[float]:
-    """Offsets of a fault that starts at `start` into the stage and repeats `every` seconds until it ends."""
-    if duration is not None and start >= duration:
-        return []
-    if not every or duration is None:
-        return [start]
-    return [start + k * every for k in range(int((duration - start) // every) + 1) if start + k * every < duration]
+from kfchaos.traffic.trafficfaults.base import FaultRequests, api_path, repeat_starts
 
 
 def long_context_burst(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
@@ -117,7 +90,7 @@ def lora_adapter_churn(fault: TrafficFault, settings: ReplaySettings) -> FaultRe
 
 def client_abort_storm(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
     """At each storm: `requests` streams whose client closes them mid-generation, and `slow_readers` streams
-    read at `read_rate` bytes/s (kfchaos.traffic.clientfault performs both)."""
+    read at `read_rate` bytes/s (kfchaos.traffic.trafficfaults.client performs both)."""
     p = fault.params
     assert isinstance(p, ClientAbortStormParams)
     path = api_path(settings)
