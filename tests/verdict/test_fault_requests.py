@@ -61,15 +61,16 @@ def test_the_steady_state_probe_is_judged_without_the_faults_it_leaves_out(tmp_p
     be asked for fault requests: found by the prefix-cache-thrash demo, whose probe stopped the run."""
     import pyarrow.parquet as pq
 
+    from kfchaos.steps.context import experiment_from_text
     from kfchaos.steps.stages import _judge
     from tests.verdict.builders import experiment_text
 
-    text = experiment_text("p99_drift_max: 15%", stages=[10], faults=THRASH)
+    parsed = experiment_from_text(experiment_text("p99_drift_max: 15%", stages=[10], faults=THRASH))
     path = tmp_path / "probe.parquet"
     pq.write_table(records(10, exponential(1.0, 500)), path)
-    _, probe_gate = _judge(text, 10, str(path), "", None, fault_free=True, duration=5.0)  # a 5 s probe
+    _, probe_gate = _judge(parsed, 10, str(path), "", None, fault_free=True, duration=5.0)  # a 5 s probe
     assert probe_gate.proceed
-    _, stage_gate = _judge(text, 10, str(path), "", None)  # the same records as a stage under the fault: not proven
+    _, stage_gate = _judge(parsed, 10, str(path), "", None)  # the same records as a stage under the fault: not proven
     assert not stage_gate.proceed
 
 

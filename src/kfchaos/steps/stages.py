@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+from kfchaos.spec import Experiment
 from kfchaos.steps import gates, seams, targetlease
 from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import StepResult
@@ -14,7 +15,7 @@ from kfchaos.steps.stopping import guarded
 
 
 def _judge(
-    experiment_text: str,
+    experiment: Experiment,
     stage: int,
     records_path: str,
     baseline_path: str,
@@ -32,7 +33,6 @@ def _judge(
     from kfchaos.verdict import evaluate, load_requests
 
     valid = unfinished_stages(records_path).get(stage, valid)  # a replay cut by its disk: not a whole stage
-    experiment = experiment_from_text(experiment_text)
     if fault_free:
         experiment = experiment.model_copy(update={"spec": experiment.spec.model_copy(update={"faults": []})})
     if duration is not None:
@@ -80,7 +80,7 @@ def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id:
                 experiment, first, experiment_dir, target, records, duration=probe, fault_active=False
             )
             stage_result, gate_result = _judge(
-                experiment_text, first, records, baseline_path, None, fault_free=True, duration=probe
+                experiment, first, records, baseline_path, None, fault_free=True, duration=probe
             )
     # Proceed unless the probe clearly failed: a short probe often lacks samples or metrics, which the final
     # verdict reports as INCONCLUSIVE anyway; a FAIL (not at baseline, abort rule hit) means do not inject.
@@ -161,7 +161,8 @@ def collect(
     # verdict's replay check judges it from the records (bursts left out, tolerance relative to the latency):
     # one rule, applied there.
     windows = faults.get("fault_windows") if faults.get("fault_windows") else None
-    stage_result, stage_gate = _judge(experiment_text, stage, records_path, baseline_path, None, windows)
+    experiment = experiment_from_text(experiment_text)  # once per step: _judge takes the parsed experiment
+    stage_result, stage_gate = _judge(experiment, stage, records_path, baseline_path, None, windows)
     figures: dict[str, float] = {"requests": float(stage_result.requests)}
     for check in stage_result.checks:
         # KFP Metrics are protobuf numbers: an infinite value (e.g. a P99 made of timeouts) cannot be logged.
