@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup check test demo scenarios lint bench compile prometheus mariadb chromium node-packages vllm e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
+.PHONY: setup check test test-engine demo scenarios lint bench compile prometheus mariadb chromium node-packages vllm e2e e2e-local clean fuzz cluster-build cluster-up cluster-down
 
 setup: $(STAMP)
 
@@ -48,6 +48,10 @@ vllm: setup
 # no cluster run while the cluster builds (scripts/test.sh).
 test: setup prometheus mariadb chromium node-packages vllm
 	PYTEST_ARGS='$(PYTEST_ARGS)' bash scripts/test.sh
+
+# Every test of the real vLLM engine, those marked engine_unsettled too (make test leaves them out: docs/vllm.md).
+test-engine: setup prometheus vllm
+	$(BIN)/python -m pytest tests/engine $(PYTEST_ARGS)
 
 # The local cluster's real node end to end (docs/cluster.md, "The real node"): every test that runs on it --
 # compiled pipelines on KFP 2.1.0 with Argo, faults through chaos-daemon, the kernel's OOM kill, the nightly.

@@ -196,6 +196,7 @@ def test_prefix_cache_thrash_lowers_the_engines_prefix_cache_hit_ratio(
     assert ratios[8] <= 0.02, ratios
 
 
+@pytest.mark.engine_unsettled  # make test-engine; fails about one run in two (docs/vllm.md, "Unsettled tests")
 def test_long_context_burst_raises_kv_cache_usage(vllm_engine: EngineServer, tmp_path: Path) -> None:
     """6 requests at once about one 1280-token document, answers of up to 760 tokens. While any of them runs, the
     document's 9 full blocks are held (shared once: prefix caching), plus each request's own question and answer:
@@ -216,6 +217,7 @@ def test_long_context_burst_raises_kv_cache_usage(vllm_engine: EngineServer, tmp
     assert wait_idle(vllm_engine)["vllm:kv_cache_usage_perc"] == floor  # and its blocks were given back
 
 
+@pytest.mark.engine_unsettled  # make test-engine; fails about one run in two (docs/vllm.md, "Unsettled tests")
 def test_batch_shock_under_a_small_max_num_seqs_makes_requests_wait_and_preempts(
     vllm_engine: EngineServer, tmp_path: Path
 ) -> None:
@@ -278,6 +280,7 @@ def test_lora_adapter_churn_loads_and_unloads_real_adapters_and_they_serve(
     assert change["success"] >= len(served)  # the engine finished them (the base traffic's are counted too)
 
 
+@pytest.mark.engine_unsettled  # make test-engine; fails about one run in two (docs/vllm.md, "Unsettled tests")
 def test_client_abort_storm_is_aborted_in_the_engine_and_its_blocks_come_back(
     vllm_engine: EngineServer, tmp_path: Path
 ) -> None:

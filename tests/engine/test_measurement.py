@@ -74,6 +74,7 @@ def assert_later_by_a_bounded_amount(what: str, client: float, engine: float) ->
     )
 
 
+@pytest.mark.engine_unsettled  # make test-engine; fails about one run in two (docs/vllm.md, "Unsettled tests")
 @pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
 def test_the_replays_records_agree_with_the_engines_counters(
     vllm_engine: EngineServer, tmp_path: Path, api: str
