@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
-from kfchaos.faultspec.params import BatchShockParams, PrefixCacheThrashParams, TokenizerStressParams
+from kfchaos.faultspec.params import (
+    BatchShockParams,
+    ClientAbortStormParams,
+    LongContextBurstParams,
+    PrefixCacheThrashParams,
+    TokenizerStressParams,
+)
 from kfchaos.spec import Synthetic
 from kfchaos.traffic.settings import ReplaySettings, TrafficFault
+from kfchaos.traffic.tagging import HeaderPolicy
 from kfchaos.traffic.trafficfaults.table import generate
+from kfchaos.traffic.wire import RequestBuilder
 
 SETTINGS = ReplaySettings(stage=50, synthetic=Synthetic(rate=20), duration=30.0, api="openai-completions", model="m")
 
@@ -64,3 +74,27 @@ def test_prefix_cache_thrash_rotates_distinct_prefixes() -> None:
     assert [o for o, _ in out] == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
     prefixes = [(r.prompt or "").rpartition("\n\n")[0] for _, r in out]
     assert prefixes[0] != prefixes[1] != prefixes[2] and prefixes[0] == prefixes[3]
+
+
+@pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
+def test_the_load_faults_ask_for_every_max_token_only_when_told(api: str) -> None:
+    """ignore_eos makes a load fault's answers as long as it sized them (a model's EOS would end them early); the
+    field goes onto the wire only when set, as a server that rejects unknown fields would answer 400 to it."""
+    settings = ReplaySettings(stage=50, synthetic=Synthetic(rate=20), duration=30.0, api=api, model="m")
+    builder = RequestBuilder("h", "", 100, api, "m", HeaderPolicy())
+    faults = {
+        "long-context-burst": LongContextBurstParams.model_validate({"requests": 2, "context_tokens": 64}),
+        "batch-shock": BatchShockParams.model_validate({"requests": 2}),
+        "client-abort-storm": ClientAbortStormParams.model_validate({"requests": 2}),
+        "prefix-cache-thrash": PrefixCacheThrashParams.model_validate(
+            {"prefixes": 2, "prefix_tokens": 16, "rate": 1.0, "hold": "2s"}
+        ),
+    }
+    for kind, params in faults.items():
+        for ignore in (False, True):
+            told = params.model_copy(update={"ignore_eos": ignore})
+            requests = [r for _, r in generate(TrafficFault(kind, told), settings)]
+            assert requests, kind
+            bodies = [json.loads(builder.build(r, b"\x01" * 16).split(b"\r\n\r\n", 1)[1]) for r in requests]
+            assert all(("ignore_eos" in b) == ignore for b in bodies), (kind, ignore, bodies[0])
+            assert all(b.get("ignore_eos", True) is True for b in bodies)

@@ -247,7 +247,19 @@ class GpuMemoryPressureParams(StrictModel):
         return self
 
 
-class LongContextBurstParams(StrictModel):
+class FixedLengthAnswers(StrictModel):
+    """`ignore_eos` for the faults whose load is their answers' length: the server generates `max_tokens` whatever
+    its end-of-sequence token says, so the load is the one sized. A vLLM sampling extension
+    (vllm/entrypoints/openai/completion/protocol.py and chat_completion/protocol.py `ignore_eos`, applied in
+    vllm/sampling_params.py); SGLang accepts it too. A server that rejects unknown fields answers 400, so it is off
+    unless asked."""
+
+    ignore_eos: bool = Field(
+        False, description="ask the server for max_tokens whatever its end-of-sequence token (vLLM's extension)"
+    )
+
+
+class LongContextBurstParams(FixedLengthAnswers):
     """Traffic-side fault: k concurrent requests with m-token contexts, swelling the KV cache."""
 
     requests: int = Field(ge=1, le=10_000, description="concurrent long-context requests per burst")
@@ -398,7 +410,7 @@ MIN_STORM_EVERY = 1.0  # seconds
 MAX_ABORT_AFTER = 3600.0  # seconds; the request timeout ends a stream sooner anyway
 
 
-class ClientAbortStormParams(StrictModel):
+class ClientAbortStormParams(FixedLengthAnswers):
     """Traffic-side fault: clients that close their stream mid-generation at once, and slow readers.
 
     Each storm opens `requests` streams that the client closes after `abort_after_tokens` token chunks (or
@@ -504,7 +516,7 @@ class TokenRange(StrictModel):
         return self
 
 
-class BatchShockParams(StrictModel):
+class BatchShockParams(FixedLengthAnswers):
     """Traffic-side fault: a step of extra requests in flight at once, `max_tokens` spread wide, held a while."""
 
     extra_concurrency: Percent | None = Field(
@@ -538,7 +550,7 @@ class BatchShockParams(StrictModel):
         return self
 
 
-class PrefixCacheThrashParams(StrictModel):
+class PrefixCacheThrashParams(FixedLengthAnswers):
     """Traffic-side fault: requests whose long shared prefixes rotate faster than the prefix cache keeps them."""
 
     prefixes: int = Field(ge=2, le=100_000, description="distinct shared prefixes, taken in turn")

@@ -55,3 +55,4 @@ class TrafficRequest:
     turn: Turn | None = None  # a synthetic conversation's turn (kfchaos.traffic.conversation)
     model: str | None = None  # the model it names instead of target.model (a LoRA adapter); built bodies only
     client: ClientBehaviour | None = None  # a fault request's client behaviour (abort, slow reading); None: normal
+    ignore_eos: bool = False  # ask for all max_tokens whatever the end-of-sequence token (a load fault's option)

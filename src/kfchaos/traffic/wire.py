@@ -89,6 +89,8 @@ class RequestBuilder:
                 return path, self._stream(recorded), True
         turn = request.turn
         payload = {"max_tokens": request.max_tokens or 128}
+        if request.ignore_eos:
+            payload["ignore_eos"] = True
         if turn is not None and self.api == "openai-chat":
             payload["messages"] = [{"role": r, "content": t} for r, t in messages(turn, filler_text)]
         elif self.api == "openai-chat":

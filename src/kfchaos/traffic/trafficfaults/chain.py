@@ -185,6 +185,7 @@ def batch_shock(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
                 path=path,
                 prompt_tokens=rng.randint(p.prompt_tokens.min, p.prompt_tokens.max),
                 max_tokens=rng.randint(p.max_tokens.min, p.max_tokens.max),
+                ignore_eos=p.ignore_eos,
                 fault=fault.name,
             ),
         )
@@ -224,6 +225,7 @@ def prefix_cache_thrash(fault: TrafficFault, settings: ReplaySettings) -> FaultR
                 path=path,
                 prompt=thrash_prompt(p, fault.name, i, request_id),
                 max_tokens=p.max_tokens,
+                ignore_eos=p.ignore_eos,
                 fault=fault.name,
             ),
         )
