@@ -69,12 +69,13 @@ class EngineSupervisor(Supervisor):
             memory_limit_bytes=self.deployment.memory_limit_bytes,
             cgroup_name=f"kfchaos-engine-{os.getpid()}-c{self.restarts}",
         )
-        self.container_id = f"c{self.restarts}"  # its cgroup's series' id, whatever the restart count says meanwhile
         self.server.start(wait=False)
-        self.child = self.server.process
+        with self.lock:  # the new container's id and process together, as a scrape reads them
+            self.container_id = f"c{self.restarts}"  # its cgroup's series' id, whatever the restart count says
+            self.child = self.server.process
+            self.started_at = time.time()
         if self.stopping and self.child is not None:  # told to stop while this container started: stop it too
             os.killpg(self.child.pid, signal.SIGTERM)
-        self.started_at = time.time()
         self._event("Created", "Created container vllm")
         self._event("Started", "Started container vllm")
         self._write_state()
@@ -104,6 +105,10 @@ class EngineSupervisor(Supervisor):
                 self.server.stop(grace=10.0)  # the last container and its cgroup, however the loop ended
 
     def series(self) -> kubeseries.ContainerSeries:
+        with self.lock:
+            return self._series()
+
+    def _series(self) -> kubeseries.ContainerSeries:
         server = self.server
         running = server is not None and self.child is not None and server.cgroup is not None
         cgroup = server.cgroup if running and server is not None else None

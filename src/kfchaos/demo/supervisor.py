@@ -57,6 +57,7 @@ class Supervisor:
         self.last_started_at: float | None = None
         self.last_finished_at: float | None = None
         self.events: dict[tuple[str, str], dict[str, object]] = {}
+        self.lock = threading.Lock()  # the counts and reasons change together (EngineSupervisor's scrapes read them)
 
     def _event(self, reason: str, message: str) -> None:
         now = time.time()
@@ -129,16 +130,20 @@ class Supervisor:
                 return 0
             if self._tee is not None:
                 self._tee.join(timeout=5)
-            self.previous_log = self.workdir / f"container-{self.restarts}.log"
-            self.last_started_at, self.last_finished_at = self.started_at, time.time()
-            self.restarts += 1
+            finished_at = time.time()
             kills = self._container_ended()
-            self.oom_kills += kills
-            self.last_reason, self.last_exit_code = terminated(code, oom_killed=kills > 0)
+            # The end is recorded at once, under the lock the exporter's scrapes take: a scrape that saw the restart
+            # counted before its reason would count a restart of unknown cause (kfchaos.metrics.oom: unread).
+            with self.lock:
+                self.previous_log = self.workdir / f"container-{self.restarts}.log"
+                self.last_started_at, self.last_finished_at = self.started_at, finished_at
+                self.restarts += 1
+                self.oom_kills += kills
+                self.last_reason, self.last_exit_code = terminated(code, oom_killed=kills > 0)
+                self.child = None
+                self.terminated_reason = self.last_reason  # State Terminated until the next container starts
             print(f"demo-supervisor: server exited with {code} ({self.last_reason}, kernel OOM kills in it: {kills}); "
                   "restarting", file=sys.stderr)  # fmt: skip
-            self.child = None
-            self.terminated_reason = self.last_reason  # State Terminated until the next container starts
             self._write_state()
             deadline = time.monotonic() + self.restart_delay
             while time.monotonic() < deadline and not self.stopping:
@@ -146,7 +151,8 @@ class Supervisor:
             if self.stopping:
                 self.state_file.unlink(missing_ok=True)
                 return 0
-            self.terminated_reason = None
+            with self.lock:
+                self.terminated_reason = None
             self._start_child()
 
     def _container_ended(self) -> int:
