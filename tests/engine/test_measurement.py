@@ -57,24 +57,30 @@ SLACK_S = 0.25  # delivery, HTTP and tokenization on a busy 2-core machine (see 
 CLOCKS_S = 0.001  # the replay's perf_counter against the engine's time.time(), over one request
 
 
-def replay(server: EngineServer, source: Path, api: str) -> list[dict[str, Any]]:
+def replay(server: EngineServer, source: Path, api: str) -> tuple[list[dict[str, Any]], float]:
+    """The records, and the seconds the replayer's own event loop stalled (the summary's client_stall total)."""
     settings = ReplaySettings(stage=100, source=str(source), api=api, model=MODEL_NAME, timeout=120.0)
     result = run_stage(plan_stage(settings), server.url)
     rows: list[dict[str, Any]] = result.table.to_pylist()
-    return rows
+    stall = result.summary.client_stall
+    assert stall is not None
+    return rows, stall["total"]
 
 
 def engine_mean(delta: dict[str, float], histogram: str) -> float:
     return delta[f"{histogram}_sum"] / delta[f"{histogram}_count"]
 
 
-def assert_later_by_a_bounded_amount(what: str, client: float, engine: float) -> None:
-    assert engine - CLOCKS_S <= client <= engine + SLACK_S + 0.25 * engine, (
-        f"{what}: records' mean {client:.4f}s against the engine's {engine:.4f}s"
+def assert_later_by_a_bounded_amount(what: str, client: float, engine: float, stall: float) -> None:
+    """`stall`: the replayer's own event-loop stalls in all (seconds). A request's times are late by at most the
+    stalls it lived through, so the mean by at most their sum: the replay may be later than the engine by what it
+    says it stalled, never by more (on 2 cores vLLM's worker spins on one and the client can starve: one run's
+    records had a first chunk 1.6 s late, with 1.2 s of it before the connection was taken)."""
+    assert engine - CLOCKS_S <= client <= engine + SLACK_S + 0.25 * engine + stall, (
+        f"{what}: records' mean {client:.4f}s against the engine's {engine:.4f}s, the replayer stalled {stall:.3f}s"
     )
 
 
-@pytest.mark.engine_unsettled  # make test-engine; fails about one run in two (docs/vllm.md, "Unsettled tests")
 @pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
 def test_the_replays_records_agree_with_the_engines_counters(
     vllm_engine: EngineServer, tmp_path: Path, api: str
@@ -88,7 +94,7 @@ def test_the_replays_records_agree_with_the_engines_counters(
         expected_prompts = [token_count(vllm_engine, {"messages": [{"role": "user", "content": p}]}) for p in prompts]
     wait_idle(vllm_engine)
     before = read_engine(vllm_engine)
-    rows = replay(vllm_engine, source, api)
+    rows, stall = replay(vllm_engine, source, api)
     wait_idle(vllm_engine)  # the engine counts a request when its last step is processed: all of them are now
     delta = read_engine(vllm_engine).minus(before)
 
@@ -113,14 +119,16 @@ def test_the_replays_records_agree_with_the_engines_counters(
 
     ttft = statistics.mean(r["ttft"] for r in rows)
     latency = statistics.mean(r["latency"] for r in rows)
-    assert_later_by_a_bounded_amount("TTFT", ttft, engine_mean(delta, "vllm:time_to_first_token_seconds"))
-    assert_later_by_a_bounded_amount("e2e latency", latency, engine_mean(delta, "vllm:e2e_request_latency_seconds"))
+    assert_later_by_a_bounded_amount("TTFT", ttft, engine_mean(delta, "vllm:time_to_first_token_seconds"), stall)
+    assert_later_by_a_bounded_amount(
+        "e2e latency", latency, engine_mean(delta, "vllm:e2e_request_latency_seconds"), stall
+    )
     # Decode spans: the records' first-to-last chunk against the engine's first-to-last token (TPOT x (n - 1));
     # vLLM's ITL sum over a request is the same span, so both of its histograms say the same.
     span = statistics.mean(r["tpot"] * (OUTPUT - 1) for r in rows)
     engine_span = engine_mean(delta, "vllm:request_time_per_output_token_seconds") * (OUTPUT - 1)
     assert delta["vllm:inter_token_latency_seconds_sum"] == pytest.approx(engine_span * REQUESTS, rel=1e-6)
-    assert abs(span - engine_span) <= SLACK_S + 0.25 * engine_span, (span, engine_span)
+    assert abs(span - engine_span) <= SLACK_S + 0.25 * engine_span + stall, (span, engine_span, stall)
     for row in rows:
         # The records' ITL is per chunk: the chunk gaps add up to the decode span, and there are no more gaps than
         # tokens after the first (vLLM merges tokens into a chunk, never splits one).
@@ -133,7 +141,8 @@ def test_the_replays_records_agree_with_the_engines_counters(
         f"{engine_mean(delta, 'vllm:time_to_first_token_seconds') * 1e3:.1f} ms; e2e {latency * 1e3:.1f} vs "
         f"{engine_mean(delta, 'vllm:e2e_request_latency_seconds') * 1e3:.1f} ms; decode span {span * 1e3:.1f} vs "
         f"{engine_span * 1e3:.1f} ms; ITL per chunk {statistics.mean(r['itl_mean'] for r in rows) * 1e3:.2f} ms vs "
-        f"per token {engine_mean(delta, 'vllm:inter_token_latency_seconds') * 1e3:.2f} ms"
+        f"per token {engine_mean(delta, 'vllm:inter_token_latency_seconds') * 1e3:.2f} ms; "
+        f"replayer stalled {stall * 1e3:.0f} ms"
     )
 
 
@@ -157,7 +166,7 @@ def test_the_replay_and_vllms_benchmark_client_agree_on_the_same_traffic(
 
     wait_idle(vllm_engine)
     before = read_engine(vllm_engine)
-    rows = replay(vllm_engine, source, "openai-completions")
+    rows, stall = replay(vllm_engine, source, "openai-completions")
     wait_idle(vllm_engine)
     ours = read_engine(vllm_engine).minus(before)
     assert [r["error"] for r in rows] == [None] * BENCH_REQUESTS
@@ -203,16 +212,24 @@ def test_the_replay_and_vllms_benchmark_client_agree_on_the_same_traffic(
     ttft_theirs = bench["mean_ttft_ms"] / 1e3
     e2e_theirs = statistics.mean(bench["latencies"])
     itl_theirs = bench["mean_itl_ms"] / 1e3
-    assert_later_by_a_bounded_amount("replay TTFT", ttft_ours, engine_mean(ours, "vllm:time_to_first_token_seconds"))
-    assert_later_by_a_bounded_amount("bench TTFT", ttft_theirs, engine_mean(theirs, "vllm:time_to_first_token_seconds"))
-    assert_later_by_a_bounded_amount("replay e2e", e2e_ours, engine_mean(ours, "vllm:e2e_request_latency_seconds"))
+    engine_ttft = engine_mean(ours, "vllm:time_to_first_token_seconds")
+    assert_later_by_a_bounded_amount("replay TTFT", ttft_ours, engine_ttft, stall)
+    # The bench measures no stalls of its own: its bound is the plain one.
+    assert_later_by_a_bounded_amount(
+        "bench TTFT", ttft_theirs, engine_mean(theirs, "vllm:time_to_first_token_seconds"), 0.0
+    )
+    assert_later_by_a_bounded_amount(
+        "replay e2e", e2e_ours, engine_mean(ours, "vllm:e2e_request_latency_seconds"), stall
+    )
     # The bench's e2e ends at its last choice chunk, which is written after the engine's finishing step: same bound.
-    assert_later_by_a_bounded_amount("bench e2e", e2e_theirs, engine_mean(theirs, "vllm:e2e_request_latency_seconds"))
+    assert_later_by_a_bounded_amount(
+        "bench e2e", e2e_theirs, engine_mean(theirs, "vllm:e2e_request_latency_seconds"), 0.0
+    )
     for what, a, b in (("TTFT", ttft_ours, ttft_theirs), ("e2e", e2e_ours, e2e_theirs)):
-        assert abs(a - b) <= SLACK_S + 0.25 * max(a, b), f"{what}: replay {a:.4f}s, vllm bench {b:.4f}s"
+        assert abs(a - b) <= SLACK_S + 0.25 * max(a, b) + stall, f"{what}: replay {a:.4f}s, vllm bench {b:.4f}s"
     # ITL: both clients time chunks (serve.py appends a gap per chunk with a choice), so both are per chunk; the
     # bench counts empty-text chunks the replay skips. Their means are compared through the decode span they cover.
-    assert abs(itl_ours - itl_theirs) * (BENCH_OUTPUT - 1) <= SLACK_S + 0.25 * e2e_ours, (itl_ours, itl_theirs)
+    assert abs(itl_ours - itl_theirs) * (BENCH_OUTPUT - 1) <= SLACK_S + 0.25 * e2e_ours + stall, (itl_ours, itl_theirs)
     assert math.isfinite(itl_ours) and math.isfinite(itl_theirs)
     print(
         f"replay vs vllm bench: TTFT {ttft_ours * 1e3:.1f} vs {ttft_theirs * 1e3:.1f} ms, e2e {e2e_ours * 1e3:.1f} vs "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from kfchaos.records import REQUEST_SCHEMA
 from kfchaos.traffic.api import merge_shards, plan_stage, run_stage
+from kfchaos.traffic.engine import new_event_loop, replay
 from kfchaos.traffic.settings import ReplaySettings
 from kfchaos.traffic.tagging import HeaderPolicy, credential_from_env
 
@@ -159,3 +162,27 @@ def test_a_request_on_a_keep_alive_connection_the_server_closed_is_sent_again(tm
         arrivals = len(server.seen)
     assert result.summary.ok == 10 and result.summary.errors == {}
     assert arrivals == 19  # each reused connection lost one attempt; the retry went on a fresh one
+
+
+def test_the_replayers_own_stalls_are_measured_and_said(server: LoopbackServer, tmp_path: Path) -> None:
+    """A stall of the replayer's event loop (here a blocking sleep on it, as a process starved of CPU is) delays
+    what the records time, and the summary's client_stall says by how much; an unstalled replay says next to none."""
+    source = write_traffic(tmp_path, evenly(20, 0.05, "/slow/100"))
+
+    def run(stall_s: float) -> dict[str, float]:
+        async def stage() -> dict[str, float]:
+            if stall_s:
+                asyncio.get_running_loop().call_later(0.3, time.sleep, stall_s)
+            result = await replay(plan_stage(ReplaySettings(stage=100, source=source)), server.url)
+            assert result.summary.ok == 20 and result.summary.client_stall is not None
+            return result.summary.client_stall
+
+        loop = new_event_loop()
+        try:
+            return loop.run_until_complete(stage())
+        finally:
+            loop.close()
+
+    stalled = run(0.4)
+    assert stalled["max"] >= 0.39 and stalled["total"] >= 0.39 and stalled["count"] >= 1, stalled
+    assert run(0.0)["max"] < 0.39  # on a busy machine a quiet run stalls too, but not by a blocked 0.4 s

@@ -293,7 +293,7 @@ def _summary(
     experiment: Any, stage: int, experiment_dir: str, table: Any, begun: dict[str, Any], results: list[dict[str, Any]]
 ) -> dict[str, Any]:
     from kfchaos.traffic.api import plan_stage
-    from kfchaos.traffic.summary import summarize
+    from kfchaos.traffic.summary import combined_stalls, summarize
 
     settings = plan_stage(experiment, stage, base_dir=experiment_dir).settings
     merged = summarize(
@@ -309,6 +309,7 @@ def _summary(
     summary["plan_hash"] = begun["stage_plan_hash"]
     summary["source"] = next((r["summary"].get("source") for r in results if r.get("summary")), None)
     summary["valid"] = True if merged.valid else (merged.invalid_reason or "replay invalid")
+    summary["client_stall"] = combined_stalls([(r.get("summary") or {}).get("client_stall") for r in results])
     summary["sharding"] = {
         "shards": begun["shards"],
         "start_at": begun["start_at"],

@@ -40,7 +40,7 @@ from kfchaos.traffic.progress import Progress, Snapshot
 from kfchaos.traffic.recorder import Recorder, Spool, write_parquet
 from kfchaos.traffic.source import SourceReport, read_until
 from kfchaos.traffic.sse import SseTimer, stream_error
-from kfchaos.traffic.summary import StageSummary, summarize
+from kfchaos.traffic.summary import StageSummary, stall_summary, summarize
 from kfchaos.traffic.tagging import new_trace_id
 from kfchaos.traffic.trafficfaults import client as clientfault
 from kfchaos.traffic.wire import RequestBuilder
@@ -54,6 +54,8 @@ START_DELAY = 0.05  # the first request is due this long after the engine starts
 OVERRUN_GRACE = 1.0
 STOP_POLL = 0.1  # with a stop event, a long wait for the next request is cut in slices this long
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a stage run with `signals`
+STALL_TICK = 0.01  # the loop watcher's timer: how often it checks that the event loop runs on time
+STALL_MIN = 0.005  # a timer this much late or more is a stall (uvloop's timers have 1 ms resolution)
 
 
 @dataclass
@@ -106,6 +108,7 @@ class _Stage:
         self.stopped = False
         self.capped = False  # the plan had more than MAX_REQUESTS requests: the rest were not sent
         self.overran = False  # the wall clock reached the stage's end (plus grace) with requests still planned
+        self.stalls: list[float] = []  # how late the loop watcher's timer fired, each time it was STALL_MIN or more
 
     # ------------------------------------------------------------ sending
 
@@ -215,6 +218,7 @@ class _Stage:
         if warm:
             await self.pool.warm(warm)
         sweeper = asyncio.ensure_future(self._every(SWEEP, self._sweep))
+        watcher = asyncio.ensure_future(self._watch_loop())
         spool = self.spool
         spooler = (
             asyncio.ensure_future(self._every(spool.interval, lambda: spool.flush(self.recorder))) if spool else None
@@ -253,6 +257,7 @@ class _Stage:
         finally:
             gc.unfreeze()
             sweeper.cancel()
+            watcher.cancel()
             if spooler:
                 spooler.cancel()
             if reporter:
@@ -311,6 +316,18 @@ class _Stage:
         while True:
             await asyncio.sleep(interval)
             action()
+
+    async def _watch_loop(self) -> None:
+        """Times the event loop itself. While it is late (the process starved of CPU, a long collection, another
+        thread holding the GIL), no byte is read and no request sent, so every time the records take meanwhile is
+        late by as much: the replayer's own stall, not the server's. The summary's `client_stall` says how much."""
+        clock = self.clock
+        while True:
+            before = clock()
+            await asyncio.sleep(STALL_TICK)
+            late = clock() - before - STALL_TICK
+            if late >= STALL_MIN:
+                self.stalls.append(late)
 
     def _show(self, progress: Progress) -> None:
         recent, self.recent = self.recent, []
@@ -373,6 +390,7 @@ async def replay(
     )
     summary.plan_hash = plan.hash
     summary.source = plan.report.to_dict()
+    summary.client_stall = stall_summary(stage.stalls)
     cut = spool.cut if spool is not None else None
     if cut is not None:
         summary.valid = False

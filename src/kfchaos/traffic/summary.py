@@ -68,6 +68,10 @@ class StageSummary:
     plan_hash: str | None = None
     source: dict[str, Any] | None = None  # the SourceReport: lines read, malformed lines with numbers
     notes: list[str] = field(default_factory=list)
+    # The replayer's own event-loop stalls (kfchaos.traffic.engine `_watch_loop`): `max` and `total` seconds its
+    # timer ran late, `count` stalls of 5 ms or more. A record's times can be late by up to the stalls it lived
+    # through; the measurement, not the server, was slow then. None: not measured (a merged or older summary).
+    client_stall: dict[str, float] | None = None
 
     @property
     def answered(self) -> bool:
@@ -77,6 +81,20 @@ class StageSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def stall_summary(stalls: list[float]) -> dict[str, float]:
+    """`client_stall` of one replay: the largest stall, their sum and their number (all 0 without any)."""
+    return {"max": max(stalls, default=0.0), "total": float(sum(stalls)), "count": float(len(stalls))}
+
+
+def combined_stalls(parts: list[dict[str, float] | None]) -> dict[str, float] | None:
+    """One stage's `client_stall` from its shards' (None when any shard's was not measured)."""
+    if not parts or any(part is None for part in parts):
+        return None
+    known = [part for part in parts if part is not None]
+    return {"max": max(p["max"] for p in known), "total": sum(p["total"] for p in known),
+            "count": sum(p["count"] for p in known)}  # fmt: skip
 
 
 def summarize(
