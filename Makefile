@@ -49,7 +49,7 @@ vllm: setup
 test: setup prometheus mariadb chromium node-packages vllm
 	PYTEST_ARGS='$(PYTEST_ARGS)' bash scripts/test.sh
 
-# Every test of the real vLLM engine, those marked engine_unsettled too (make test leaves them out: docs/vllm.md).
+# The real vLLM engine's tests alone (make test runs them first), for work on the engine's side.
 test-engine: setup prometheus vllm
 	$(BIN)/python -m pytest tests/engine $(PYTEST_ARGS)
 

@@ -19,8 +19,7 @@ trap 'kill -- "-$build" 2>/dev/null; rm -f "$log"' EXIT
 # First the real engine's tests, alone: they measure the engine (its TTFT against the replay's, its OOM kill as the
 # exporters show it), and beside another worker on two cores three of them failed (docs/development.md).
 # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words
-# Those marked engine_unsettled fail about one run in two and are left to `make test-engine` (docs/vllm.md).
-"$python" -m pytest -m "not node_long and not engine_unsettled" tests/engine ${PYTEST_ARGS:-}
+"$python" -m pytest -m "not node_long" tests/engine ${PYTEST_ARGS:-}
 engine=$?
 # Then the rest, two at once (pytest-xdist; KFCHAOS_TEST_WORKERS, 0 for one at a time): half their time is waiting
 # (on a server, a stage, a subprocess). A file's tests, and the files that share a session fixture, stay on one

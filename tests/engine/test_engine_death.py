@@ -87,7 +87,6 @@ def _until(condition: str, check: Callable[[], bool], timeout: float = DEATH_TIM
     raise AssertionError(f"not within {timeout:g}s: {condition}")
 
 
-@pytest.mark.engine_unsettled  # make test-engine; fails about one run in two (docs/vllm.md, "Unsettled tests")
 def test_the_kernels_kill_of_the_worker_is_counted_as_an_oom_kill_though_the_server_exits_0(
     vllm_install: EngineInstall, tmp_path: Path
 ) -> None:
