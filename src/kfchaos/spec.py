@@ -29,7 +29,7 @@ from pydantic import (
 
 from kfchaos.errors import Path, Problem
 from kfchaos.faultspec.admission import mode_value_problem
-from kfchaos.faultspec.params import PARAMS_BY_TYPE, PARAMS_OPTIONAL, TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.kinds import PARAMS_BY_TYPE, PARAMS_OPTIONAL, TRAFFIC_SIDE_TYPES
 from kfchaos.types import DnsLabel, Duration, Percent, StrictModel, check_label
 from kfchaos.units import parse_duration, parse_percent
 from kfchaos.yamlsource import YamlDocument

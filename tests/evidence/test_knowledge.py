@@ -4,7 +4,7 @@ names only checks the verdict gives and signals the evidence bundle finds, and e
 from __future__ import annotations
 
 from kfchaos.evidence.model import FINDINGS
-from kfchaos.faultspec.params import PARAMS_BY_TYPE
+from kfchaos.faultspec.kinds import PARAMS_BY_TYPE
 from kfchaos.knowledge import failure_modes, match
 
 # The serving-chain faults of issue 15 (their params land from other branches; the knowledge base is ready).

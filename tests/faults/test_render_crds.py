@@ -10,7 +10,7 @@ import pytest
 
 from kfchaos.faults.catalog import CATALOG
 from kfchaos.faults.render import render_experiment, render_fault
-from kfchaos.faultspec.params import PARAMS_BY_TYPE, TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.kinds import PARAMS_BY_TYPE, TRAFFIC_SIDE_TYPES
 from tests.faults.experiments import experiment_with
 from tests.support.kubeapi import validate_chaos_object
 

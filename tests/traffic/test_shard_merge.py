@@ -58,7 +58,7 @@ def test_the_union_of_the_shards_plans_is_the_unsharded_plan_with_its_hash(tmp_p
 
 def _with_traffic_faults() -> list[Path]:
     """Every shipped experiment with a traffic-side fault (each new fault type ships a demo scenario)."""
-    from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
+    from kfchaos.faultspec.kinds import TRAFFIC_SIDE_TYPES
     from tests.conftest import ROOT
 
     files = [

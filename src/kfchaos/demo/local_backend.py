@@ -22,10 +22,12 @@ from typing import Any
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.naming import check_run_id, object_name
 from kfchaos.faults.safety import check_fault, fault_duration
+from kfchaos.faultspec.kinds import check_known
 from kfchaos.spec import Experiment, FaultBase
 from kfchaos.steps.seams import fault_owner_pid
 
 LOCAL_FAULT_TYPES = ("network-delay", "network-loss", "http-abort", "http-delay", "pod-kill")
+check_known("kfchaos.demo.local_backend LOCAL_FAULT_TYPES", LOCAL_FAULT_TYPES)
 
 
 @dataclass

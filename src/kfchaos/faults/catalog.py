@@ -1,13 +1,14 @@
 """Which Chaos Mesh object each catalog fault type becomes: kind, REST plural and `spec.action`.
 
-One table so the renderer, the backend (which needs plurals for REST paths) and the documentation agree.
+Derived from the table of fault kinds (kfchaos.faultspec.kinds), with the plurals the REST paths need, so the
+renderer, the backend and the documentation agree.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kfchaos.faultspec.params import PARAMS_BY_TYPE, TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.kinds import CLUSTER_SIDE_TYPES, KINDS, check_covers
 
 GROUP = "chaos-mesh.org"
 VERSION = "v1alpha1"
@@ -34,31 +35,13 @@ PLURALS: dict[str, str] = {
     "DNSChaos": "dnschaos",
 }
 
+# Derived from the table of fault kinds: every kind a cluster object (a Chaos Mesh object, or the Pod kfchaos makes for
+# gpu-memory-pressure: kfchaos.faults.gpu) becomes.
 CATALOG: dict[str, CatalogEntry] = {
-    "pod-kill": CatalogEntry("PodChaos", "podchaos", "pod-kill", one_shot=True),
-    "pod-failure": CatalogEntry("PodChaos", "podchaos", "pod-failure"),
-    "container-kill": CatalogEntry("PodChaos", "podchaos", "container-kill", one_shot=True),
-    "network-delay": CatalogEntry("NetworkChaos", "networkchaos", "delay"),
-    "network-loss": CatalogEntry("NetworkChaos", "networkchaos", "loss"),
-    "network-duplicate": CatalogEntry("NetworkChaos", "networkchaos", "duplicate"),
-    "network-corrupt": CatalogEntry("NetworkChaos", "networkchaos", "corrupt"),
-    "network-bandwidth": CatalogEntry("NetworkChaos", "networkchaos", "bandwidth"),
-    "network-partition": CatalogEntry("NetworkChaos", "networkchaos", "partition"),
-    "stress-memory": CatalogEntry("StressChaos", "stresschaos", None),
-    "stress-cpu": CatalogEntry("StressChaos", "stresschaos", None),
-    "http-abort": CatalogEntry("HTTPChaos", "httpchaos", None),
-    "http-delay": CatalogEntry("HTTPChaos", "httpchaos", None),
-    "http-replace": CatalogEntry("HTTPChaos", "httpchaos", None),
-    "io-latency": CatalogEntry("IOChaos", "iochaos", "latency"),
-    "io-fault": CatalogEntry("IOChaos", "iochaos", "fault"),
-    "io-attr-override": CatalogEntry("IOChaos", "iochaos", "attrOverride"),
-    "time-offset": CatalogEntry("TimeChaos", "timechaos", None),
-    "dns-error": CatalogEntry("DNSChaos", "dnschaos", "error"),
-    "dns-random": CatalogEntry("DNSChaos", "dnschaos", "random"),
-    # Chaos Mesh has no GPU fault; kfchaos renders a short-lived allocator Pod instead (faults/gpu.py).
-    "gpu-memory-pressure": CatalogEntry("Pod", "pods", None),
+    kind.name: CatalogEntry(kind.chaos_kind, PLURALS.get(kind.chaos_kind, "pods"), kind.action, one_shot=kind.one_shot)
+    for kind in KINDS
+    if kind.chaos_kind is not None
 }
-
-_missing = set(PARAMS_BY_TYPE) - set(CATALOG) - TRAFFIC_SIDE_TYPES
-if _missing:  # pragma: no cover - a new params model without a catalog entry is a programming error
-    raise RuntimeError(f"fault types without a catalog entry: {sorted(_missing)}")
+check_covers("kfchaos.faults.catalog CATALOG", CATALOG, CLUSTER_SIDE_TYPES)
+if {kind.chaos_kind for kind in KINDS if kind.side == "chaos-mesh"} - set(PLURALS):  # pragma: no cover
+    raise AssertionError("a fault kind names a Chaos Mesh kind without a plural (kfchaos.faults.catalog PLURALS)")

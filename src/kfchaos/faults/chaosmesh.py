@@ -58,7 +58,7 @@ from kfchaos.faults.records import (
 from kfchaos.faults.render import render_fault
 from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
 from kfchaos.faults.safety import check_pod_share
-from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.kinds import TRAFFIC_SIDE_TYPES
 from kfchaos.spec import Experiment, FaultBase
 from kfchaos.units import parse_duration
 

@@ -220,6 +220,6 @@ def selected_namespaces(manifests: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def _renders(fault: Any) -> bool:
-    from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
+    from kfchaos.faultspec.kinds import TRAFFIC_SIDE_TYPES
 
     return fault.type not in TRAFFIC_SIDE_TYPES

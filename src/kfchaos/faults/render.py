@@ -16,7 +16,7 @@ from kfchaos.faults.naming import ANNOTATION_FAULT_TYPE, LABEL_FAULT, object_nam
 from kfchaos.faults.safety import FaultInputError, check_fault, fault_duration, fault_path
 from kfchaos.faultspec import admission
 from kfchaos.faultspec import params as p
-from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.kinds import KINDS, TRAFFIC_SIDE_TYPES, check_covers
 from kfchaos.spec import Experiment, FaultBase, Selector
 from kfchaos.units import format_duration
 
@@ -284,3 +284,5 @@ _SPEC_BUILDERS: dict[str, Callable[[FaultBase, Any], dict[str, Any]]] = {
     "dns-error": _dns,
     "dns-random": _dns,
 }
+check_covers("kfchaos.faults.render _SPEC_BUILDERS", _SPEC_BUILDERS,
+             (kind.name for kind in KINDS if kind.side == "chaos-mesh"))  # fmt: skip

@@ -1,6 +1,7 @@
 """Parameters of each catalog fault type, as written in an experiment's `faults[].params`.
 
-One model per type; the experiment format (kfchaos.spec) builds its tagged union from `PARAMS_BY_TYPE`,
+One model per type; the experiment format (kfchaos.spec) builds its tagged union from `PARAMS_BY_TYPE`
+(kfchaos.faultspec.kinds, the table of fault kinds),
 so a new fault type is one model here plus its renderer. This module must not import kfchaos.spec.
 Field names are snake_case like the rest of the experiment format; renderers map them to the Chaos Mesh
 CRD's camelCase fields.
@@ -567,47 +568,3 @@ class PrefixCacheThrashParams(FixedLengthAnswers):
                 f"prefix_tokens {self.prefix_tokens} would take over {bounds.MAX_FAULT_PROMPT_BYTES} bytes"
             )
         return self
-
-
-PARAMS_BY_TYPE: dict[str, type[StrictModel]] = {
-    "pod-kill": PodKillParams,
-    "pod-failure": NoParams,
-    "container-kill": NoParams,
-    "network-delay": NetworkDelayParams,
-    "network-loss": NetworkLossParams,
-    "network-duplicate": NetworkDuplicateParams,
-    "network-corrupt": NetworkCorruptParams,
-    "network-bandwidth": NetworkBandwidthParams,
-    "network-partition": NetworkPartitionParams,
-    "stress-memory": StressMemoryParams,
-    "stress-cpu": StressCpuParams,
-    "http-abort": HttpAbortParams,
-    "http-delay": HttpDelayParams,
-    "http-replace": HttpReplaceParams,
-    "io-latency": IoLatencyParams,
-    "io-fault": IoFaultParams,
-    "io-attr-override": IoAttrOverrideParams,
-    "time-offset": TimeOffsetParams,
-    "dns-error": DnsParams,
-    "dns-random": DnsParams,
-    "gpu-memory-pressure": GpuMemoryPressureParams,
-    "long-context-burst": LongContextBurstParams,
-    "lora-adapter-churn": LoraAdapterChurnParams,
-    "client-abort-storm": ClientAbortStormParams,
-    "tokenizer-stress": TokenizerStressParams,
-    "batch-shock": BatchShockParams,
-    "prefix-cache-thrash": PrefixCacheThrashParams,
-}
-
-# Types whose params are all optional: `params` may be left out.
-PARAMS_OPTIONAL = {"pod-kill", "pod-failure", "container-kill", "stress-cpu"}
-
-# Faults the load generator performs itself; they create no cluster object.
-TRAFFIC_SIDE_TYPES = {
-    "long-context-burst",
-    "lora-adapter-churn",
-    "client-abort-storm",
-    "tokenizer-stress",
-    "batch-shock",
-    "prefix-cache-thrash",
-}

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from kfchaos.bounds import MAX_DURATION
 from kfchaos.errors import KfchaosError
-from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.kinds import TRAFFIC_SIDE_TYPES
 from kfchaos.spec import Experiment
 from kfchaos.traffic.formats import READERS
 from kfchaos.traffic.formats.sharegpt import read_sharegpt

@@ -13,7 +13,7 @@ from typing import Any
 
 from kfchaos.bounds import MAX_CONCURRENCY, MAX_DURATION, MAX_FACTOR, MAX_TIMEOUT
 from kfchaos.errors import KfchaosError
-from kfchaos.faultspec.params import PARAMS_BY_TYPE, TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.kinds import PARAMS_BY_TYPE, TRAFFIC_SIDE_TYPES
 from kfchaos.spec import Synthetic
 from kfchaos.traffic.formats import FORMATS
 from kfchaos.traffic.tagging import HeaderPolicy

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from kfchaos.faultspec.kinds import KINDS
 from kfchaos.spec import Experiment, FaultBase
 from kfchaos.verdict.model import Check, Status
 from kfchaos.verdict.requests import CLIENT_ABORT, Requests
 
-REQUEST_FAULTS = {"long-context-burst", "tokenizer-stress", "batch-shock", "prefix-cache-thrash", "client-abort-storm"}
-LOAD_FAULTS = {"long-context-burst", "batch-shock", "prefix-cache-thrash"}
+# From the table of fault kinds: whose requests the check judges, and which of those must also have been served.
+REQUEST_FAULTS = frozenset(kind.name for kind in KINDS if kind.delivery in ("requests", "load"))
+LOAD_FAULTS = frozenset(kind.name for kind in KINDS if kind.delivery == "load")
 
 
 def _counts(mine: Requests) -> tuple[str, int, int, int]:

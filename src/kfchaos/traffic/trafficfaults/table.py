@@ -2,13 +2,13 @@
 
 An explicit table rather than registration on import, so which generator runs for a type is read here, and the
 generators (bursts, chain: this package's modules) import nothing above them. Its keys are
-exactly the traffic-side types of the experiment format (kfchaos.faultspec.params.TRAFFIC_SIDE_TYPES), checked
+exactly the traffic-side kinds of the table of fault kinds (kfchaos.faultspec.kinds), checked
 at import: a type without a generator would plan a stage without its fault.
 """
 
 from __future__ import annotations
 
-from kfchaos.faultspec.params import TRAFFIC_SIDE_TYPES
+from kfchaos.faultspec.kinds import TRAFFIC_SIDE_TYPES, check_covers
 from kfchaos.traffic.settings import ReplaySettings, TrafficFault
 from kfchaos.traffic.trafficfaults import chain
 from kfchaos.traffic.trafficfaults.base import FaultRequests, Generator
@@ -26,8 +26,7 @@ GENERATORS: dict[str, Generator] = {
     "batch-shock": chain.batch_shock,
     "prefix-cache-thrash": chain.prefix_cache_thrash,
 }
-if set(GENERATORS) != TRAFFIC_SIDE_TYPES:
-    raise AssertionError(f"traffic-side fault types without a generator: {TRAFFIC_SIDE_TYPES ^ set(GENERATORS)}")
+check_covers("kfchaos.traffic.trafficfaults.table GENERATORS", GENERATORS, TRAFFIC_SIDE_TYPES)
 
 
 def generate(fault: TrafficFault, settings: ReplaySettings) -> FaultRequests:
