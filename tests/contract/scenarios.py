@@ -536,6 +536,7 @@ MINIMAL_PARAMS: dict[str, dict[str, Any]] = {
     "stress-memory": {"size": "256MB"}, "http-abort": {"port": 80}, "http-delay": {"port": 80, "delay": "1s"},
     "http-replace": {"port": 80, "replace_code": 503}, "io-latency": {"volume_path": "/d", "delay": "10ms"},
     "io-fault": {"volume_path": "/d", "errno": 5}, "io-attr-override": {"volume_path": "/d", "perm": 420},
+    "io-mistake": {"volume_path": "/d"},
     "time-offset": {"offset": "-5m"}, "dns-error": {"patterns": ["*"]}, "dns-random": {"patterns": ["*"]},
 }  # fmt: skip
 

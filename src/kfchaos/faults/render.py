@@ -252,6 +252,12 @@ def _io_attr_override(fault: FaultBase, params: Any) -> dict[str, Any]:
     return {**_io_common(params), "attr": attr}
 
 
+def _io_mistake(fault: FaultBase, params: Any) -> dict[str, Any]:
+    assert isinstance(params, p.IoMistakeParams)
+    mistake = {"filling": params.filling, "maxOccurrences": params.max_occurrences, "maxLength": params.max_length}
+    return {**_io_common(params), "mistake": mistake}
+
+
 def _time_offset(fault: FaultBase, params: Any) -> dict[str, Any]:
     assert isinstance(params, p.TimeOffsetParams)
     return {"timeOffset": params.offset, "clockIds": list(params.clock_ids)}
@@ -280,6 +286,7 @@ _SPEC_BUILDERS: dict[str, Callable[[FaultBase, Any], dict[str, Any]]] = {
     "io-latency": _io_latency,
     "io-fault": _io_fault,
     "io-attr-override": _io_attr_override,
+    "io-mistake": _io_mistake,
     "time-offset": _time_offset,
     "dns-error": _dns,
     "dns-random": _dns,

@@ -76,6 +76,7 @@ KINDS: tuple[FaultKind, ...] = (
     _chaos("io-latency", p.IoLatencyParams, "IOChaos", "latency"),
     _chaos("io-fault", p.IoFaultParams, "IOChaos", "fault"),
     _chaos("io-attr-override", p.IoAttrOverrideParams, "IOChaos", "attrOverride"),
+    _chaos("io-mistake", p.IoMistakeParams, "IOChaos", "mistake"),
     _chaos("time-offset", p.TimeOffsetParams, "TimeChaos"),
     _chaos("dns-error", p.DnsParams, "DNSChaos", "error"),
     _chaos("dns-random", p.DnsParams, "DNSChaos", "random"),

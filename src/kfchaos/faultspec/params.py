@@ -216,6 +216,17 @@ class IoAttrOverrideParams(_IoCommon):
         return self
 
 
+class IoMistakeParams(_IoCommon):
+    """IOChaos action `mistake`: reads and writes of the volume's files come back with wrong bytes, as a failing
+    disk or a torn model cache gives them: 1 to `max_occurrences` segments of up to `max_length` bytes each, filled
+    with zeros or random octets (chaos-mesh api/v1alpha1/iochaos_types.go MistakeSpec). For a model server: weights
+    or LoRA adapters loaded from a volume while it runs (a restart, a runtime adapter load) read corrupt."""
+
+    filling: Literal["zero", "random"] = Field("random", description="what the wrong bytes are")
+    max_occurrences: int = Field(1, ge=1, le=1_000_000, description="at most this many wrong segments per operation")
+    max_length: int = Field(64, ge=1, le=1 << 30, description="at most this many bytes in each wrong segment")
+
+
 class TimeOffsetParams(StrictModel):
     offset: str = Field(description="Go duration, may be negative: -5m, 1h")
     clock_ids: list[str] = Field(default_factory=lambda: ["CLOCK_REALTIME"])
