@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kfchaos.steps import seams
 from tests.support.groups import mark_groups
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +56,13 @@ def _lock_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     a folder of its own, so a test never queues behind a person's run or another test's (tests reuse run ids and
     ports), nor leaves a lock in the user's cache. Set in os.environ, for the commands the test starts too."""
     monkeypatch.setenv("KFCHAOS_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+
+
+@pytest.fixture(autouse=True)
+def _one_step_a_test() -> None:
+    """What a step makes once from its experiment (kfchaos.steps.seams: its fault backend and manifests) is kept for
+    the last experiment object seen; a test is a step of its own, so a backend one test faked is never another's."""
+    seams._PER_STEP.clear()
 
 
 @pytest.fixture

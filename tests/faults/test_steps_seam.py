@@ -153,3 +153,37 @@ def test_the_local_faults_owner_is_the_process_running_the_pipeline(monkeypatch:
     for garbage in ("", "1", "-5", "12x", "0"):
         monkeypatch.setenv(FAULT_OWNER_ENV, garbage)
         assert fault_owner_pid() == os.getpid()
+
+
+def test_a_stage_makes_one_backend_and_renders_its_faults_once(
+    cluster: KubeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One replay step: its faults applied, watched and removed, and the target watched for interference, through one
+    fault backend (one API client), and each fault rendered three times in all: by the experiment's one parse (to
+    validate it: kfchaos.validate), for the step's manifests, and by the backend's apply for the object it creates.
+    A second step (another parse) makes its own backend."""
+    from kfchaos import validate
+    from kfchaos.faults import chaosmesh, render
+
+    made, rendered = [], []
+    from_environment, render_fault = chaosmesh.ChaosMeshBackend.from_environment, render.render_fault
+
+    def counted_backend(*args: Any, **kwargs: Any) -> Any:
+        made.append(1)
+        return from_environment(*args, **kwargs)
+
+    def counted_render(*args: Any, **kwargs: Any) -> Any:
+        rendered.append(args[1].name)
+        return render_fault(*args, **kwargs)
+
+    monkeypatch.setattr(chaosmesh.ChaosMeshBackend, "from_environment", staticmethod(counted_backend))
+    monkeypatch.setattr(render, "render_fault", counted_render)
+    monkeypatch.setattr(chaosmesh, "render_fault", counted_render)
+    monkeypatch.setattr(validate, "render_fault", counted_render)
+    experiment = experiment_from_text(_text("      stages: [30]\n"))
+    _, during = under_faults(experiment, "run-once", 30, _replay([], cluster))
+    assert len(during["chaos_objects"]) == 1
+    assert made == [1]
+    assert rendered == ["serving-delay"] * 3  # parse, the step's manifests, the object the backend applied
+    under_faults(experiment_from_text(_text("      stages: [30]\n")), "run-once", 30, _replay([], cluster))
+    assert made == [1, 1]  # another step (another parse) has a backend of its own

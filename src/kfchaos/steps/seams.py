@@ -7,8 +7,10 @@ passing on missing data.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,6 +66,21 @@ def fault_owner_pid() -> int:
     return int(named) if named.isdigit() and int(named) > 1 else os.getpid()
 
 
+# What a step makes once from its experiment: its fault backend (one API client) and its faults' manifests. A step
+# parses its experiment once (kfchaos.steps.context), so that object stands for the step: a value is kept for the
+# last experiment object, run id and environment seen, and made anew for any other.
+_PER_STEP: dict[str, tuple[Experiment, tuple[str, ...], Any]] = {}
+
+
+def _once_per_step(what: str, experiment: Experiment, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+    held = _PER_STEP.get(what)
+    if held is not None and held[0] is experiment and held[1] == key:
+        return held[2]
+    value = make()
+    _PER_STEP[what] = (experiment, key, value)
+    return value
+
+
 def cluster_faults(experiment: Experiment) -> list[FaultBase]:
     """The faults a backend injects; traffic-side ones (long-context bursts) are done by the replay."""
     return [f for f in experiment.spec.faults if f.cluster_side]
@@ -72,11 +89,25 @@ def cluster_faults(experiment: Experiment) -> list[FaultBase]:
 def render_faults(experiment: Experiment, run_id: str) -> dict[str, dict[str, Any]]:
     """The Chaos Mesh manifest of each cluster-side fault by fault name (what the audit record keeps)."""
     render = _module("kfchaos.faults.render", "rendering faults")
-    return {f.name: render.render_fault(experiment, f, run_id) for f in cluster_faults(experiment)}
+
+    def make() -> dict[str, dict[str, Any]]:
+        return {f.name: render.render_fault(experiment, f, run_id) for f in cluster_faults(experiment)}
+
+    manifests: dict[str, dict[str, Any]] = _once_per_step("manifests", experiment, (run_id,), make)
+    return {name: copy.deepcopy(manifest) for name, manifest in manifests.items()}  # a caller may change its copy
 
 
 def fault_backend(experiment: Experiment, run_id: str) -> FaultBackend:
-    """Chosen by env KFCHAOS_FAULT_BACKEND, because the same pipeline runs on a cluster and under kfp.local."""
+    """Chosen by env KFCHAOS_FAULT_BACKEND, because the same pipeline runs on a cluster and under kfp.local. One per
+    step: the stage's faults, their poller and the foreign-interference watch share it (and its API client)."""
+    environment = tuple(os.environ.get(name, "") for name in (BACKEND_ENV, PROXY_ENV, DEMO_STATE_ENV, "KUBECONFIG"))
+    backend: FaultBackend = _once_per_step(
+        "backend", experiment, (run_id, *environment), lambda: _new_fault_backend(experiment, run_id)
+    )
+    return backend
+
+
+def _new_fault_backend(experiment: Experiment, run_id: str) -> FaultBackend:
     kind = os.environ.get(BACKEND_ENV, "chaosmesh")
     if kind == "local":
         local = _module("kfchaos.demo.local_backend", "the local fault backend")
