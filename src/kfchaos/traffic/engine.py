@@ -40,7 +40,7 @@ from kfchaos.traffic.progress import Progress, Snapshot
 from kfchaos.traffic.recorder import Recorder, Spool, write_parquet
 from kfchaos.traffic.source import SourceReport, read_until
 from kfchaos.traffic.sse import SseTimer, stream_error
-from kfchaos.traffic.summary import StageSummary, stall_summary, summarize
+from kfchaos.traffic.summary import StageSummary, summarize
 from kfchaos.traffic.tagging import new_trace_id
 from kfchaos.traffic.trafficfaults import client as clientfault
 from kfchaos.traffic.wire import RequestBuilder
@@ -108,7 +108,8 @@ class _Stage:
         self.stopped = False
         self.capped = False  # the plan had more than MAX_REQUESTS requests: the rest were not sent
         self.overran = False  # the wall clock reached the stage's end (plus grace) with requests still planned
-        self.stalls: list[float] = []  # how late the loop watcher's timer fired, each time it was STALL_MIN or more
+        # The loop watcher's stalls (its timer STALL_MIN or more late): the largest, their sum, their number.
+        self.stall = {"max": 0.0, "total": 0.0, "count": 0.0}
 
     # ------------------------------------------------------------ sending
 
@@ -321,13 +322,15 @@ class _Stage:
         """Times the event loop itself. While it is late (the process starved of CPU, a long collection, another
         thread holding the GIL), no byte is read and no request sent, so every time the records take meanwhile is
         late by as much: the replayer's own stall, not the server's. The summary's `client_stall` says how much."""
-        clock = self.clock
+        clock, stall = self.clock, self.stall
         while True:
             before = clock()
             await asyncio.sleep(STALL_TICK)
             late = clock() - before - STALL_TICK
             if late >= STALL_MIN:
-                self.stalls.append(late)
+                stall["max"] = max(stall["max"], late)
+                stall["total"] += late
+                stall["count"] += 1
 
     def _show(self, progress: Progress) -> None:
         recent, self.recent = self.recent, []
@@ -390,7 +393,7 @@ async def replay(
     )
     summary.plan_hash = plan.hash
     summary.source = plan.report.to_dict()
-    summary.client_stall = stall_summary(stage.stalls)
+    summary.client_stall = dict(stage.stall)
     cut = spool.cut if spool is not None else None
     if cut is not None:
         summary.valid = False

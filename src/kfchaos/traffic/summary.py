@@ -83,11 +83,6 @@ class StageSummary:
         return asdict(self)
 
 
-def stall_summary(stalls: list[float]) -> dict[str, float]:
-    """`client_stall` of one replay: the largest stall, their sum and their number (all 0 without any)."""
-    return {"max": max(stalls, default=0.0), "total": float(sum(stalls)), "count": float(len(stalls))}
-
-
 def combined_stalls(parts: list[dict[str, float] | None]) -> dict[str, float] | None:
     """One stage's `client_stall` from its shards' (None when any shard's was not measured)."""
     if not parts or any(part is None for part in parts):
