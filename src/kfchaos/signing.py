@@ -38,6 +38,9 @@ from kfchaos.errors import KfchaosError
 
 ALGORITHM = "ed25519"
 SIGNING_KEY_ENV = "KFCHAOS_SIGNING_KEY"  # the PEM text (a Kubernetes Secret as an environment variable)
+# The Kubernetes Secret the pipeline mounts as SIGNING_KEY_ENV, given to the verdict task alone.
+SIGNING_SECRET = "kfchaos-signing-key"
+SIGNING_SECRET_KEY = "signing-key.pem"
 SIGNING_KEY_FILE_ENV = "KFCHAOS_SIGNING_KEY_FILE"  # a PEM file (a Kubernetes Secret mounted as a volume)
 LOCAL_KEY = "signing-key.pem"
 LOCAL_PUBLIC_KEY = "signing-key.pub.pem"

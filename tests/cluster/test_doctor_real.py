@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from kfchaos.kfp.targetsecret import TARGET_SECRET, TARGET_SECRET_KEY
+from kfchaos.targetauth import TARGET_SECRET, TARGET_SECRET_KEY
 from tests.cluster.conftest import ROOT, RealCluster
 from tests.cluster.test_rbac_real import TARGET_NAMESPACE, _target_pods, apply_all
 from tests.cluster.test_smoke import eventually

@@ -12,10 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from kfchaos.records import REQUEST_SCHEMA
+from kfchaos.targetauth import credential_from_env
 from kfchaos.traffic.api import merge_shards, plan_stage, run_stage
 from kfchaos.traffic.engine import new_event_loop, replay
 from kfchaos.traffic.settings import ReplaySettings
-from kfchaos.traffic.tagging import HeaderPolicy, credential_from_env
+from kfchaos.traffic.tagging import HeaderPolicy
 
 from .loopback_server import LoopbackServer
 

@@ -13,8 +13,8 @@ from typing import Any
 from kfchaos.doctor import kfpcheck
 from kfchaos.doctor.model import Report, Status
 from kfchaos.kfp.identity import RUN_CALLS, Call
-from kfchaos.kfp.targetsecret import TARGET_SECRET, TARGET_SECRET_KEY
 from kfchaos.spec import Experiment
+from kfchaos.targetauth import TARGET_SECRET, TARGET_SECRET_KEY
 
 TIMEOUT = 10.0
 # Chaos Mesh's Helm chart names its controller Deployment so (helm/chaos-mesh/templates/

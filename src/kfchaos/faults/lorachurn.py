@@ -45,6 +45,7 @@ from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import FaultActivity
 from kfchaos.faultspec.params import ADAPTER_PREFIX, LoraAdapterChurnParams, LoraAdapterRef
 from kfchaos.spec import Experiment, FaultBase
+from kfchaos.targetauth import credential_from_env
 
 TYPE = "lora-adapter-churn"
 KIND = "LoraAdapterChurn"  # how the fault windows and the report name it (no cluster object)
@@ -106,8 +107,6 @@ class LoraClient:
 
     @classmethod
     def for_experiment(cls, experiment: Experiment, target: str = "") -> LoraClient:
-        from kfchaos.traffic.tagging import credential_from_env
-
         spec = experiment.spec.target
         headers: dict[str, str] = {}
         if spec.auth is not None:

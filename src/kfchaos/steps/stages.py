@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from kfchaos.spec import Experiment
@@ -12,6 +14,7 @@ from kfchaos.steps.context import experiment_from_text, task_run_id
 from kfchaos.steps.results import StepResult
 from kfchaos.steps.setup import load_optional_baseline
 from kfchaos.steps.stopping import guarded
+from kfchaos.targetauth import require_target_credential
 
 
 def _judge(
@@ -61,11 +64,6 @@ def _judge(
 def steady_state(experiment_text: str, experiment_dir: str, target: str, run_id: str, baseline_path: str) -> str:
     """A short replay at the first stage's rate, no faults; a clear failure (not at baseline) stops the run."""
     run_id = task_run_id(run_id)
-    import tempfile
-    from pathlib import Path
-
-    from kfchaos.kfp.targetsecret import require_target_credential
-
     experiment = experiment_from_text(experiment_text)
     require_target_credential(experiment)  # before any fault: a missing token is a clear stop, not 401s
     with targetlease.holding(experiment, run_id, target) as lease:

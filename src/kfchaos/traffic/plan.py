@@ -24,6 +24,7 @@ from kfchaos.bounds import MAX_DURATION
 from kfchaos.errors import KfchaosError
 from kfchaos.faultspec.kinds import TRAFFIC_SIDE_TYPES
 from kfchaos.spec import Experiment
+from kfchaos.targetauth import credential_from_env
 from kfchaos.traffic.formats import READERS
 from kfchaos.traffic.formats.sharegpt import read_sharegpt
 from kfchaos.traffic.request import TrafficRequest
@@ -31,7 +32,7 @@ from kfchaos.traffic.sampling import select
 from kfchaos.traffic.settings import GoodputSlo, ReplaySettings, TrafficFault
 from kfchaos.traffic.source import SourceReport
 from kfchaos.traffic.synthetic import synthetic_requests
-from kfchaos.traffic.tagging import HeaderPolicy, credential_from_env
+from kfchaos.traffic.tagging import HeaderPolicy
 from kfchaos.traffic.trafficfaults.table import generate
 from kfchaos.traffic.workload import workload_for
 from kfchaos.validate import load_experiment

@@ -14,9 +14,8 @@ recorded ones (which the readers already refuse) are dropped here as a last guar
 
 from __future__ import annotations
 
-import os
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kfchaos.errors import KfchaosError
@@ -102,11 +101,3 @@ class HeaderPolicy:
         if self.credential:
             out.append(self.credential)
         return out
-
-
-def credential_from_env(env: str, kind: str, header: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """(header, value) for spec.target.auth. A missing variable is an input error naming the variable only."""
-    value = (os.environ if environ is None else environ).get(env)
-    if not value:
-        raise KfchaosError(f"target credential: environment variable {env} is not set (spec.target.auth.env)")
-    return (header, f"Bearer {value}" if kind == "bearer" else value)

@@ -45,12 +45,12 @@ from kfchaos.kfp.components.stage_start.component import stage_start as start_op
 from kfchaos.kfp.components.steady_state.component import steady_state as steady_op
 from kfchaos.kfp.components.verdict_report.component import verdict_report as verdict_op
 from kfchaos.kfp.image import component_image
-from kfchaos.kfp.targetsecret import SIGNING_SECRET, SIGNING_SECRET_KEY, TARGET_SECRET, TARGET_SECRET_KEY
 
 # Stand-in for the pipeline's own IR hash, replaced (same length) by the hash of the file compiled with it,
 # so the IR carries its own verifiable hash (kfchaos.kfp.versioning.seal).
 from kfchaos.kfp.versioning import IR_HASH_PLACEHOLDER
-from kfchaos.signing import SIGNING_KEY_ENV
+from kfchaos.signing import SIGNING_KEY_ENV, SIGNING_SECRET, SIGNING_SECRET_KEY
+from kfchaos.targetauth import TARGET_SECRET, TARGET_SECRET_KEY
 
 GENERIC_STAGES = (10, 30, 60, 90, 100)
 # Finished runs' pods are removed after a day; their artifacts and the audit record stay in the pipeline root.

@@ -1,9 +1,12 @@
-"""The target's credential on a cluster: the Kubernetes Secret the pipeline mounts as env, and the check that
-stops a run before any fault when the token did not arrive.
+"""The target's credential: the environment variable spec.target.auth names, read into one header; on a cluster,
+the Kubernetes Secret the pipeline mounts that variable from, and the check that stops a run before any fault
+when the token did not arrive.
 
 Task pods run in the KFP namespace (`kubeflow` standalone; the profile namespace in multi-user mode), not
 the target's: the Secret must be there. KFP backends >= 2.15 honour `optional` (kubeflow/pipelines#12216)
 and start the task without it, so a missing Secret would otherwise show up only as 401s from the target.
+The replay (kfchaos.traffic.plan), the LoRA churn's admin calls (kfchaos.faults.lorachurn), the steady-state step
+and `kfchaos doctor` all read the rule here.
 """
 
 from __future__ import annotations
@@ -17,11 +20,16 @@ from kfchaos.spec import Experiment
 
 TARGET_SECRET = "kfchaos-target"
 TARGET_SECRET_KEY = "token"
-# The Ed25519 key the verdict task signs the audit record with (kfchaos.signing), given to that task alone.
-SIGNING_SECRET = "kfchaos-signing-key"
-SIGNING_SECRET_KEY = "signing-key.pem"
 # Where a pod's own namespace is (the service account token projection).
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def credential_from_env(env: str, kind: str, header: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(header, value) for spec.target.auth. A missing variable is an input error naming the variable only."""
+    value = (os.environ if environ is None else environ).get(env)
+    if not value:
+        raise KfchaosError(f"target credential: environment variable {env} is not set (spec.target.auth.env)")
+    return (header, f"Bearer {value}" if kind == "bearer" else value)
 
 
 def _pod_namespace() -> str | None:
