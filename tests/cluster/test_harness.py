@@ -92,6 +92,32 @@ def test_without_root_the_real_node_says_so_and_cluster_up_stops(monkeypatch: py
         controlplane._start(Path("/nonexistent-state"), {}, None, None)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("folder", ["team,repo", "team:repo", "team repo"])
+def test_a_state_folder_the_node_cannot_run_from_is_refused_before_anything_starts(
+    folder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A comma, a colon or whitespace in the state folder's path: refused by name before any build or process."""
+    from localcluster import node
+
+    monkeypatch.setattr(node, "unavailable", lambda: None)  # as root, on a machine that can run the node
+    monkeypatch.setattr(controlplane, "build", lambda: pytest.fail("built before the state folder was checked"))
+    with pytest.raises(controlplane.ClusterError, match="KFCHAOS_CLUSTER_DIR to a folder without one"):
+        controlplane.up(tmp_path / folder / ".cluster")
+    assert not (tmp_path / folder).exists()
+
+
+def test_a_deep_state_folder_keeps_every_socket_short(tmp_path: Path) -> None:
+    """However deep the checkout, every socket the cluster's programs listen on fits a unix socket's path."""
+    from localcluster import shortpaths
+
+    deep = tmp_path.joinpath(*["a-folder-of-some-depth"] * 12, ".cluster")
+    assert shortpaths.state_problem(deep) is None
+    for socket_path in shortpaths.sockets(deep):
+        assert len(str(socket_path).encode()) <= shortpaths.MAX_SOCKET_PATH
+        assert not str(socket_path).startswith(str(tmp_path))
+    assert shortpaths.socket_dir(deep) != shortpaths.socket_dir(tmp_path / ".cluster")  # two checkouts keep apart
+
+
 def test_a_second_image_build_does_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """With the node's images built, building them again calls neither mmdebstrap nor umoci nor tar nor pip: a PATH
     holding only git (which names the working tree's files) and a pip that cannot run still answer the same archive."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from . import chaosdaemon, hostservices, images, kfp, kfpexec, node, procs
+from . import chaosdaemon, hostservices, images, kfp, kfpexec, node, procs, shortpaths
 from .pki import CertificateAuthority, KeyPair, service_account_keys
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -232,7 +232,8 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
     existing = reuse(state)
     if existing is not None:
         return existing
-    why_not = node.unavailable()  # before any build: a machine that cannot run the node is told at once
+    # Before any build: a machine that cannot run the node, or a state folder it cannot run from, is told at once.
+    why_not = node.unavailable() or shortpaths.state_problem(state)
     if why_not:
         raise ClusterError(why_not)
     down(state)  # a stale or half-started one

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import yaml
 
-from . import procs
+from . import procs, shortpaths
 
 NAMESPACE = "kubeflow"  # KFP's single-user install (manifests/kustomize/env/platform-agnostic: namespace kubeflow)
 # The ServiceAccounts KFP's manifests give its API server and ScheduledWorkflow controller
@@ -154,6 +154,13 @@ class _Database:
     password: str
 
 
+def _mariadb_socket(state: Path) -> Path:
+    """MariaDB listens on a unix socket too, whether used or not: at a short path (shortpaths), not in the state."""
+    folder = shortpaths.socket_dir(state)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder / "mariadb.sock"
+
+
 def _start_mariadb(state: Path, root: Path, port: int, wait: Wait) -> _Database:
     server, install = mariadbd()
     data = root / "mariadb"
@@ -185,7 +192,7 @@ def _start_mariadb(state: Path, root: Path, port: int, wait: Wait) -> _Database:
             server,
             "--no-defaults",
             f"--datadir={data}",
-            f"--socket={root / 'mariadb.sock'}",
+            f"--socket={_mariadb_socket(state)}",
             f"--pid-file={root / 'mariadb.pid'}",
             "--bind-address=127.0.0.1",
             f"--port={port}",

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from . import procs
+from . import procs, shortpaths
 
 NODE_NAME = "kfchaos-node-0"
 # The real node is tainted so that the cluster suite's Deployments, meant for the KWOK nodes, never land on it: what
@@ -342,14 +342,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     return config
 
 
-SOCKETS = Path("/run/kfchaos")
-
-
 def socket_dir(state: Path) -> Path:
-    """Where the node's containerd listens: a short path of its own per state directory, because a unix socket's
-    path is at most 107 bytes (sockaddr_un) and containerd refuses one over 104 ("unix socket path too long"), which
-    a state directory under a test's tmp path already passes."""
-    return SOCKETS / hashlib.sha256(str(state.resolve()).encode()).hexdigest()[:16]
+    """Where the node's containerd listens: a short path of its own per state folder (shortpaths)."""
+    return shortpaths.socket_dir(state)
 
 
 def containerd_socket(state: Path) -> Path:
@@ -440,7 +435,7 @@ def start_kubelet(state: Path, net: NodeNet, kubelet_bin: Path, kubeconfig: Path
             str(kubelet_bin),
             f"--config={config}",
             f"--kubeconfig={kubeconfig}",
-            f"--root-dir={state / 'node' / 'kubelet'}",
+            f"--root-dir={shortpaths.kubelet_root(state)}",
             f"--hostname-override={NODE_NAME}",
             f"--node-ip={net.node_ip}",
             f"--node-labels={NODE_LABEL}=true",
@@ -521,7 +516,8 @@ def _mounts_under(root: Path) -> list[Path]:
 
 
 def mounts_left(state: Path) -> list[Path]:
-    return _mounts_under(state / "node")
+    """Mounts of the node: its network namespace's under <state>/node, the pods' volumes under the kubelet's root."""
+    return _mounts_under(state / "node") + _mounts_under(shortpaths.kubelet_root(state))
 
 
 def _shim_sockets(state: Path) -> list[Path]:
@@ -537,9 +533,14 @@ def _shim_sockets(state: Path) -> list[Path]:
     return [s for s in sockets if s.exists()]
 
 
+def _short_folders(state: Path) -> list[Path]:
+    """The node's folders outside the state folder (shortpaths): the sockets', and the kubelet root's parent."""
+    return [shortpaths.socket_dir(state), shortpaths.kubelet_root(state).parent]
+
+
 def teardown(state: Path) -> list[str]:
     """Remove what the node left outside its processes, once they are stopped: every process in its cgroups
-    (the containers), the containerd shims (they carry the state marker), mounts under <state>/node, the network
+    (the containers), the containerd shims (they carry the state marker), the node's mounts (mounts_left), the network
     namespace (and with it the veth pair, the bridge and every iptables chain in it), the host route, the cgroups
     and the container log links. Returns what it had to remove."""
     removed: list[str] = []
@@ -561,7 +562,7 @@ def teardown(state: Path) -> list[str]:
     deadline = time.monotonic() + 10
     while procs.leftovers(state) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for mount in _mounts_under(state / "node"):
+    for mount in mounts_left(state):
         done = subprocess.run(["umount", "--lazy", str(mount)], capture_output=True, text=True, check=False)
         if done.returncode == 0:
             removed.append(f"mount {mount}")
@@ -579,9 +580,10 @@ def teardown(state: Path) -> list[str]:
     for socket in _shim_sockets(state):
         socket.unlink(missing_ok=True)
         removed.append(f"socket {socket}")
-    if socket_dir(state).exists():
-        shutil.rmtree(socket_dir(state), ignore_errors=True)
-        removed.append(f"folder {socket_dir(state)}")
+    for folder in _short_folders(state):
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(f"folder {folder}")
     logs = state / "node" / "pod-logs"
     if CONTAINER_LOG_LINKS.is_dir():
         for link in CONTAINER_LOG_LINKS.iterdir():
@@ -595,8 +597,7 @@ def leftovers(state: Path) -> list[str]:
     """What of the node is still on the machine (the cluster-down test asserts this is empty)."""
     found: list[str] = [f"mount {m}" for m in mounts_left(state)]
     found.extend(f"socket {s}" for s in _shim_sockets(state))
-    if socket_dir(state).exists():
-        found.append(f"folder {socket_dir(state)}")
+    found.extend(f"folder {folder}" for folder in _short_folders(state) if folder.exists())
     net = saved_net(state)
     if net is not None:
         if _run("ip", "link", "show", net.host_veth, check=False).returncode == 0:

@@ -4,6 +4,10 @@ network namespace, veth, route or iptables chain it made, no cgroup, no process,
 A second cluster, in a state directory of the test's own, is started beside the session's (which also shows two
 clusters on one machine keep apart: their own link, bridge, Service range and cgroups), a pod is run on its node so
 that every kind of leftover exists, and it is stopped.
+
+Its state directory is as deep as a team's checkout can be (issue 43): the kubelet's pod-resources socket under
+`<state>/node/kubelet` would pass a unix socket's 107 bytes there and the kubelet would not start, so the node keeps
+its sockets and the kubelet's root at short paths of their own (localcluster.shortpaths), removed with it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from localcluster import node, procs
+from localcluster import node, procs, shortpaths
 
 from tests.cluster.conftest import controlplane
 from tests.cluster.node.conftest import NODE_TOLERATION, NodeCluster, eventually
@@ -30,7 +34,8 @@ def _host_chains() -> str:
 def test_cluster_down_leaves_no_mount_namespace_link_chain_cgroup_or_process(
     node_cluster: NodeCluster, tmp_path: Path
 ) -> None:
-    state = (tmp_path / "second").resolve()
+    state = (tmp_path / "home-of-a-platform-team" / "src" / "serving-chaos-experiments" / ".cluster").resolve()
+    assert len(str(state / "node" / "kubelet" / "pod-resources" / "kubelet.sock").encode()) > 107  # too deep before
     chains_before = _host_chains()
     env = controlplane.up(state)
     try:
@@ -59,10 +64,15 @@ def test_cluster_down_leaves_no_mount_namespace_link_chain_cgroup_or_process(
         # What a running node holds outside its processes, before the stop:
         assert node.mounts_left(state), "a running node has mounts under its state directory"
         assert node.cgroup_pids(net), "a running pod has processes in the node's cgroups"
+        listening = Path("/proc/net/unix").read_text()  # the host's namespace: containerd and MariaDB listen there
+        assert str(node.containerd_socket(state)) in listening
+        assert not any(str(state) in line for line in listening.splitlines()), "a socket under the deep state folder"
+        assert node.mounts_left(state) != node._mounts_under(state / "node"), "pods' volumes under the kubelet's root"
     finally:
         controlplane.down(state)
     assert node.leftovers(state) == []
     assert node.mounts_left(state) == []
+    assert not shortpaths.socket_dir(state).exists() and not shortpaths.kubelet_root(state).parent.exists()
     assert not any(
         line.split()[4].startswith(str(state)) for line in Path("/proc/self/mountinfo").read_text().splitlines()
     )
