@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from . import chaosdaemon, hostservices, images, kfp, kfpexec, node, procs, shortpaths
+from . import PROGRAMS, chaosdaemon, hostservices, images, kfp, kfpexec, node, procs, shortpaths
 from .pki import CertificateAuthority, KeyPair, service_account_keys
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -736,7 +736,7 @@ def _start_prometheus(
         "prometheus-pod-targets",
         [
             sys.executable,
-            str(Path(__file__).resolve().parent / "podtargets.py"),
+            str(PROGRAMS / "podtargets.py"),
             f"--kubeconfig={kubeconfig}",
             f"--node={node.NODE_NAME}",
             f"--out={pod_targets}",
@@ -761,8 +761,8 @@ def _start_prometheus(
 def _prometheus_config(ksm: str, node_ip: str, pod_targets: Path, ca: Path, client: KeyPair) -> dict[str, object]:
     """kube-state-metrics; the real node's kubelet (cAdvisor's container series, /metrics/cadvisor, over TLS with a
     client certificate); and the node's pods that ask to be scraped (prometheus.io/* annotations), from the file
-    podtargets.py keeps (Debian's Prometheus has no Kubernetes service discovery: podtargets.py says more). The
-    jobs are those of Prometheus's example configuration for Kubernetes (prometheus/prometheus,
+    scripts/cluster/programs/podtargets.py keeps (Debian's Prometheus has no Kubernetes service discovery: that
+    file says more). The jobs are those of Prometheus's example configuration for Kubernetes (prometheus/prometheus,
     documentation/examples/prometheus-kubernetes.yml: kubernetes-nodes-cadvisor, kubernetes-pods)."""
     return {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import PROGRAMS
+
 REGISTRY = "kfchaos.local"
 # Debian packages of the shared layer: Python for kfchaos, and what chaos-daemon calls
 # (chaos-mesh/chaos-mesh, images/chaos-daemon/Dockerfile: iptables ipset stress-ng iproute2 util-linux procps).
@@ -296,8 +298,8 @@ def _package_version(root: Path) -> str:
 
 # --- the images ------------------------------------------------------------------------------------------
 
-NSEXEC = Path(__file__).resolve().parent / "nsexec.py"
-MEMSTRESS = Path(__file__).resolve().parent / "memstress.py"
+NSEXEC = PROGRAMS / "nsexec.py"
+MEMSTRESS = PROGRAMS / "memstress.py"
 
 
 @dataclass(frozen=True)

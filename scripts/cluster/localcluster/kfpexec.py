@@ -6,7 +6,8 @@ execution path runs as host processes, each as KFP's manifests deploy it:
 - Argo's workflow-controller v3.3.10 (the version KFP 2.1.0's go.mod requires), namespaced to `kubeflow`, with the
   ConfigMap KFP's manifests patch (manifests/kustomize/third-party/argo/base/workflow-controller-configmap-patch.yaml:
   the emissary executor, logs archived to KFP's object store); its executor image is built here (images.py).
-- ML Metadata's gRPC service (mlmd_server.py), which the driver and launcher record executions and artifacts in.
+- ML Metadata's gRPC service (scripts/cluster/programs/mlmd_server.py), which the driver and launcher record
+  executions and artifacts in.
 - KFP's persistence agent, which reports each Workflow's state back to the API server (what `kfchaos run --wait`
   and the KFP UI read).
 - The Services the run's pods dial (minio-service, metadata-grpc-service, ml-pipeline), as Services of host
@@ -26,7 +27,7 @@ from typing import Protocol
 
 import yaml
 
-from . import hostservices, images, kfp, node, procs
+from . import PROGRAMS, hostservices, images, kfp, node, procs
 
 NAMESPACE = kfp.NAMESPACE
 PROCESSES = ("kfp-persistence-agent", "argo-workflow-controller", "mlmd")
@@ -163,7 +164,7 @@ def start(
         "mlmd",
         [
             str(mlmd_python()),
-            str(Path(__file__).resolve().parent / "mlmd_server.py"),
+            str(PROGRAMS / "mlmd_server.py"),
             f"--host={host}",
             f"--port={mlmd_port}",
             f"--db={root / 'mlmd.sqlite'}",
