@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
+from localcluster import chaoscontroller
 
 from tests.cluster.conftest import ROOT, RealCluster, controlplane
 from tests.cluster.test_doctor_real import EXPERIMENT, prepared  # noqa: F401  (the module fixture, reused)
@@ -26,7 +27,7 @@ from tests.cluster.test_smoke import eventually
 pytestmark = pytest.mark.cluster
 
 WAIT = 60.0
-CHAOS_NAMESPACE = controlplane.CHAOS_NAMESPACE
+CHAOS_NAMESPACE = chaoscontroller.CHAOS_NAMESPACE
 CONTROLLER = "chaos-controller-manager"
 
 
@@ -172,7 +173,7 @@ def daemon_and_gpu_pod(prepared: RealCluster) -> Iterator[RealCluster]:  # noqa:
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "chaos-daemon", "image": controlplane.CONTROLLER_IMAGE}]},
+                "spec": {"containers": [{"name": "chaos-daemon", "image": chaoscontroller.CONTROLLER_IMAGE}]},
             },
         },
     }

@@ -12,7 +12,6 @@ the host itself: the node, its pods and the tests on the host all dial the same 
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -24,12 +23,24 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from . import PROGRAMS, chaosdaemon, hostservices, images, kfp, kfpexec, node, procs, shortpaths
+from . import (
+    PROGRAMS,
+    chaoscontroller,
+    chaosdaemon,
+    hostservices,
+    images,
+    kfp,
+    kfpexec,
+    node,
+    procs,
+    shortpaths,
+    startup,
+)
 from .pki import CertificateAuthority, KeyPair, service_account_keys
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -54,42 +65,7 @@ STOP_ORDER = (
 RUNNER_NAMESPACE = "kubeflow"  # manifests/base/serviceaccount.yaml
 PROMETHEUS_SERVICE_PORT = 9090  # Prometheus's own default port, as kube-prometheus's Service exposes it
 RUNNER = "kfchaos-runner"
-CHAOS_NAMESPACE = "chaos-mesh"
 READY_TIMEOUT = float(os.environ.get("KFCHAOS_CLUSTER_READY_TIMEOUT", "90"))
-
-# The webhooks of Chaos Mesh's helm chart: one mutating and one validating per entry of values.yaml
-# `webhook.CRDS` (chaos-mesh/chaos-mesh, helm/chaos-mesh/values.yaml; templates/mutating-admission-webhooks.yaml
-# and validating-admission-webhooks.yaml: path /mutate-chaos-mesh-org-v1alpha1-<crd>, name m<crd>.kb.io;
-# /validate-chaos-mesh-org-v1alpha1-<crd>, v<crd>.kb.io; plus /validate-auth, vauth.kb.io, on every resource).
-WEBHOOK_CRDS = (
-    "podchaos",
-    "iochaos",
-    "timechaos",
-    "networkchaos",
-    "kernelchaos",
-    "stresschaos",
-    "awschaos",
-    "azurechaos",
-    "gcpchaos",
-    "dnschaos",
-    "jvmchaos",
-    "schedule",
-    "workflow",
-    "httpchaos",
-    "blockchaos",
-    "physicalmachinechaos",
-    "physicalmachine",
-    "statuscheck",
-    "remotecluster",
-)
-WEBHOOK_RESOURCE = {
-    "schedule": "schedules",
-    "workflow": "workflows",
-    "physicalmachine": "physicalmachines",
-    "statuscheck": "statuschecks",
-}
-WEBHOOK_TIMEOUT_SECONDS = 5  # values.yaml webhook.timeoutSeconds
-WEBHOOK_FAILURE_POLICY = "Fail"  # values.yaml webhook.FailurePolicy
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -256,33 +232,67 @@ def up(state: Path | None = None, bins: dict[str, Path] | None = None) -> Cluste
     return env
 
 
+@dataclass
+class Boot:
+    """What the start-up steps hand on to each other (STEPS), filled in as they run."""
+
+    state: Path
+    bins: dict[str, Path]
+    ca: CertificateAuthority
+    sa: KeyPair
+    net: node.NodeNet = field(init=False)
+    ports: dict[str, int] = field(init=False)
+    server: str = field(init=False)
+    etcd_url: str = field(init=False)
+    api: Api = field(init=False)
+    kubeconfigs: Path = field(init=False)
+    admin_kubeconfig: Path = field(init=False)
+    runner_kubeconfig: Path = field(init=False)
+    controller_env: dict[str, str] = field(init=False)
+    prometheus_url: str = field(init=False)
+    node_images: images.Images = field(init=False)
+    backend: kfp.Kfp = field(init=False)
+    env: ClusterEnv = field(init=False)
+
+    def component_kubeconfig(self, name: str, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig with a client certificate of its own (CN the user, O the groups) for one component."""
+        pair = self.ca.issue(name, user, groups)
+        return _kubeconfig(self.kubeconfigs / f"{name}.kubeconfig", self.server, self.ca.cert, _cert_user(pair), name)
+
+
 def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: KeyPair) -> ClusterEnv:
     why_not = node.unavailable()
     if why_not:
         raise ClusterError(why_not)
-    k8s = bins["kubernetes"]
-    # The node's network first: the API server and the services pods reach bind its host end.
-    net = node.make_network(state)
-    node.save_net(state, net)
-    address = net.host_ip
-    ports = free_ports(
+    boot = Boot(state, bins, ca, sa)
+    startup.run(STEPS, boot, state, fail=ClusterError)
+    return boot.env
+
+
+def _network(boot: Boot) -> None:
+    """The node's network first: the API server and the services pods reach bind its host end."""
+    boot.net = node.make_network(boot.state)
+    node.save_net(boot.state, boot.net)
+    boot.ports = free_ports(
         "etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus"
     )
-    server = f"https://{address}:{ports['apiserver']}"
+    boot.server = f"https://{boot.net.host_ip}:{boot.ports['apiserver']}"
 
-    # etcd: flags as controller-runtime's envtest starts it (kubernetes-sigs/controller-runtime,
-    # pkg/internal/testing/controlplane/etcd.go); --unsafe-no-fsync because the data is thrown away.
-    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-    peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+
+def _etcd(boot: Boot) -> None:
+    """etcd: flags as controller-runtime's envtest starts it (kubernetes-sigs/controller-runtime,
+    pkg/internal/testing/controlplane/etcd.go); --unsafe-no-fsync because the data is thrown away."""
+    boot.etcd_url = f"http://127.0.0.1:{boot.ports['etcd']}"
+    peer_url = f"http://127.0.0.1:{boot.ports['etcd-peer']}"
     procs.start(
-        state,
+        boot.state,
         "etcd",
         [
-            str(bins["etcd"] / "etcd"),
+            str(boot.bins["etcd"] / "etcd"),
             "--name=default",
-            f"--data-dir={state / 'etcd'}",
-            f"--listen-client-urls={etcd_url}",
-            f"--advertise-client-urls={etcd_url}",
+            f"--data-dir={boot.state / 'etcd'}",
+            f"--listen-client-urls={boot.etcd_url}",
+            f"--advertise-client-urls={boot.etcd_url}",
             f"--listen-peer-urls={peer_url}",
             f"--initial-advertise-peer-urls={peer_url}",
             f"--initial-cluster=default={peer_url}",
@@ -290,17 +300,21 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
             "--log-level=warn",
         ],
     )
-    _wait("etcd /health", lambda: _http_ok(f"{etcd_url}/health"), state, "etcd")
+    _wait("etcd /health", lambda: _http_ok(f"{boot.etcd_url}/health"), boot.state, "etcd")
 
-    # kube-apiserver (kubernetes/kubernetes, cmd/kube-apiserver/app/options and
-    # staging/src/k8s.io/apiserver/pkg/server/options: every flag below is defined there).
+
+def _apiserver(boot: Boot) -> None:
+    """kube-apiserver (kubernetes/kubernetes, cmd/kube-apiserver/app/options and
+    staging/src/k8s.io/apiserver/pkg/server/options: every flag below is defined there), then the admin's
+    kubeconfig and the API client the later steps use."""
+    state, ca, address = boot.state, boot.ca, boot.net.host_ip
     serving = ca.issue(
         "apiserver",
         "kube-apiserver",
         server_names=(
             "127.0.0.1",
             address,
-            net.api_service_ip,
+            boot.net.api_service_ip,
             "localhost",
             "kubernetes",
             "kubernetes.default",
@@ -316,20 +330,20 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         state,
         "kube-apiserver",
         [
-            str(k8s / "kube-apiserver"),
-            f"--etcd-servers={etcd_url}",
+            str(boot.bins["kubernetes"] / "kube-apiserver"),
+            f"--etcd-servers={boot.etcd_url}",
             f"--bind-address={address}",
             f"--advertise-address={address}",
-            f"--secure-port={ports['apiserver']}",
+            f"--secure-port={boot.ports['apiserver']}",
             f"--cert-dir={state / 'apiserver'}",
             f"--tls-cert-file={serving.cert}",
             f"--tls-private-key-file={serving.key}",
             f"--client-ca-file={ca.cert}",
             "--authorization-mode=Node,RBAC",
-            f"--service-account-issuer={server}",
-            f"--service-account-key-file={sa.cert}",
-            f"--service-account-signing-key-file={sa.key}",
-            f"--service-cluster-ip-range={net.service_cidr}",
+            f"--service-account-issuer={boot.server}",
+            f"--service-account-key-file={boot.sa.cert}",
+            f"--service-account-signing-key-file={boot.sa.key}",
+            f"--service-cluster-ip-range={boot.net.service_cidr}",
             "--allow-privileged=true",
             # The `kubernetes` Service's endpoint is the advertised address (the default `lease` reconciler):
             # pods on the real node reach the API server through it, as in any cluster.
@@ -343,26 +357,26 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     )
     admin = ca.issue("admin", "kfchaos-admin", ("system:masters",))
     admin_context = _tls_context(ca.cert, admin)
-    _wait("kube-apiserver /readyz", lambda: _http_ok(f"{server}/readyz", admin_context), state, "kube-apiserver")
-    api = Api(server, admin_context)
-    kubeconfigs = state / "kubeconfigs"
-    kubeconfigs.mkdir()
-    admin_kubeconfig = _kubeconfig(kubeconfigs / "admin.kubeconfig", server, ca.cert, _cert_user(admin), "admin")
+    _wait("kube-apiserver /readyz", lambda: _http_ok(f"{boot.server}/readyz", admin_context), state, "kube-apiserver")
+    boot.api = Api(boot.server, admin_context)
+    boot.kubeconfigs = state / "kubeconfigs"
+    boot.kubeconfigs.mkdir()
+    boot.admin_kubeconfig = _kubeconfig(
+        boot.kubeconfigs / "admin.kubeconfig", boot.server, ca.cert, _cert_user(admin), "admin"
+    )
 
-    def component_kubeconfig(name: str, user: str, groups: tuple[str, ...] = ()) -> Path:
-        pair = ca.issue(name, user, groups)
-        return _kubeconfig(kubeconfigs / f"{name}.kubeconfig", server, ca.cert, _cert_user(pair), name)
 
-    # kube-controller-manager as a real cluster runs it: its own identity (RBAC's bootstrap
-    # system:kube-controller-manager) and one ServiceAccount per controller (--use-service-account-credentials;
-    # kubernetes/kubernetes, cmd/kube-controller-manager/app/options/options.go). Only the controllers a
-    # Deployment's pods need (cmd/kube-controller-manager/names/controller_names.go).
-    kcm = component_kubeconfig("kube-controller-manager", "system:kube-controller-manager")
+def _controller_manager(boot: Boot) -> None:
+    """kube-controller-manager as a real cluster runs it: its own identity (RBAC's bootstrap
+    system:kube-controller-manager) and one ServiceAccount per controller (--use-service-account-credentials;
+    kubernetes/kubernetes, cmd/kube-controller-manager/app/options/options.go). Only the controllers a
+    Deployment's pods need (cmd/kube-controller-manager/names/controller_names.go)."""
+    kcm = boot.component_kubeconfig("kube-controller-manager", "system:kube-controller-manager")
     procs.start(
-        state,
+        boot.state,
         "kube-controller-manager",
         [
-            str(k8s / "kube-controller-manager"),
+            str(boot.bins["kubernetes"] / "kube-controller-manager"),
             f"--kubeconfig={kcm}",
             # node-lifecycle-controller lifts the node.kubernetes.io/not-ready taint the API server's
             # TaintNodesByCondition admission puts on every new Node, once KWOK reports it Ready.
@@ -378,16 +392,19 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
             "--use-service-account-credentials=true",
             "--leader-elect=false",
             "--secure-port=0",  # staging/src/k8s.io/apiserver/pkg/server/options/serving.go: 0 = don't serve
-            f"--root-ca-file={ca.cert}",
+            f"--root-ca-file={boot.ca.cert}",
             "--cluster-name=kfchaos-local",
         ],
     )
-    scheduler = component_kubeconfig("kube-scheduler", "system:kube-scheduler")
+
+
+def _scheduler(boot: Boot) -> None:
+    scheduler = boot.component_kubeconfig("kube-scheduler", "system:kube-scheduler")
     procs.start(
-        state,
+        boot.state,
         "kube-scheduler",
         [
-            str(k8s / "kube-scheduler"),
+            str(boot.bins["kubernetes"] / "kube-scheduler"),
             f"--kubeconfig={scheduler}",
             f"--authentication-kubeconfig={scheduler}",
             f"--authorization-kubeconfig={scheduler}",
@@ -396,37 +413,46 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         ],
     )
 
-    # Chaos Mesh: its CRDs (the release the controller was built from: build.sh copies them next to it).
-    for crd_file in sorted((bins["chaos-mesh"] / "crds").glob("*.yaml")):
+
+def _chaos_mesh_crds(boot: Boot) -> None:
+    """Chaos Mesh's CRDs (the release the controller was built from: build.sh copies them next to it), and the
+    namespaces of Chaos Mesh and of the runner."""
+    for crd_file in sorted((boot.bins["chaos-mesh"] / "crds").glob("*.yaml")):
         for document in yaml.safe_load_all(crd_file.read_text()):
             if document:
-                api.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", align_with_api_module(document))
-    for namespace in (CHAOS_NAMESPACE, RUNNER_NAMESPACE):
-        api.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+                crd = chaoscontroller.align_with_api_module(document)
+                boot.api.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    for namespace in (chaoscontroller.CHAOS_NAMESPACE, RUNNER_NAMESPACE):
+        boot.api.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
-    # The controller-manager outside the cluster. Its settings are environment variables
-    # (chaos-mesh/chaos-mesh, pkg/config/controller.go, envconfig) set as helm/chaos-mesh/templates/
-    # controller-manager-deployment.yaml sets them; the kubeconfig comes from controller-runtime's
-    # ctrl.GetConfigOrDie (cmd/chaos-controller-manager/provider/controller.go), which reads $KUBECONFIG.
-    # Its webhook server listens on WEBHOOK_HOST:WEBHOOK_PORT with tls.crt/tls.key from CERTS_DIR
-    # (controller-runtime's webhook.Options defaults for the file names).
-    webhook_certs = state / "chaos-mesh-certs"
+
+def _chaos_controller(boot: Boot) -> None:
+    """The controller-manager outside the cluster. Its settings are environment variables
+    (chaos-mesh/chaos-mesh, pkg/config/controller.go, envconfig) set as helm/chaos-mesh/templates/
+    controller-manager-deployment.yaml sets them; the kubeconfig comes from controller-runtime's
+    ctrl.GetConfigOrDie (cmd/chaos-controller-manager/provider/controller.go), which reads $KUBECONFIG.
+    Its webhook server listens on WEBHOOK_HOST:WEBHOOK_PORT with tls.crt/tls.key from CERTS_DIR
+    (controller-runtime's webhook.Options defaults for the file names)."""
+    ca = boot.ca
+    webhook_certs = boot.state / "chaos-mesh-certs"
     webhook_certs.mkdir()
     webhook_pair = ca.issue("chaos-mesh-webhook", "chaos-mesh-webhook", server_names=("127.0.0.1",), client=False)
     shutil.copy(webhook_pair.cert, webhook_certs / "tls.crt")
     shutil.copy(webhook_pair.key, webhook_certs / "tls.key")
-    chaos_kubeconfig = component_kubeconfig("chaos-controller-manager", "chaos-controller-manager", ("system:masters",))
-    controller_env = {
+    chaos_kubeconfig = boot.component_kubeconfig(
+        "chaos-controller-manager", "chaos-controller-manager", ("system:masters",)
+    )
+    boot.controller_env = {
         "KUBECONFIG": str(chaos_kubeconfig),
-        "NAMESPACE": CHAOS_NAMESPACE,
-        "TEMPLATE_NAMESPACE": CHAOS_NAMESPACE,
+        "NAMESPACE": chaoscontroller.CHAOS_NAMESPACE,
+        "TEMPLATE_NAMESPACE": chaoscontroller.CHAOS_NAMESPACE,
         "TARGET_NAMESPACE": "",
         "CLUSTER_SCOPED": "true",
         "WEBHOOK_HOST": "127.0.0.1",
-        "WEBHOOK_PORT": str(ports["webhook"]),
+        "WEBHOOK_PORT": str(boot.ports["webhook"]),
         "CERTS_DIR": str(webhook_certs),
         "METRICS_HOST": "127.0.0.1",
-        "METRICS_PORT": str(ports["chaos-metrics"]),
+        "METRICS_PORT": str(boot.ports["chaos-metrics"]),
         "ENABLE_LEADER_ELECTION": "false",
         "SECURITY_MODE": "true",  # values.yaml dashboard.securityMode: validate-auth checks the requester
         # No chaosd here: with its default (true) the manager would read mTLS files that do not exist.
@@ -439,24 +465,27 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         # mTLS towards chaos-daemon on the real node (chaosdaemon.py), as the chart's mtls.enabled sets it.
         **chaosdaemon.client_certificates(ca),
     }
-    controller = [str(bins["chaos-mesh"] / "chaos-controller-manager")]
-    procs.start(state, "chaos-controller-manager", controller, controller_env)
+    controller = [str(boot.bins["chaos-mesh"] / "chaos-controller-manager")]
+    procs.start(boot.state, "chaos-controller-manager", controller, boot.controller_env)
     # The Deployment object a Helm install has (what `kfchaos doctor` reads for the release): its pods are run by
     # KWOK and do nothing; the controller that serves the webhooks and reconciles is the process above.
-    api.apply(f"/apis/apps/v1/namespaces/{CHAOS_NAMESPACE}/deployments", controller_deployment(controller_env))
+    deployment = chaoscontroller.controller_deployment(boot.controller_env)
+    boot.api.apply(f"/apis/apps/v1/namespaces/{chaoscontroller.CHAOS_NAMESPACE}/deployments", deployment)
 
-    # KWOK: fake Nodes (those annotated kwok.x-k8s.io/node=fake) and the Pod lifecycle through the Stages in
-    # its --config files (sigs.k8s.io/kwok, pkg/kwok/cmd/root.go: "no stages found" without any). The default
-    # stages are the ones kwokctl writes (pkg/kwokctl/runtime/cluster.go: node-initialize, the lease heartbeat,
-    # pod-ready, pod-complete, pod-delete), copied from the module by build.sh, and the project's own (OUR_STAGES:
-    # pod-oom-kill.yaml, OOM kills as the kubelet reports them, for tests/cluster/test_oom_real.py).
-    kwok_kubeconfig = component_kubeconfig("kwok", "kwok-controller", ("system:masters",))
-    stage_files = sorted((bins["kwok"] / "stages").glob("*.yaml")) + sorted(OUR_STAGES.glob("*.yaml"))
+
+def _kwok(boot: Boot) -> None:
+    """KWOK: fake Nodes (those annotated kwok.x-k8s.io/node=fake) and the Pod lifecycle through the Stages in
+    its --config files (sigs.k8s.io/kwok, pkg/kwok/cmd/root.go: "no stages found" without any). The default
+    stages are the ones kwokctl writes (pkg/kwokctl/runtime/cluster.go: node-initialize, the lease heartbeat,
+    pod-ready, pod-complete, pod-delete), copied from the module by build.sh, and the project's own (OUR_STAGES:
+    pod-oom-kill.yaml, OOM kills as the kubelet reports them, for tests/cluster/test_oom_real.py)."""
+    kwok_kubeconfig = boot.component_kubeconfig("kwok", "kwok-controller", ("system:masters",))
+    stage_files = sorted((boot.bins["kwok"] / "stages").glob("*.yaml")) + sorted(OUR_STAGES.glob("*.yaml"))
     procs.start(
-        state,
+        boot.state,
         "kwok",
         [
-            str(bins["kwok"] / "kwok"),
+            str(boot.bins["kwok"] / "kwok"),
             f"--kubeconfig={kwok_kubeconfig}",
             *[f"--config={path}" for path in stage_files],
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
@@ -466,40 +495,58 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         ],
     )
 
-    # kube-state-metrics (k8s.io/kube-state-metrics/v2, pkg/options/options.go for the flags).
-    ksm_kubeconfig = component_kubeconfig("kube-state-metrics", "kube-state-metrics", ("system:masters",))
+
+def _kube_state_metrics(boot: Boot) -> None:
+    """kube-state-metrics (k8s.io/kube-state-metrics/v2, pkg/options/options.go for the flags)."""
+    ksm_kubeconfig = boot.component_kubeconfig("kube-state-metrics", "kube-state-metrics", ("system:masters",))
     procs.start(
-        state,
+        boot.state,
         "kube-state-metrics",
         [
-            str(bins["kube-state-metrics"] / "kube-state-metrics"),
+            str(boot.bins["kube-state-metrics"] / "kube-state-metrics"),
             f"--kubeconfig={ksm_kubeconfig}",
             "--host=127.0.0.1",
-            f"--port={ports['ksm']}",
+            f"--port={boot.ports['ksm']}",
             "--telemetry-host=127.0.0.1",
-            f"--telemetry-port={ports['ksm-telemetry']}",
+            f"--telemetry-port={boot.ports['ksm-telemetry']}",
             "--resources=pods,nodes,deployments,replicasets,namespaces",
         ],
     )
-    prometheus_kubeconfig = component_kubeconfig("prometheus", "prometheus", ("system:masters",))
-    prometheus_url = _start_prometheus(
-        state, address, ports["prometheus"], f"127.0.0.1:{ports['ksm']}", prometheus_kubeconfig, ca, net.node_ip
+
+
+def _prometheus(boot: Boot) -> None:
+    prometheus_kubeconfig = boot.component_kubeconfig("prometheus", "prometheus", ("system:masters",))
+    boot.prometheus_url = _start_prometheus(
+        boot.state,
+        boot.net.host_ip,
+        boot.ports["prometheus"],
+        f"127.0.0.1:{boot.ports['ksm']}",
+        prometheus_kubeconfig,
+        boot.ca,
+        boot.net.node_ip,
     )
 
-    _register_webhooks(api, ca.cert, ports["webhook"])
-    _make_nodes(api)
-    runner_kubeconfig = _runner_identity(api, kubeconfigs, server, ca.cert)
 
-    # Ready means: every Chaos Mesh CRD established, the webhook server answering TLS, the nodes Ready,
-    # the serviceaccount controller working (the `default` ServiceAccount exists), kube-state-metrics serving.
-    webhook_context = _tls_context(ca.cert)
+def _registrations(boot: Boot) -> None:
+    """Chaos Mesh's webhooks, the fake nodes, and the runner's ServiceAccount token."""
+    chaoscontroller.register_webhooks(boot.api, boot.ca.cert, boot.ports["webhook"])
+    _make_nodes(boot.api)
+    boot.runner_kubeconfig = _runner_identity(boot.api, boot.kubeconfigs, boot.server, boot.ca.cert)
+
+
+def _ready(boot: Boot) -> None:
+    """Ready means: every Chaos Mesh CRD established, the webhook server answering TLS, the nodes Ready,
+    the serviceaccount controller working (the `default` ServiceAccount exists), kube-state-metrics serving."""
+    state, api = boot.state, boot.api
+    webhook_context = _tls_context(boot.ca.cert)
     _wait(
         "Chaos Mesh's webhook server",
-        lambda: _tls_accepts(ports["webhook"], webhook_context),
+        lambda: _tls_accepts(boot.ports["webhook"], webhook_context),
         state,
         "chaos-controller-manager",
     )
-    _wait("the Chaos Mesh CRDs to be established", lambda: _crds_established(api), state, "kube-apiserver")
+    established = chaoscontroller.crds_established
+    _wait("the Chaos Mesh CRDs to be established", lambda: established(api), state, "kube-apiserver")
     _wait("the KWOK nodes to be Ready", lambda: _nodes_ready(api), state, "kwok")
     _wait(
         "the default ServiceAccount (kube-controller-manager)",
@@ -509,37 +556,81 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
     )
     _wait(
         "kube-state-metrics /healthz",
-        lambda: _http_ok(f"http://127.0.0.1:{ports['ksm']}/healthz"),
+        lambda: _http_ok(f"http://127.0.0.1:{boot.ports['ksm']}/healthz"),
         state,
         "kube-state-metrics",
     )
 
-    node_images = _start_node(state, bins, ca, api, net, server, component_kubeconfig)
-    # Pods reach the cluster's Prometheus as kube-prometheus names it (an experiment's spec.baseline.capture.
-    # prometheus: http://prometheus.monitoring.svc:9090), a Service of the host process.
-    api.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
-    prometheus_port = int(prometheus_url.rsplit(":", 1)[1])
+
+def _real_node(boot: Boot) -> None:
+    """The node's images (cached), then CoreDNS, containerd, the kubelet and kube-proxy (_start_node); and
+    Prometheus as kube-prometheus names it for the pods (an experiment's spec.baseline.capture.prometheus:
+    http://prometheus.monitoring.svc:9090), a Service of the host process."""
+    boot.node_images = _start_node(
+        boot.state, boot.bins, boot.ca, boot.api, boot.net, boot.server, boot.component_kubeconfig
+    )
+    boot.api.apply("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}})
+    prometheus_port = int(boot.prometheus_url.rsplit(":", 1)[1])
     hostservices.external_service(
-        api, "monitoring", "prometheus", address, [hostservices.Port("web", PROMETHEUS_SERVICE_PORT, prometheus_port)]
+        boot.api,
+        "monitoring",
+        "prometheus",
+        boot.net.host_ip,
+        [hostservices.Port("web", PROMETHEUS_SERVICE_PORT, prometheus_port)],
     )
 
+
+def _kfp(boot: Boot) -> None:
+    """KFP's API server (kfp.py), then its execution path: Argo, the driver and launcher, ML Metadata (kfpexec.py)."""
     try:
-        backend = kfp.start(state, api, bins["kfp-apiserver"], server, ca.cert, _wait, address, node_images)
-        kfpexec.start(state, api, bins, server, ca.cert, admin_kubeconfig, net, node_images, backend, _wait)
+        boot.backend = kfp.start(
+            boot.state,
+            boot.api,
+            boot.bins["kfp-apiserver"],
+            boot.server,
+            boot.ca.cert,
+            _wait,
+            boot.net.host_ip,
+            boot.node_images,
+        )
+        kfpexec.start(
+            boot.state,
+            boot.api,
+            boot.bins,
+            boot.server,
+            boot.ca.cert,
+            boot.admin_kubeconfig,
+            boot.net,
+            boot.node_images,
+            boot.backend,
+            _wait,
+        )
     except (kfp.KfpError, kfpexec.KfpExecError) as error:
         raise ClusterError(str(error)) from error
 
-    env = ClusterEnv(state, admin_kubeconfig, runner_kubeconfig, prometheus_url, server, backend.host, node.NODE_NAME)
+
+def _env_file(boot: Boot) -> None:
+    """<state>/env: what `source .cluster/env` gives a shell and what the tests read back (read_env)."""
+    backend, net, node_images = boot.backend, boot.net, boot.node_images
+    boot.env = ClusterEnv(
+        boot.state,
+        boot.admin_kubeconfig,
+        boot.runner_kubeconfig,
+        boot.prometheus_url,
+        boot.server,
+        backend.host,
+        node.NODE_NAME,
+    )
     image_lines = "".join(
         f"export KFCHAOS_NODE_IMAGE_{k.upper().replace('-', '_')}={v}\n" for k, v in node_images.all().items()
     )
-    env.env_file.write_text(
-        f"export KUBECONFIG={admin_kubeconfig}\n"
-        f"export KFCHAOS_RUNNER_KUBECONFIG={runner_kubeconfig}\n"
-        f"export PROMETHEUS_URL={prometheus_url}\n"
-        f"export KFCHAOS_CLUSTER_API={server}\n"
-        f"export KFCHAOS_CLUSTER_WEBHOOK=https://127.0.0.1:{ports['webhook']}\n"
-        f"export KUBE_STATE_METRICS_URL=http://127.0.0.1:{ports['ksm']}\n"
+    boot.env.env_file.write_text(
+        f"export KUBECONFIG={boot.admin_kubeconfig}\n"
+        f"export KFCHAOS_RUNNER_KUBECONFIG={boot.runner_kubeconfig}\n"
+        f"export PROMETHEUS_URL={boot.prometheus_url}\n"
+        f"export KFCHAOS_CLUSTER_API={boot.server}\n"
+        f"export KFCHAOS_CLUSTER_WEBHOOK=https://127.0.0.1:{boot.ports['webhook']}\n"
+        f"export KUBE_STATE_METRICS_URL=http://127.0.0.1:{boot.ports['ksm']}\n"
         f"export KFP_HOST={backend.host}\n"
         f"export KFCHAOS_CLUSTER_PROMETHEUS=http://prometheus.monitoring.svc:{PROMETHEUS_SERVICE_PORT}\n"
         f"export KFCHAOS_NODE={node.NODE_NAME}\n"
@@ -553,7 +644,26 @@ def _start(state: Path, bins: dict[str, Path], ca: CertificateAuthority, sa: Key
         f"export KFCHAOS_ARTIFACT_SECRET_KEY={backend.s3_secret_key}\n"
         f"{image_lines}"
     )
-    return env
+
+
+# The start, in order: each step named, timed into <state>/up-steps.tsv, and named in the error of one that fails.
+STEPS: tuple[startup.Step[Boot], ...] = (
+    startup.Step("the node's network", _network),
+    startup.Step("etcd", _etcd),
+    startup.Step("kube-apiserver", _apiserver),
+    startup.Step("kube-controller-manager", _controller_manager),
+    startup.Step("kube-scheduler", _scheduler),
+    startup.Step("Chaos Mesh's CRDs and namespaces", _chaos_mesh_crds),
+    startup.Step("chaos-controller-manager", _chaos_controller),
+    startup.Step("KWOK", _kwok),
+    startup.Step("kube-state-metrics", _kube_state_metrics),
+    startup.Step("Prometheus", _prometheus),
+    startup.Step("webhooks, fake nodes, the runner's identity", _registrations),
+    startup.Step("the control plane ready", _ready),
+    startup.Step("the real node", _real_node),
+    startup.Step("KFP's API server and execution path", _kfp),
+    startup.Step("the env file", _env_file),
+)
 
 
 def build_all() -> images.Images:
@@ -636,76 +746,6 @@ def _start_node(
     return node_images
 
 
-# The chart's image for the controller: <images.registry>/<controllerManager.image.repository>:<images.tag>,
-# from helm/chaos-mesh/values.yaml of the commit cluster/chaos-mesh/go.mod pins (its images.tag is v2.8.4).
-CONTROLLER_IMAGE = "ghcr.io/chaos-mesh/chaos-mesh:v2.8.4"
-# Per-machine settings of the process: not what a Deployment in a cluster would carry.
-LOCAL_ONLY_ENV = (
-    "KUBECONFIG",
-    "WEBHOOK_HOST",
-    "WEBHOOK_PORT",
-    "CERTS_DIR",
-    "METRICS_HOST",
-    "METRICS_PORT",
-    "CHAOS_MESH_CA_CERT",
-    "CHAOS_DAEMON_CLIENT_CERT",
-    "CHAOS_DAEMON_CLIENT_KEY",
-)
-
-
-def controller_deployment(env: dict[str, str]) -> dict[str, object]:
-    """chaos-mesh/chaos-controller-manager as helm/chaos-mesh/templates/controller-manager-deployment.yaml
-    makes it: the chart's labels (templates/_helpers.tpl chaos-mesh.labels and selectors), one replica (leader
-    election off), the release's image and the controller's environment."""
-    selector = {
-        "app.kubernetes.io/name": "chaos-mesh",
-        "app.kubernetes.io/instance": "chaos-mesh",
-        "app.kubernetes.io/component": "controller-manager",
-    }
-    labels = {**selector, "app.kubernetes.io/part-of": "chaos-mesh", "app.kubernetes.io/version": "v2.8.4"}
-    container_env = [{"name": k, "value": v} for k, v in env.items() if k not in LOCAL_ONLY_ENV]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "chaos-controller-manager", "namespace": CHAOS_NAMESPACE, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [{"name": "chaos-mesh", "image": CONTROLLER_IMAGE, "env": container_env}],
-                },
-            },
-        },
-    }
-
-
-# Fields of the Go types in the served chaos-mesh `api` module that the release's CRDs lack (cluster/chaos-mesh/
-# go.mod: the proxy serves `api` only at a later master commit than the controller). Without them the API server
-# prunes what the mutating webhook defaults, and the validating webhook's `reflect.DeepEqual(old.Spec, new.Spec)`
-# (api/v1alpha1/zz_generated.chaosmesh.go, ValidateUpdate) then refuses every update the controller makes
-# ("Cannot update chaos spec"): records and desiredPhase could never be written.
-# NetworkChaosSpec.PartitionBehavior: api/v1alpha1/networkchaos_types.go, defaulted to "drop" in
-# networkchaos_webhook.go.
-API_MODULE_FIELDS = {
-    "networkchaos.chaos-mesh.org": {
-        "partitionBehavior": {
-            "type": "string",
-            "enum": ["drop", "reject"],
-            "description": "added by kfchaos's local cluster: a field of the api module the controller is built with",
-        }
-    }
-}
-
-
-def align_with_api_module(crd: dict[str, object]) -> dict[str, object]:
-    fields = API_MODULE_FIELDS.get(crd["metadata"]["name"])  # type: ignore[index]
-    for version in crd["spec"]["versions"] if fields else []:  # type: ignore[index]
-        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].update(fields)
-    return crd
-
-
 def _tls_accepts(port: int, context: ssl.SSLContext) -> bool:
     with (
         socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
@@ -784,66 +824,6 @@ def _prometheus_config(ksm: str, node_ip: str, pod_targets: Path, ca: Path, clie
     }
 
 
-def _register_webhooks(api: Api, ca: Path, port: int) -> None:
-    bundle = base64.b64encode(ca.read_bytes()).decode()
-
-    def hook(name: str, path: str, resources: list[str]) -> dict[str, object]:
-        return {
-            "name": name,
-            "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle},
-            "failurePolicy": WEBHOOK_FAILURE_POLICY,
-            "timeoutSeconds": WEBHOOK_TIMEOUT_SECONDS,
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1", "v1beta1"],
-            "rules": [
-                {
-                    "apiGroups": ["chaos-mesh.org"],
-                    "apiVersions": ["v1alpha1"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": resources,
-                }
-            ],
-        }
-
-    mutating = [
-        hook(f"m{crd}.kb.io", f"/mutate-chaos-mesh-org-v1alpha1-{crd}", [WEBHOOK_RESOURCE.get(crd, crd)])
-        for crd in WEBHOOK_CRDS
-    ]
-    validating = [
-        hook(f"v{crd}.kb.io", f"/validate-chaos-mesh-org-v1alpha1-{crd}", [WEBHOOK_RESOURCE.get(crd, crd)])
-        for crd in WEBHOOK_CRDS
-    ]
-    group = "/apis/admissionregistration.k8s.io/v1"
-    kind = "admissionregistration.k8s.io/v1"
-    api.apply(
-        f"{group}/mutatingwebhookconfigurations",
-        {
-            "apiVersion": kind,
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "chaos-mesh-mutation"},
-            "webhooks": mutating,
-        },
-    )
-    api.apply(
-        f"{group}/validatingwebhookconfigurations",
-        {
-            "apiVersion": kind,
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "chaos-mesh-validation"},
-            "webhooks": validating,
-        },
-    )
-    api.apply(
-        f"{group}/validatingwebhookconfigurations",
-        {
-            "apiVersion": kind,
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "chaos-mesh-validation-auth"},
-            "webhooks": [hook("vauth.kb.io", "/validate-auth", ["*"])],
-        },
-    )
-
-
 def node_manifest(name: str, *, gpus: int = 0) -> dict[str, object]:
     """A KWOK-managed Node; a GPU node carries nvidia.com/gpu capacity and the taint GPU pools use."""
     capacity = {"cpu": "32", "memory": "256Gi", "pods": "110"}
@@ -893,18 +873,6 @@ def _nodes_ready(api: Api) -> bool:
         if not any(t["key"] == "node.kubernetes.io/not-ready" for t in item.get("spec", {}).get("taints", []))
     }
     return ready & untainted >= {name for name, _ in NODES}
-
-
-def _crds_established(api: Api) -> bool:
-    crds = api.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
-    chaos = [c for c in crds["items"] if c["spec"]["group"] == "chaos-mesh.org"]  # type: ignore[index]
-    return bool(chaos) and all(
-        any(
-            cond["type"] == "Established" and cond["status"] == "True"
-            for cond in c.get("status", {}).get("conditions", [])
-        )
-        for c in chaos
-    )
 
 
 def _runner_identity(api: Api, kubeconfigs: Path, server: str, ca: Path) -> Path:
