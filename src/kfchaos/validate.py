@@ -19,12 +19,18 @@ from kfchaos.spec import Experiment, baseline_path, experiment_relative, model_p
 from kfchaos.yamlsource import YamlDocument, load_yaml, read_source
 
 
-def validation_problems(document: YamlDocument) -> list[Problem]:
-    """Every problem with the document, in file order: the model's, else the safety guards' and renderer's."""
+def checked_experiment(document: YamlDocument) -> tuple[Experiment | None, list[Problem]]:
+    """The document's experiment and every problem with it, in file order: the model's (and then no experiment),
+    else the safety guards' and renderer's. The model reads the document once."""
     experiment, problems = model_problems(document)
     if experiment is None:
-        return problems
-    return sorted(safety_problems(document, experiment), key=lambda p: p.line)
+        return None, problems
+    return experiment, sorted(safety_problems(document, experiment), key=lambda p: p.line)
+
+
+def validation_problems(document: YamlDocument) -> list[Problem]:
+    """Every problem with the document, in file order (checked_experiment)."""
+    return checked_experiment(document)[1]
 
 
 def safety_problems(document: YamlDocument, experiment: Experiment) -> list[Problem]:
@@ -96,12 +102,9 @@ def missing_files(path: str | FsPath, experiment: Experiment) -> list[Problem]:
 
 
 def parse_experiment(text: str | bytes, file: str) -> Experiment:
-    document = load_yaml(text, file)
-    problems = validation_problems(document)
-    if problems:
+    experiment, problems = checked_experiment(load_yaml(text, file))
+    if problems or experiment is None:
         raise SpecError(problems)
-    experiment, _ = model_problems(document)
-    assert experiment is not None  # no problems: the model read it
     return experiment
 
 
@@ -109,12 +112,11 @@ def load_experiment_warnings(path: str | FsPath) -> list[Problem]:
     """The warnings of a file that loads; [] for one that does not (its problems are errors instead)."""
     try:
         document = load_yaml(read_source(path), str(path))
-        if validation_problems(document):
-            return []
-        experiment, _ = model_problems(document)
+        experiment, problems = checked_experiment(document)
     except (OSError, SpecError, ValidationError):
         return []
-    assert experiment is not None  # no problems: the model read it
+    if problems or experiment is None:
+        return []
     return experiment_warnings(document, experiment)
 
 
