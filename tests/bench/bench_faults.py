@@ -95,7 +95,7 @@ def run_flood() -> None:
     """A status with a million records (tests/hostile/test_chaosmesh_answers.py): what reading it costs the backend,
     in a process of its own (tests/hostile/flood_reader.py: VmHWM after the call minus VmRSS before it); and the
     cost of one poll of a fault at the records bound (MAX_RECORDS pods read, one GET each)."""
-    from kfchaos.faults.records import MAX_RECORDS
+    from kfchaos.faults.chaosrecords import MAX_RECORDS
     from tests.hostile.flood_reader import backend
 
     with KubeApiServer(inject_delay=0.05) as server:

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kfchaos.demo.stack import free_port
+from kfchaos.demo.stack.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_CPU, CLIENT_CPU = "0", "1"

@@ -77,9 +77,10 @@ def test_cleanup_names_the_finalizer_that_holds_a_stuck_fault_and_a_remedy_that_
 
 
 def test_the_backend_reads_a_list_longer_than_a_page_from_the_real_api_server(real_cluster: RealCluster) -> None:
-    """Lists are paged (kfchaos.faults.chaosmesh.LIST_PAGE objects, then `metadata.continue`): the real API server
+    """Lists are paged (kfchaos.faults.kubeclient.LIST_PAGE objects, then `metadata.continue`): the real API server
     pages them so too, and every object of the run is found, once."""
-    from kfchaos.faults.chaosmesh import LIST_PAGE, ChaosMeshBackend
+    from kfchaos.faults.chaosmesh import ChaosMeshBackend
+    from kfchaos.faults.kubeclient import LIST_PAGE
     from kfchaos.faults.naming import run_selector
 
     _target_pods(real_cluster)
@@ -97,7 +98,7 @@ def test_the_backend_reads_a_list_longer_than_a_page_from_the_real_api_server(re
         api.create_namespaced_custom_object(*args, {**manifest, "metadata": {**manifest["metadata"], "name": name}})
     try:
         backend = ChaosMeshBackend.from_config(kubeconfig=str(real_cluster.admin_kubeconfig))
-        listed = backend._list("networkchaos", TARGET_NAMESPACE, run_selector(run_id)) or []
+        listed = backend.list_objects("networkchaos", TARGET_NAMESPACE, run_selector(run_id)) or []
         assert sorted(item["metadata"]["name"] for item in listed) == sorted(names)
         pages = [e for e in backend.events if e.verb == "list" and e.kind == "networkchaos"]
         assert len(pages) == 2, "the real API server did not page the list"

@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from kfchaos.faults.records import parse_records
+from kfchaos.faults.chaosrecords import parse_records
 from tests.cluster.conftest import RealCluster
 from tests.cluster.test_smoke import ensure_namespace
 from tests.contract import scenarios

@@ -25,7 +25,7 @@ import yaml
 from kubernetes import client as k8s
 
 from kfchaos.cli import main
-from kfchaos.doctor.run import backend_tag
+from kfchaos.doctor.diagnose import backend_tag
 from kfchaos.kfp.versioning import read_lock
 from tests.cluster.conftest import RealCluster
 

@@ -12,7 +12,7 @@ import pytest
 
 from kfchaos import audit
 from kfchaos.cli import main
-from kfchaos.doctor.run import backend_tag
+from kfchaos.doctor.diagnose import backend_tag
 from kfchaos.kfp.versioning import read_lock
 from kfchaos.traffic.api import plan_stage
 from kfchaos.validate import parse_experiment

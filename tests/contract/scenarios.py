@@ -49,8 +49,8 @@ from kfchaos.faults.backend import (
 )
 from kfchaos.faults.catalog import API_VERSION, CATALOG, GROUP, PLURALS, VERSION
 from kfchaos.faults.chaosmesh import ChaosMeshBackend
+from kfchaos.faults.chaosrecords import parse_records
 from kfchaos.faults.naming import run_labels
-from kfchaos.faults.records import parse_records
 from kfchaos.faults.render import render_experiment
 from kfchaos.faults.retry import RetryPolicy
 from kfchaos.faultspec import admission

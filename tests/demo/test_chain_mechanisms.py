@@ -1,10 +1,10 @@
-"""The demo tokenizer (kfchaos.demo.tokenizer); the prefix cache is tested in tests/demo/test_prefixcache.py."""
+"""The demo tokenizer (kfchaos.demo.server.tokenizer); the prefix cache is tested in tests/demo/test_prefixcache.py."""
 
 from __future__ import annotations
 
 import asyncio
 
-from kfchaos.demo.tokenizer import Tokenizer, measure
+from kfchaos.demo.server.tokenizer import Tokenizer, measure
 
 
 def test_tokenizer_refuses_over_max_model_len_with_vllms_message_and_costs_odd_text_more() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos import rundir
+from kfchaos.rundir import layout
 from tests.demo.test_rejudge import PASSING
 from tests.demo.test_scenarios import SMALL, _write
 from tests.kfp_glue.conftest import copy_sources
@@ -33,7 +33,7 @@ BOUND_S = 600  # two demos side by side on a busy 2-core machine
 DEMO = """\
 import sys
 from pathlib import Path
-from kfchaos.demo.run import main
+from kfchaos.demo.runner.scenarios import main
 sys.exit(main(["tiny-delay"], Path(sys.argv[1]), Path(sys.argv[2]), baseline_seconds=5.0, directory=Path(sys.argv[3])))
 """
 
@@ -66,10 +66,10 @@ def test_two_demos_of_one_experiment_started_together_keep_their_own_run_folders
     folders = sorted(p for p in runs.iterdir() if p.name.startswith("tiny-delay-"))
     assert folders == sorted(reported.values()), folders  # two folders, each a run's own, none lost
     for which, folder in reported.items():
-        run = rundir.open_run(folder)
+        run = layout.open_run(folder)
         assert run.verdict()["status"] == expected[which], (which, run.verdict()["reasons"])
         assert run.manifest()["run_id"] == folder.name
         slo = "p99_max: 20s" if which == "pass" else "p99_max: 1ms"
-        assert slo in run.file(rundir.EXPERIMENT).read_text(), which
-        records = json.loads(run.file(rundir.MANIFEST).read_text())["files"]
-        assert rundir.RECORDS in records
+        assert slo in run.file(layout.EXPERIMENT).read_text(), which
+        records = json.loads(run.file(layout.MANIFEST).read_text())["files"]
+        assert layout.RECORDS in records

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kfchaos.demo.engine import EngineConfig
-from kfchaos.demo.run import DEMO_EXPERIMENT, SCENARIOS, ScenarioResult, builtin, control_stages, surprise_lines
+from kfchaos.demo.runner.scenarios import (
+    DEMO_EXPERIMENT,
+    SCENARIOS,
+    ScenarioResult,
+    builtin,
+    control_stages,
+    surprise_lines,
+)
+from kfchaos.demo.server.engine import EngineConfig
 from kfchaos.traffic.api import plan_stage
 from kfchaos.validate import load_experiment
 from kfchaos.verdict.stats import TAIL, clopper_pearson

@@ -16,7 +16,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from kfchaos.demo.stack import free_port, wait_http
+from kfchaos.demo.stack.demostack import wait_http
+from kfchaos.demo.stack.ports import free_port
 from kfchaos.faultspec.params import ClientAbortStormParams
 from kfchaos.metrics import names
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
@@ -45,7 +46,7 @@ def scrape(base: str) -> dict[str, float]:
 def demo(request: pytest.FixtureRequest) -> Iterator[tuple[str, bool]]:
     port = free_port()
     flags = ["--leak-aborted-blocks"] if request.param else []
-    process = subprocess.Popen([sys.executable, "-m", "kfchaos.demo.server", "--port", str(port), *flags])
+    process = subprocess.Popen([sys.executable, "-m", "kfchaos.demo.server.api", "--port", str(port), *flags])
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{base}/health", 30, process)
@@ -125,7 +126,7 @@ def test_a_slow_reader_does_not_hold_its_sequence(tmp_path: Path) -> None:
     """vLLM's engine never waits for the client (RequestOutputCollector merges outputs): the sequence finishes
     and frees its blocks while the client is still reading."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "kfchaos.demo.server", "--port", str(port)])
+    process = subprocess.Popen([sys.executable, "-m", "kfchaos.demo.server.api", "--port", str(port)])
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{base}/health", 30, process)

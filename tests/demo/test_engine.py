@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kfchaos.demo.engine import GIB, Engine, EngineConfig, Sequence
+from kfchaos.demo.server.engine import GIB, Engine, EngineConfig, Sequence
 
 UNSAFE = EngineConfig(max_num_seqs=256, gpu_memory_utilization=0.95)
 TUNED = EngineConfig(max_num_seqs=32, gpu_memory_utilization=0.85, enable_prefix_caching=True)

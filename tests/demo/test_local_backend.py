@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from kfchaos.demo.local_backend import LocalFaultBackend
-from kfchaos.demo.stack import DemoStack, ServerSettings
+from kfchaos.demo.faults.local_backend import LocalFaultBackend
+from kfchaos.demo.stack.demostack import DemoStack, ServerSettings
 from kfchaos.errors import KfchaosError
 from kfchaos.validate import load_experiment, parse_experiment
 

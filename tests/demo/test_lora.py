@@ -1,4 +1,4 @@
-"""The demo server's LoRA adapters (kfchaos.demo.lora): vLLM's runtime endpoints over real sockets, the engine's
+"""The demo server's LoRA adapters (kfchaos.demo.server.lora): vLLM's runtime endpoints over real sockets, the engine's
 GPU slots (LRU) and the stalls loads and swaps cost, vllm:lora_requests_info."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from kfchaos.demo.engine import Engine, EngineConfig, Sequence
-from kfchaos.demo.lora import RUNTIME_ENV, LoraConfig, LoraState, runtime_updating_allowed
-from kfchaos.demo.stack import free_port, wait_http
+from kfchaos.demo.server.engine import Engine, EngineConfig, Sequence
+from kfchaos.demo.server.lora import RUNTIME_ENV, LoraConfig, LoraState, runtime_updating_allowed
+from kfchaos.demo.stack.demostack import wait_http
+from kfchaos.demo.stack.ports import free_port
 
 MODEL = "demo/llama-3-8b-sim"
 
@@ -24,7 +25,16 @@ MODEL = "demo/llama-3-8b-sim"
 def _supervised(tmp: Path, args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "kfchaos.demo.supervisor", "--port", str(port), "--state", str(tmp / "s.json"), *args],
+        [
+            sys.executable,
+            "-m",
+            "kfchaos.demo.stack.supervisor",
+            "--port",
+            str(port),
+            "--state",
+            str(tmp / "s.json"),
+            *args,
+        ],
         stderr=subprocess.DEVNULL,
         env={**os.environ, **env},
     )
@@ -199,7 +209,7 @@ def test_reads_on_an_idle_engine_keep_no_later_step_waiting() -> None:
 def test_lora_requests_info_shows_the_adapter_that_waits_for_a_slot() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from kfchaos.demo.lora import MAX_INFO_SERIES, LoraMetrics
+    from kfchaos.demo.server.lora import MAX_INFO_SERIES, LoraMetrics
 
     engine, state = _engine(max_loras=1)
     for name in ("a", "b"):

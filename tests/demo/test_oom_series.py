@@ -19,7 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings, free_port, wait_http
+from kfchaos.demo.server.pod import DEMO_NAMESPACE, DEMO_POD
+from kfchaos.demo.stack.demostack import DemoStack, ServerSettings, wait_http
+from kfchaos.demo.stack.ports import free_port
 from kfchaos.metrics import crashlogs, oom
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
@@ -92,7 +94,7 @@ def test_the_server_models_the_clusters_series_only_under_the_demos_supervisor(
     would sit beside the real one under the pod's own labels and disagree with it (on the real node the verdict
     held the replaced pod's count unknown for it): there the cluster's own exporters are the only source."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "kfchaos.demo.server", "--port", str(port), *flags])
+    process = subprocess.Popen([sys.executable, "-m", "kfchaos.demo.server.api", "--port", str(port), *flags])
     try:
         wait_http(f"http://127.0.0.1:{port}/health", 30, process)
         text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text

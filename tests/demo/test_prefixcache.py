@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kfchaos.demo.engine import Engine, EngineConfig, Sequence
-from kfchaos.demo.prefixcache import paragraph_prefixes
+from kfchaos.demo.server.engine import Engine, EngineConfig, Sequence
+from kfchaos.demo.server.prefixcache import paragraph_prefixes
 
 BLOCK = 16
 

@@ -14,7 +14,8 @@ from typing import ClassVar
 import pytest
 import requests
 
-from kfchaos.demo.stack import free_port, wait_http
+from kfchaos.demo.stack.demostack import wait_http
+from kfchaos.demo.stack.ports import free_port
 
 
 class _Echo(http.server.BaseHTTPRequestHandler):
@@ -41,7 +42,7 @@ def proxy() -> Iterator[tuple[str, str]]:
         [
             sys.executable,
             "-m",
-            "kfchaos.demo.proxy",
+            "kfchaos.demo.faults.proxy",
             "--listen",
             f"127.0.0.1:{listen}",
             "--control",
@@ -142,7 +143,7 @@ def test_bad_fault_definitions_are_refused(proxy: tuple[str, str], body: dict[st
 def test_connect_retry_holds_requests_while_the_upstream_restarts() -> None:
     port, listen, control = free_port(), free_port(), free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "kfchaos.demo.proxy", "--listen", f"127.0.0.1:{listen}",
+        [sys.executable, "-m", "kfchaos.demo.faults.proxy", "--listen", f"127.0.0.1:{listen}",
          "--control", f"127.0.0.1:{control}", "--upstream", f"http://127.0.0.1:{port}", "--connect-retry", "5"]
     )  # fmt: skip
     upstream: socketserver.ThreadingTCPServer | None = None

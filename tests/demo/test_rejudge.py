@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kfchaos import rundir
-from kfchaos.demo.run import main
+from kfchaos.demo.runner.scenarios import main
+from kfchaos.rundir import kfpimport, layout
 from kfchaos.verdict.files import build_from_files
 from tests.demo.test_scenarios import SMALL, _write
 from tests.kfp_glue.conftest import copy_sources
@@ -45,17 +45,17 @@ def test_rejudging_a_demo_run_folder_gives_the_demos_verdict(tmp_path: Path) -> 
     root = copy_sources(tmp_path / "repo")
     main(["tiny-delay"], root, tmp_path / "runs", baseline_seconds=5.0, directory=scenarios)
     (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("tiny-delay-")]
-    run = rundir.open_run(folder)
+    run = layout.open_run(folder)
     written = run.verdict()
     assert written["status"] == "PASS", written["reasons"]
-    state = json.loads(run.file(rundir.RUN_STATE).read_text())
+    state = json.loads(run.file(layout.RUN_STATE).read_text())
     assert state["faults_verified"] == {"delay": True} and state["recovery"]["status"] == "PASS"
     again = build_from_files(
-        experiment=run.file(rundir.EXPERIMENT),
-        records=run.file(rundir.RECORDS),
-        baseline=run.file(rundir.BASELINE) if run.has(rundir.BASELINE) else None,
-        metrics=run.file(rundir.METRICS) if run.has(rundir.METRICS) else None,
-        run_state=run.file(rundir.RUN_STATE),
+        experiment=run.file(layout.EXPERIMENT),
+        records=run.file(layout.RECORDS),
+        baseline=run.file(layout.BASELINE) if run.has(layout.BASELINE) else None,
+        metrics=run.file(layout.METRICS) if run.has(layout.METRICS) else None,
+        run_state=run.file(layout.RUN_STATE),
     ).to_dict()
     assert again["status"] == written["status"], again["reasons"]
     assert run.manifest()["rejudged"] == {"status": "PASS", "matches": True}
@@ -75,6 +75,6 @@ def test_the_run_state_of_a_pipeline_carries_the_stages_fault_verification_and_t
         ],
         "recovery": {"removed_at": 5.0, "recovery": recovery},
     }
-    state = rundir.run_state_from_pipeline(audit)
+    state = kfpimport.run_state_from_pipeline(audit)
     assert state["faults_verified"] == {"delay": True, "kill": False}
     assert state["recovery"] == recovery and state["faults_removed_at"] == 5.0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos.demo.run import (
+from kfchaos.demo.runner.scenarios import (
     EXPERIMENTS_DIR,
     SCENARIOS,
     file_scenario,

@@ -15,7 +15,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from kfchaos.demo.stack import free_port, wait_http
+from kfchaos.demo.stack.demostack import wait_http
+from kfchaos.demo.stack.ports import free_port
 
 MODEL = "demo/llama-3-8b-sim"
 
@@ -47,7 +48,7 @@ def _start(args: list[str], tmp: Path) -> tuple[subprocess.Popen[bytes], str, Pa
         [
             sys.executable,
             "-m",
-            "kfchaos.demo.supervisor",
+            "kfchaos.demo.stack.supervisor",
             "--port",
             str(port),
             "--state",

@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from kfchaos.demo.stack import DemoStack, ServerSettings
+from kfchaos.demo.stack.demostack import DemoStack, ServerSettings
 
 
 def _alive(pid: int) -> bool:
@@ -77,7 +77,7 @@ def test_interrupt_leaves_no_process_behind(tmp_path: object, how: signal.Signal
     script = textwrap.dedent(
         """
         import json, sys, time
-        from kfchaos.demo.stack import DemoStack, ServerSettings
+        from kfchaos.demo.stack.demostack import DemoStack, ServerSettings
         with DemoStack(ServerSettings(), with_prometheus=False) as stack:
             pids = [p.pid for p in stack.processes] + [json.loads(stack.state_file.read_text())["pid"]]
             print(json.dumps(pids), flush=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfchaos.demo.tune import DEMO_TUNE_EXPERIMENT
+from kfchaos.demo.runner.localtune import DEMO_TUNE_EXPERIMENT
 from kfchaos.tune.frontier import OOM_KILLED, RECOMMENDED
 from tests.conftest import require_tool
 from tests.kfp_glue.conftest import copy_sources, kfchaos

@@ -17,10 +17,10 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kfchaos.cli import main
-from kfchaos.demo.stack import free_port
+from kfchaos.demo.stack.ports import free_port
 from kfchaos.doctor import kfpcheck, series
+from kfchaos.doctor.diagnose import Options, diagnose
 from kfchaos.doctor.model import Report, Status
-from kfchaos.doctor.run import Options, diagnose
 from kfchaos.metrics.catalog import Scope
 from tests.conftest import ROOT
 from tests.manifests.test_manifests import MANIFESTS, kustomize_build

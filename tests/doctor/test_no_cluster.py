@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kfchaos.cli import main
-from kfchaos.demo.stack import free_port
+from kfchaos.demo.stack.ports import free_port
 from kfchaos.doctor.model import EXIT_NO_CLUSTER
 from tests.conftest import ROOT
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kfchaos.demo.vllmengine import MODEL_NAME, EngineInstall, EngineServer, engine_environment
+from kfchaos.demo.stack.vllmengine import MODEL_NAME, EngineInstall, EngineServer, engine_environment
 from kfchaos.traffic.wire import filler_text
 from tests.engine.conftest import metrics_text, post_json, sample
 

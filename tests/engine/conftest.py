@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from kfchaos.demo.vllmengine import EngineInstall, EngineServer, EngineSettings, engine_home
+from kfchaos.demo.stack.vllmengine import EngineInstall, EngineServer, EngineSettings, engine_home
 from tests.support.prometheus import PrometheusServer
 
 NAMESPACE = "llm-serving"

@@ -29,8 +29,9 @@ from typing import Any
 
 import pytest
 
-from kfchaos.demo.stack import free_port, wait_http
-from kfchaos.demo.vllmengine import MODEL_NAME, EngineInstall, EngineServer
+from kfchaos.demo.stack.demostack import wait_http
+from kfchaos.demo.stack.ports import free_port
+from kfchaos.demo.stack.vllmengine import MODEL_NAME, EngineInstall, EngineServer
 from tests.engine import shapes
 from tests.engine.conftest import SHARED_SETTINGS
 
@@ -186,7 +187,7 @@ def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     args = ["--port", str(port), "--model", DEMO_MODEL, "--max-model-len", str(MAX_MODEL_LEN),
             "--enable-prefix-caching", "--enable-lora", "--decode-step-ms", "5"]  # fmt: skip
     with log.open("wb") as out:
-        command = [sys.executable, "-m", "kfchaos.demo.server", *args]
+        command = [sys.executable, "-m", "kfchaos.demo.server.api", *args]
         process = subprocess.Popen(command, stdout=out, stderr=out, env=env)
     try:
         base = f"http://127.0.0.1:{port}"

@@ -1,8 +1,9 @@
 """How the real vLLM engine dies of memory, and how kfchaos counts it.
 
-The engine runs as the demo's unsafe scenario deploys it (kfchaos.demo.run ENGINE_SCENARIOS["unsafe"]): in a memory
-cgroup of the container's 2.75 GiB limit, under the supervisor that records its ends as containerd and the kubelet
-on cgroup v1 do (kfchaos.demo.enginesupervisor), scraped by a real Prometheus beside vLLM's own /metrics. A
+The engine runs as the demo's unsafe scenario deploys it (kfchaos.demo.runner.scenarios ENGINE_SCENARIOS["unsafe"]): in
+a memory cgroup of the container's 2.75 GiB limit, under the supervisor that records its ends as containerd and the
+kubelet
+on cgroup v1 do (kfchaos.demo.stack.enginesupervisor), scraped by a real Prometheus beside vLLM's own /metrics. A
 long-context burst (96 prompts of 4 000 tokens sharing one document, as kfchaos's long-context-burst fault sends them)
 makes vLLM prefill up to --max-num-batched-tokens 262144 of them in one step: the worker's activations for it take
 the cgroup past its limit and the kernel OOM-kills `VLLM::Worker`, not the API server (the container's first
@@ -23,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos.demo import memcgroup
-from kfchaos.demo.run import ENGINE_SCENARIOS
-from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack
-from kfchaos.demo.vllmengine import MODEL_NAME, EngineInstall
+from kfchaos.demo.runner.scenarios import ENGINE_SCENARIOS
+from kfchaos.demo.server.pod import DEMO_NAMESPACE, DEMO_POD
+from kfchaos.demo.stack import memcgroup
+from kfchaos.demo.stack.demostack import DemoStack
+from kfchaos.demo.stack.vllmengine import MODEL_NAME, EngineInstall
 from kfchaos.metrics import oom
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient

@@ -20,8 +20,8 @@ import pytest
 
 from kfchaos.cli import EXIT_USAGE
 from kfchaos.cli import main as cli_main
-from kfchaos.demo import memcgroup
-from kfchaos.demo.vllmengine import EngineInstall
+from kfchaos.demo.stack import memcgroup
+from kfchaos.demo.stack.vllmengine import EngineInstall
 from tests.conftest import require_tool
 from tests.engine.test_engine_death import require_cgroup
 

@@ -7,7 +7,7 @@ import json
 import re
 import urllib.request
 
-from kfchaos.demo.vllmengine import MODEL_NAME, EngineServer
+from kfchaos.demo.stack.vllmengine import MODEL_NAME, EngineServer
 from tests.engine.conftest import KV_TOKENS, NAMESPACE, POD
 from tests.support.prometheus import PrometheusServer
 

@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from kfchaos.demo.vllmengine import LORA_ADAPTERS, MODEL_NAME, EngineInstall, EngineServer
+from kfchaos.demo.stack.vllmengine import LORA_ADAPTERS, MODEL_NAME, EngineInstall, EngineServer
 from kfchaos.faultspec.params import TokenizerStressParams
 from kfchaos.traffic.trafficfaults.chain import tokenizer_prompt
 from tests.engine.conftest import BLOCK_SIZE, KV_TOKENS, metrics_text, post_json, reset_prefix_cache, sample

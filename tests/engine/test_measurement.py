@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from kfchaos.demo.vllmengine import MODEL_NAME, EngineInstall, EngineServer
+from kfchaos.demo.stack.vllmengine import MODEL_NAME, EngineInstall, EngineServer
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.settings import ReplaySettings
 from tests.engine.benchclient import (

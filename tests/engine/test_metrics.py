@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from kfchaos.demo.vllmengine import MODEL_NAME, EngineServer
+from kfchaos.demo.stack.vllmengine import MODEL_NAME, EngineServer
 from kfchaos.evidence import prom as evidence_prom
 from kfchaos.metrics import names, oom, served
 from kfchaos.metrics.catalog import Scope, standard_queries
@@ -36,8 +36,8 @@ WINDOW = 30.0  # the rate window of the queries: a few requests in it give every
 REQUESTS = 4
 # Series of vLLM's /metrics kfchaos reads outside the standard queries, where it reads them.
 READ_ELSEWHERE = {
-    "vllm:e2e_request_latency_seconds_count": "kfchaos.metrics.served COUNTER, kfchaos.baseline MODEL_SERIES",
-    "vllm:e2e_request_latency_seconds_bucket": "kfchaos.baseline _latency_histogram",
+    "vllm:e2e_request_latency_seconds_count": "kfchaos.metrics.served COUNTER, kfchaos.baselinecapture MODEL_SERIES",
+    "vllm:e2e_request_latency_seconds_bucket": "kfchaos.baselinecapture _latency_histogram",
     "vllm:kv_cache_usage_perc": "kfchaos.evidence.prom kv_cache, kfchaos.verdict.abortstorm",
     "vllm:num_preemptions_total": "kfchaos.evidence.prom kv_cache",
     "vllm:num_requests_running": "kfchaos.verdict.abortstorm",
@@ -195,7 +195,7 @@ def test_baseline_capture_from_the_live_engine(
     vllm_engine: EngineServer, vllm_prometheus: PrometheusServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`kfchaos baseline capture` against the live engine's Prometheus. A baseline stands for days of production
-    (kfchaos.baseline MIN_DAYS); this Prometheus holds minutes, so the capture asks for one day with
+    (kfchaos.baselinecapture MIN_DAYS); this Prometheus holds minutes, so the capture asks for one day with
     --short-history, which is then recorded in the baseline (the days-of-history path itself is covered on
     backfilled history by tests/metrics/test_baseline_capture.py). What this shows is that the capture's
     queries find the real engine's series under the target's scope: latency P99s, requests, bucket bounds."""

@@ -15,7 +15,7 @@ import pytest
 from kfchaos.evidence import files
 from kfchaos.evidence.kube import ClusterKube
 from kfchaos.evidence.model import Bundle
-from kfchaos.evidence.run import for_run
+from kfchaos.evidence.runbundle import for_run
 from kfchaos.knowledge import match
 from kfchaos.metrics.collect import PROMETHEUS_ENV, snapshot_for_experiment
 from kfchaos.metrics.prometheus import PrometheusClient

@@ -1,5 +1,5 @@
 """The bundle for the demo's OOM kill: the demo server is OOM-killed by a burst under its supervisor, and the
-bundle reads the pod status, events and previous log from the supervisor (kfchaos.demo.kubeview) and the
+bundle reads the pod status, events and previous log from the supervisor (kfchaos.demo.faults.kubeview) and the
 cAdvisor-style memory series from the demo's own Prometheus, as it would from a cluster."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from kfchaos.demo.kubeview import DemoKube
-from kfchaos.demo.stack import DemoStack, ServerSettings, wait_http
+from kfchaos.demo.faults.kubeview import DemoKube
+from kfchaos.demo.stack.demostack import DemoStack, ServerSettings, wait_http
 from kfchaos.evidence.model import Bundle
-from kfchaos.evidence.run import for_run
+from kfchaos.evidence.runbundle import for_run
 from kfchaos.metrics.prometheus import PrometheusClient
 from kfchaos.validate import parse_experiment
 from tests.conftest import require_tool

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos.demo.kubeview import DemoKube
+from kfchaos.demo.faults.kubeview import DemoKube
 from kfchaos.steps import seams
 
 
@@ -29,4 +29,4 @@ def test_otherwise_the_cluster_is_read(
             monkeypatch.delenv(name, raising=False)
         else:
             monkeypatch.setenv(name, str(tmp_path / value) if name == seams.DEMO_STATE_ENV else value)
-    assert seams.kube_reader() is None  # kfchaos.evidence.run.for_run then reads the cluster
+    assert seams.kube_reader() is None  # kfchaos.evidence.runbundle.for_run then reads the cluster

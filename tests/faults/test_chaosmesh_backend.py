@@ -14,7 +14,8 @@ from kfchaos.faults.backend import (
     InjectionTimeout,
     PermissionDenied,
 )
-from kfchaos.faults.chaosmesh import ChaosMeshBackend, label_selector
+from kfchaos.faults.chaosmesh import ChaosMeshBackend
+from kfchaos.faults.selectors import label_selector
 from tests.faults.conftest import make_backend, manifests
 from tests.support.kubeapi import KubeApiServer
 

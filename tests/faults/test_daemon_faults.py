@@ -18,7 +18,7 @@ import pytest
 from kfchaos.faults.activity import run_fault_windows, stage_activities
 from kfchaos.faults.backend import InjectionFailed
 from kfchaos.faults.chaosmesh import HOST_ENV, INJECT_TIMEOUT_ENV, RECOVER_TIMEOUT_ENV
-from kfchaos.faults.records import apply_failures
+from kfchaos.faults.chaosrecords import apply_failures
 from kfchaos.spec import Experiment
 from kfchaos.steps.seams import BACKEND_ENV
 from kfchaos.steps.stagefaults import under_faults

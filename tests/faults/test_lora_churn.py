@@ -19,7 +19,8 @@ import pytest
 import requests
 from pydantic import ValidationError
 
-from kfchaos.demo.stack import free_port, wait_http
+from kfchaos.demo.stack.demostack import wait_http
+from kfchaos.demo.stack.ports import free_port
 from kfchaos.errors import KfchaosError
 from kfchaos.faults.activity import coverage
 from kfchaos.faults.lorachurn import Churn, LoraClient, churn_faults, stage_churns, sweep
@@ -52,7 +53,7 @@ def _experiment(endpoint: str, stages: list[int] | None = None, **params: Any) -
 def _server(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "kfchaos.demo.server", "--port", str(port), *args],
+        [sys.executable, "-m", "kfchaos.demo.server.api", "--port", str(port), *args],
         stderr=subprocess.DEVNULL,
         env={**os.environ, **env},
     )
@@ -266,7 +267,8 @@ def test_the_stage_step_churns_records_and_judges_the_fault(lora_server: str, tm
     import pyarrow.parquet as pq
     import yaml
 
-    from kfchaos.rundir import FAULT_ACTIONS, write
+    from kfchaos.rundir.layout import FAULT_ACTIONS
+    from kfchaos.rundir.writing import write
     from kfchaos.steps import stages
 
     data = copy.deepcopy(BASE)
@@ -408,8 +410,8 @@ def test_preflight_refuses_a_target_without_runtime_lora_updating(lora_server: s
 
 def test_doctor_and_render_say_what_the_churn_needs_and_does(lora_server: str, tmp_path: Any, capsys: Any) -> None:
     from kfchaos.cli import main
+    from kfchaos.doctor.diagnose import check_lora
     from kfchaos.doctor.model import Report, Status
-    from kfchaos.doctor.run import check_lora
     from kfchaos.validate import parse_experiment
 
     report = Report()

@@ -116,7 +116,8 @@ def warm() -> None:
     build_parser()
     for name in (
         "kfchaos.spec", "kfchaos.baseline", "kfchaos.verdict", "kfchaos.faults.render", "kfchaos.kfp.schedules",
-        "kfchaos.report", "kfchaos.audit", "kfchaos.metrics.snapshot", "pyarrow.parquet", "pyarrow.dataset",
+        "kfchaos.report.markdown", "kfchaos.report.page", "kfchaos.audit", "kfchaos.metrics.snapshot",
+        "pyarrow.parquet", "pyarrow.dataset",
     ):  # fmt: skip
         importlib.import_module(name)
     _WARM = True

@@ -1,8 +1,8 @@
 """Run folders of one experiment over many nights and pipeline versions, made by the project's own writers: each
 run's records (tests/verdict/builders: real pyarrow tables of the records schema) are judged by `kfchaos verdict`'s
-own code (kfchaos.verdict.files.build_from_files) and written with kfchaos.rundir.write, sealed and signed as every
-run folder is. The target's speed is what a test changes: a slower target (a larger latency scale) is the planted
-regression; per-run variation comes from each night's own random draw."""
+own code (kfchaos.verdict.files.build_from_files) and written with kfchaos.rundir.writing.write, sealed and signed
+as every run folder is. The target's speed is what a test changes: a slower target (a larger latency scale) is the
+planted regression; per-run variation comes from each night's own random draw."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from kfchaos import rundir
 from kfchaos.metrics.names import OOM_KILLS, RESTARTS
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
+from kfchaos.rundir import writing
 from kfchaos.verdict.files import build_from_files
 from tests.verdict.builders import concat, experiment_text, records
 from tests.verdict.fixtures import baseline
@@ -72,7 +72,7 @@ def write_night(root: Path, work: Path, index: int, night: Night) -> Path:
         baseline=inputs / "baseline.yaml",
         metrics=inputs / "metrics.json",
     )
-    folder = rundir.write(
+    folder = writing.write(
         root / f"nightly-{index:02d}",
         experiment_text=text,
         records=inputs / "records.parquet",

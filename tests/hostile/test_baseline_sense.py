@@ -13,7 +13,8 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from kfchaos.baseline import Baseline, BaselineError, capture, load_baseline
+from kfchaos.baseline import Baseline, BaselineError, load_baseline
+from kfchaos.baselinecapture import capture
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
 from tests.support.hostile import Answer, Hostile, hostile_server, json_answer

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from kfchaos.faults.backend import BackendError
-from kfchaos.faults.chaosmesh import LIST_PAGE, MAX_RELISTS
-from kfchaos.faults.records import MAX_RECORDS
+from kfchaos.faults.chaosrecords import MAX_RECORDS
+from kfchaos.faults.kubeclient import LIST_PAGE, MAX_RELISTS
 from tests.faults.experiments import experiment_with
 from tests.hostile.flood_reader import FAULT, RUN_ID, backend
 from tests.support.hostile import hostile_server

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kfchaos import kubeconnect, netsafe
-from kfchaos.doctor import run as doctor
+from kfchaos.doctor import diagnose as doctor
 from kfchaos.faults.lorachurn import LoraClient
 from kfchaos.kfp.client import Connection, connect
 from kfchaos.metrics.prometheus import PrometheusClient, PrometheusUnreachable

@@ -17,8 +17,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from kfchaos import audit, rundir, runseal, signing
+from kfchaos import audit, runseal, signing
 from kfchaos.cli import main
+from kfchaos.rundir import layout
 from tests.kfp_glue.test_audit import _record
 from tests.report.sample import SampleRun, write_sample
 
@@ -61,12 +62,12 @@ def _runner_key(tmp_path: Path) -> Path:
 def _forge(folder: Path, elsewhere: Path) -> None:
     """Every request made fast, and the folder written again by kfchaos itself from the edited inputs: a folder whose
     hashes and re-judged verdict agree, sealed by whoever runs this (with their own key)."""
-    table = pq.read_table(folder / rundir.RECORDS)
+    table = pq.read_table(folder / layout.RECORDS)
     table = table.set_column(table.schema.get_field_index("latency"), "latency", pc.multiply(table["latency"], 0.01))
     records = elsewhere / "forged.parquet"
     pq.write_table(table, records)
-    argv = ["verdict", "--experiment", str(folder / rundir.EXPERIMENT), "--records", str(records)]
-    argv += ["--baseline", str(folder / rundir.BASELINE), "--metrics", str(folder / rundir.METRICS)]
+    argv = ["verdict", "--experiment", str(folder / layout.EXPERIMENT), "--records", str(records)]
+    argv += ["--baseline", str(folder / layout.BASELINE), "--metrics", str(folder / layout.METRICS)]
     assert main([*argv, "--out", str(folder)]) in (0, 1, 2)
 
 
@@ -108,9 +109,9 @@ def test_a_forged_pass_with_only_its_hashes_recomputed_says_integrity_only(
     tmp_path: Path, sealed: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The attack of issue 32: edit, recompute the plain hashes, drop the signature (or keep an old hash-only seal).
-    verdict = sealed / rundir.VERDICT
+    verdict = sealed / layout.VERDICT
     verdict.write_text(verdict.read_text().replace('"FAIL"', '"PASS"'))
-    (sealed / runseal.SEAL).write_text(runseal.dumps(runseal.seal(sealed, "run-1", rundir.SEALED)))
+    (sealed / runseal.SEAL).write_text(runseal.dumps(runseal.seal(sealed, "run-1", layout.SEALED)))
     capsys.readouterr()
     main(["audit", "verify", str(sealed)])
     text = capsys.readouterr().out
@@ -123,9 +124,9 @@ def test_the_runners_signature_kept_over_edited_files_is_a_mismatch(
     sealed: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     document = json.loads((sealed / runseal.SEAL).read_text())
-    verdict = sealed / rundir.VERDICT
+    verdict = sealed / layout.VERDICT
     verdict.write_text(verdict.read_text().replace('"FAIL"', '"PASS"'))
-    resealed = runseal.seal(sealed, "run-1", rundir.SEALED)
+    resealed = runseal.seal(sealed, "run-1", layout.SEALED)
     resealed["signature"] = document["signature"]  # the runner's signature, over the old hashes
     (sealed / runseal.SEAL).write_text(runseal.dumps(resealed))
     code, report = _verify(sealed, capsys)

@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from kfchaos import rundir
 from kfchaos.cli import main
 from kfchaos.records import unfinished_stages
+from kfchaos.rundir import layout
 from kfchaos.steps import shards
 from kfchaos.traffic import recorder
 from tests.support.hostile import hostile_server, json_answer
@@ -109,10 +109,10 @@ def test_a_replay_that_fills_its_disk_stops_keeps_every_row_and_the_verdict_says
     replay = next(c for c in verdict["stages"][0]["checks"] if c["name"] == "replay")
     assert replay["status"] == "INCONCLUSIVE" and replay["reason"].startswith("the replay was cut: ENOSPC")
     assert verdict["status"] == "INCONCLUSIVE"
-    assert {rundir.MANIFEST, rundir.VERDICT, rundir.RECORDS, rundir.REPORT_HTML, rundir.RUN_STATE, "seal.json"} <= {
+    assert {layout.MANIFEST, layout.VERDICT, layout.RECORDS, layout.REPORT_HTML, layout.RUN_STATE, "seal.json"} <= {
         p.name for p in folder.iterdir()
     }
-    assert pq.read_metadata(folder / rundir.RECORDS).num_rows == table.num_rows
+    assert pq.read_metadata(folder / layout.RECORDS).num_rows == table.num_rows
     assert main(["audit", "verify", str(folder), "--require-signed"]) == 0  # re-judged the same, from run-state.json
 
 

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from kfchaos import safefile
-from kfchaos.demo import up
-from kfchaos.demo.proxy import FaultProxy, parse_fault
-from kfchaos.demo.stack import RECORD_NAME, DemoStack, ServerSettings
+from kfchaos.demo.faults.proxy import FaultProxy, parse_fault
+from kfchaos.demo.runner import up
+from kfchaos.demo.stack.demostack import RECORD_NAME, DemoStack, ServerSettings
 
 STACK_OWNER = """
 import sys, time
 from pathlib import Path
-from kfchaos.demo.stack import DemoStack, ServerSettings
+from kfchaos.demo.stack.demostack import DemoStack, ServerSettings
 stack = DemoStack(ServerSettings(), workdir=Path(sys.argv[1]), with_prometheus=sys.argv[2] == "1").start()
 print("ready", flush=True)
 time.sleep(600)

@@ -120,7 +120,7 @@ def _baseline_and_metrics(out: Path, given: Inputs) -> None:
 
 
 def _demo_env(out: Path, given: Inputs) -> None:
-    from kfchaos.demo.up import UpState, write_env
+    from kfchaos.demo.runner.up import UpState, write_env
 
     state = UpState("steady", str(out), [], "http://127.0.0.1:1", "http://127.0.0.1:2", "", "", "", "now")
     write_env(state, out)

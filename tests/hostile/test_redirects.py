@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 
 from kfchaos import kubeconnect
+from kfchaos.doctor.diagnose import Options, backend_tag, check_kfp
 from kfchaos.doctor.model import Report, Status
-from kfchaos.doctor.run import Options, backend_tag, check_kfp
 from kfchaos.faults.lorachurn import LoraClient
 from kfchaos.kfp.client import Connection, connect
 from kfchaos.metrics.prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable
@@ -91,7 +91,7 @@ def target_replay(pair: Pair, tmp_path: Path) -> None:
 def fault_proxy(pair: Pair, tmp_path: Path) -> None:
     from aiohttp import web
 
-    from kfchaos.demo.proxy import FaultProxy
+    from kfchaos.demo.faults.proxy import FaultProxy
 
     async def once() -> int:
         runner = web.AppRunner(FaultProxy(pair.first).traffic_app(), access_log=None)

@@ -1,5 +1,5 @@
 """report.html: every string that comes from outside is escaped wherever it lands, and the page's
-Content-Security-Policy runs its own scripts only (kfchaos.report.with_policy).
+Content-Security-Policy runs its own scripts only (kfchaos.report.selfcontained.with_policy).
 
 The payload stands in every field a run folder or a server fills: the experiment's description, owner and model, a
 fault's name, Prometheus' error text and a label value, a pod's log and the evidence's notes, a pipeline step's
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfchaos import rundir
 from kfchaos.cli import main
 from kfchaos.evidence.model import Bundle, Item
-from kfchaos.report import script_hashes
+from kfchaos.report.selfcontained import script_hashes
+from kfchaos.rundir import layout, writing
 from tests.report.browser import open_page, require_chromium
 from tests.report.sample import START, write_sample
 
@@ -68,7 +68,7 @@ def _hostile_folder(root: Path) -> Path:
         "fault_windows": [{"fault": PAYLOAD, "applied_at": START + 20, "removed_at": START + 100}],
     }
     folder = root / "runs" / "run-1"
-    rundir.write(
+    writing.write(
         folder,
         experiment_text=yaml.safe_dump(experiment),
         records=sample.records,
@@ -79,7 +79,7 @@ def _hostile_folder(root: Path) -> Path:
         evidence=bundle.to_dict(),
         info={"target": PAYLOAD, "commit": PAYLOAD},
     )
-    return folder / rundir.REPORT_HTML
+    return folder / layout.REPORT_HTML
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kfchaos.cli import EXIT_TERMINATED, main
-from kfchaos.demo.stack import DemoStack, ServerSettings
+from kfchaos.demo.stack.demostack import DemoStack, ServerSettings
 from kfchaos.records import unfinished_stages
 from tests.support.hostile import hostile_server, json_answer
 from tests.support.kubeapi import KubeApiServer

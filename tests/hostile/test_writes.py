@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos import rundir, safefile
+from kfchaos import safefile
 from kfchaos.cli import main
+from kfchaos.rundir import layout
 from tests.report.sample import write_sample
 
 
@@ -17,14 +18,14 @@ def test_verdict_out_never_writes_through_a_planted_symlink(tmp_path: Path, caps
     victim.write_text("precious\n")
     out = tmp_path / "runs" / "run-7"
     out.mkdir(parents=True)
-    names = (rundir.VERDICT, rundir.MANIFEST, rundir.REPORT_HTML, rundir.REPORT_MD, rundir.EXPERIMENT, rundir.RECORDS)
+    names = (layout.VERDICT, layout.MANIFEST, layout.REPORT_HTML, layout.REPORT_MD, layout.EXPERIMENT, layout.RECORDS)
     for name in names:
         (out / name).symlink_to(victim)
     assert main([*sample.verdict_argv(), "--out", str(out)]) == 1
     assert victim.read_text() == "precious\n"
     for name in names:
         assert not (out / name).is_symlink() and (out / name).is_file(), name
-    assert rundir.open_run(out).verdict()["status"] == "FAIL"
+    assert layout.open_run(out).verdict()["status"] == "FAIL"
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
 
 

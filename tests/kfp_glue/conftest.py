@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos.demo.stack import DemoStack, ServerSettings
+from kfchaos.demo.stack.demostack import DemoStack, ServerSettings
 from tests.conftest import ROOT
 from tests.support.kfpapi import KfpApiServer
 

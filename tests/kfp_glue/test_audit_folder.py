@@ -11,8 +11,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from kfchaos import rundir, runseal
+from kfchaos import runseal
 from kfchaos.cli import main
+from kfchaos.rundir import layout
 from tests.report.sample import write_sample
 
 
@@ -32,15 +33,15 @@ def _verify(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
 
 def _reseal(folder: Path, run_id: str) -> None:
     """What a forger with write access to the folder does: recompute the seal over the edited files."""
-    (folder / runseal.SEAL).write_text(runseal.dumps(runseal.seal(folder, run_id, rundir.SEALED)))
+    (folder / runseal.SEAL).write_text(runseal.dumps(runseal.seal(folder, run_id, layout.SEALED)))
 
 
 def test_a_fresh_folder_verifies_and_says_what_it_cannot_prove(
     folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seal = json.loads((folder / runseal.SEAL).read_text())
-    for name in (rundir.EXPERIMENT, rundir.RECORDS, rundir.BASELINE, rundir.METRICS, rundir.VERDICT,
-                 rundir.REPORT_HTML, rundir.REPORT_MD, rundir.MANIFEST):  # fmt: skip
+    for name in (layout.EXPERIMENT, layout.RECORDS, layout.BASELINE, layout.METRICS, layout.VERDICT,
+                 layout.REPORT_HTML, layout.REPORT_MD, layout.MANIFEST):  # fmt: skip
         assert seal["files"][name].startswith("sha256:"), name
     code, report = _verify(folder, capsys)
     assert code == 0 and report["ok"], report
@@ -51,7 +52,7 @@ def test_a_fresh_folder_verifies_and_says_what_it_cannot_prove(
     assert any(line.startswith("cannot prove: that the records are what the target") for line in report["proves"])
 
 
-@pytest.mark.parametrize("name", [rundir.EXPERIMENT, rundir.BASELINE, rundir.METRICS, rundir.VERDICT, rundir.REPORT_MD])
+@pytest.mark.parametrize("name", [layout.EXPERIMENT, layout.BASELINE, layout.METRICS, layout.VERDICT, layout.REPORT_MD])
 def test_an_edited_file_is_a_mismatch_and_verdict_run_refuses_the_folder(
     folder: Path, name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -69,10 +70,10 @@ def test_records_edited_and_the_seal_rewritten_still_fail_the_rejudge(
 ) -> None:
     # A forger who makes every request fast and reseals: the hashes agree, but verdict.json (FAIL) is no longer
     # what the folder's inputs give, so the re-judge check catches it; editing verdict.json too is what a key stops.
-    table = pq.read_table(folder / rundir.RECORDS)
+    table = pq.read_table(folder / layout.RECORDS)
     fast = pc.multiply(table["latency"], 0.01)
     table = table.set_column(table.schema.get_field_index("latency"), "latency", fast)
-    pq.write_table(table, folder / rundir.RECORDS)
+    pq.write_table(table, folder / layout.RECORDS)
     _reseal(folder, "run-1")
     code, report = _verify(folder, capsys)
     assert code == 1
@@ -81,13 +82,13 @@ def test_records_edited_and_the_seal_rewritten_still_fail_the_rejudge(
 
 
 def test_a_file_added_or_removed_after_sealing_is_a_mismatch(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (folder / rundir.RUN_STATE).write_text(json.dumps({"faults_verified": True}))
+    (folder / layout.RUN_STATE).write_text(json.dumps({"faults_verified": True}))
     code, report = _verify(folder, capsys)
-    assert code == 1 and any(f["what"] == rundir.RUN_STATE and "not sealed" in f["detail"] for f in report["findings"])
-    (folder / rundir.RUN_STATE).unlink()
-    (folder / rundir.METRICS).unlink()
+    assert code == 1 and any(f["what"] == layout.RUN_STATE and "not sealed" in f["detail"] for f in report["findings"])
+    (folder / layout.RUN_STATE).unlink()
+    (folder / layout.METRICS).unlink()
     code, report = _verify(folder, capsys)
-    assert code == 1 and any(f["what"] == rundir.METRICS and "missing" in f["detail"] for f in report["findings"])
+    assert code == 1 and any(f["what"] == layout.METRICS and "missing" in f["detail"] for f in report["findings"])
 
 
 def test_an_unsealed_folder_is_refused_unless_asked(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -110,7 +111,7 @@ def test_with_a_key_the_seal_is_signed_and_a_resealed_forgery_is_caught(
     assert any(line.startswith("proves: the HMAC was made by a holder of KFCHAOS_SEAL_KEY; it is symmetric")
                for line in report["proves"])  # fmt: skip
     # The forger has no key: a reseal without it (or with another) no longer matches.
-    verdict = folder / rundir.VERDICT
+    verdict = folder / layout.VERDICT
     verdict.write_text(verdict.read_text().replace('"FAIL"', '"PASS"'))
     monkeypatch.setenv(runseal.KEY_ENV, "forger-guess")
     _reseal(folder, "run-2")

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from kfchaos.demo.stack import DemoStack
+from kfchaos.demo.stack.demostack import DemoStack
 from tests.kfp_glue.conftest import kfchaos
 from tests.kfp_glue.test_local_pipeline import _env, _kube_env, _repo, _run_command, _run_dir
 from tests.support.kubeapi import KubeApiServer

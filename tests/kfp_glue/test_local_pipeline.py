@@ -12,18 +12,21 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kfchaos.demo.stack import DemoStack
+from kfchaos.demo.stack.demostack import DemoStack
 from kfchaos.lease import LeaseRecord
 from kfchaos.lease.local import FileLeaseStore
 from tests.kfp_glue.conftest import copy_sources, kfchaos
 from tests.support.kubeapi import KubeApiServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PARSE_COUNT = Path(__file__).resolve().parents[1] / "support" / "parsecount"
 
 EXPERIMENT = """\
 apiVersion: kfchaos.io/v1alpha1
@@ -130,7 +133,11 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
         kube.add_pod("demo", "demo-llm-0", {"app": "demo-llm"})
         command = _run_command(root, stack)
         command[command.index(stack.target_url)] = stack.server_url  # no fault proxy: faults live in the API
-        done = subprocess.run(command, env=_kube_env(kube), capture_output=True, text=True, timeout=240)
+        parses = tmp_path / "parses.log"  # every process's parses and renders (tests/support/parsecount)
+        env = _kube_env(kube)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PARSE_COUNT), env.get("PYTHONPATH", "")]))
+        env["KFCHAOS_TEST_PARSE_LOG"] = str(parses)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
         created = [path for verb, path in kube.requests if verb == "POST" and "networkchaos" in path]
         left = kube.chaos_objects()
     # No baseline and no Prometheus here: the verdict must say INCONCLUSIVE (exit 2), never PASS.
@@ -140,6 +147,21 @@ def test_the_pipeline_runs_end_to_end_on_the_kubernetes_api_and_its_audit_record
     )
     assert "INCONCLUSIVE" in done.stdout and "no baseline" in done.stdout
     assert created and left == []
+    # Each task parses the experiment once (issue 44), and renders its one cluster fault at most three times: by
+    # that parse, for its manifests, and for the object it applies (tests/faults/test_steps_seam.py).
+    events = Counter(tuple(line.split()) for line in parses.read_text().splitlines())
+    tasks = {(pid, task) for pid, task, _ in events if task != "cli"}
+    assert {
+        "preflight",
+        "baseline",
+        "steady_state",
+        "replay_stage",
+        "collect_metrics",
+        "verdict_report",
+        "cleanup",
+    } <= {task for _, task in tasks}, sorted(tasks)
+    assert all(events[(pid, task, "parse")] == 1 for pid, task in tasks), sorted(events.items())
+    assert all(events[(pid, task, "render")] <= 3 for pid, task in tasks), sorted(events.items())
     record_path = _run_dir(root) / "verdict-report" / "audit"
     record = json.loads(record_path.read_text())
     steps = [(s["step"], s["stage"], s["status"]) for s in record["steps"]]

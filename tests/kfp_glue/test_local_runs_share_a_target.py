@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from kfchaos.demo.stack import DemoStack
+from kfchaos.demo.stack.demostack import DemoStack
 from kfchaos.lease import Acquired, RunInfo, TargetLease
 from kfchaos.lease.local import FileLeaseStore
 from kfchaos.lease.record import this_host

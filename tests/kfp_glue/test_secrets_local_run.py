@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kfchaos.demo.stack import DemoStack
+from kfchaos.demo.stack.demostack import DemoStack
 from tests.kfp_glue.conftest import copy_sources
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

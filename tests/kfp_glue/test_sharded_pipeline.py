@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from kfchaos.demo.stack import DemoStack
+from kfchaos.demo.stack.demostack import DemoStack
 from kfchaos.traffic.api import plan_stage
 from kfchaos.traffic.sampling import shard_of
 from kfchaos.validate import load_experiment

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from kubernetes.client import CustomObjectsApi
 
-from kfchaos.demo.stack import DemoStack
+from kfchaos.demo.stack.demostack import DemoStack
 from kfchaos.steps import shards, stages
 from tests.faults.conftest import kubernetes_client
 from tests.support.kubeapi import KubeApiServer

@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from kfchaos.demo.localrun import follow_output
+from kfchaos.demo.runner.localrun import follow_output
 from kfchaos.kfp.runs import TASK_NAMES_PREFIX, task_display_names
 from tests.conftest import ROOT
 

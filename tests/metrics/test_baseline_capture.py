@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kfchaos.baseline import BaselineError, capture, load_baseline, parse_time
+from kfchaos.baseline import BaselineError, load_baseline, parse_time
+from kfchaos.baselinecapture import capture
 from kfchaos.errors import SpecError
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient

@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from kfchaos.baseline import BaselineError, capture
+from kfchaos.baseline import BaselineError
+from kfchaos.baselinecapture import capture
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusClient
 from kfchaos.verdict import evaluate

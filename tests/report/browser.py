@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from kfchaos.report import with_policy
+from kfchaos.report.selfcontained import with_policy
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -131,8 +131,8 @@ VIEWER_DRAWN = "document.title.startsWith('plots:') ? Number(document.title.slic
 
 def kfp_viewer_page(report: Path, folder: Path) -> Path:
     """A page that shows `report` the way the KFP UI's HTML viewer does; returns its path in `folder`."""
-    # The probe is one more inline script: the page's policy (kfchaos.report.with_policy) is made again with it, as
-    # the report would make it, so the viewer draws the report under its own Content-Security-Policy.
+    # The probe is one more inline script: the page's policy (kfchaos.report.selfcontained.with_policy) is made again
+    # with it, as the report would make it, so the viewer draws the report under its own Content-Security-Policy.
     page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", report.read_text(), count=1)
     content = with_policy(page.replace("</body>", _PROBE + "</body>", 1))
     host = folder / "kfp-viewer.html"

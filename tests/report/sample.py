@@ -13,11 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kfchaos import rundir
 from kfchaos.baseline import ControlBaseline
 from kfchaos.evidence.model import Bundle, Item
 from kfchaos.metrics.names import GPU_MEMORY_USED, KV_CACHE_USAGE, OOM_KILLS, PREEMPTIONS, RESTARTS
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
+from kfchaos.rundir import writing
 from tests.verdict.builders import concat, experiment_text, records
 from tests.verdict.fixtures import baseline, exponential
 
@@ -108,7 +108,7 @@ def write_full_run_folder(out: Path, sample: SampleRun, evidence_items: int = 1)
         Item(kind="previous-log", title=f"log {i}", target=f"serving/vllm-{i}/vllm").got("logs", "a log", "OOMKilled\n")
         for i in range(evidence_items)
     ]
-    rundir.write(
+    writing.write(
         out,
         experiment_text=sample.experiment.read_text(),
         records=sample.records,

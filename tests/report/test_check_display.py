@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kfchaos.report import _value, checks_table
+from kfchaos.report.page import _value, checks_table
 from kfchaos.spec import AbortRule
 from kfchaos.verdict.gate import rule_check
 from kfchaos.verdict.model import Status

@@ -1,6 +1,6 @@
 """Failure modes ranked by the evidence the run holds: for each demo scenario that FAILs, the cause it was
-designed to show (its experiment file's `# demo-cause:` line, kfchaos.demo.run.CAUSES for the built-in unsafe
-one) ranks in the report's top 3. scripts/measure-scenarios.py measures the same on fresh runs (docs/report.md).
+designed to show (its experiment file's `# demo-cause:` line, kfchaos.demo.runner.scenarios.CAUSES for the built-in
+unsafe one) ranks in the report's top 3. scripts/measure-scenarios.py measures the same on fresh runs (docs/report.md).
 
 The report's data per scenario: the checks that failed (docs/demo.md's measured table and the README's demo
 output), the experiment's own fault types, and, where the verdict collected the OOM evidence bundle (OOM kills
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from kfchaos.demo.run import EXPERIMENTS_DIR, read_expectation, resolve
+from kfchaos.demo.runner.scenarios import EXPERIMENTS_DIR, read_expectation, resolve
 from kfchaos.evidence.model import Bundle, Item
-from kfchaos.report import _matches
+from kfchaos.report.facts import known_modes
 from kfchaos.validate import load_experiment
 from tests.conftest import ROOT
 
@@ -68,7 +68,7 @@ def test_the_designed_cause_ranks_in_the_top_3(scenario: str) -> None:
     designed = resolve(scenario).cause
     document = {"status": "FAIL", "checks": [], "stages": [{"stage": 75, "checks": [{"name": c, "status": "FAIL"}
                                                                                    for c in failing]}]}  # fmt: skip
-    ranked = [m.mode.id for m in _matches(document, _context(file, findings))]
+    ranked = [m.mode.id for m in known_modes(document, _context(file, findings))]
     assert designed in ranked[:3], (scenario, ranked)
 
 

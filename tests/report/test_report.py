@@ -16,7 +16,8 @@ from kfchaos.cli import main
 from kfchaos.knowledge import failure_modes, match
 from kfchaos.metrics.names import KV_CACHE_USAGE
 from kfchaos.metrics.snapshot import Series
-from kfchaos.report import html, markdown
+from kfchaos.report.markdown import markdown
+from kfchaos.report.page import html
 from tests.report.sample import write_sample
 from tests.verdict.builders import concat, experiment_text, records
 from tests.verdict.fixtures import baseline, exponential, oom_snapshot
@@ -178,9 +179,9 @@ def test_the_page_shows_header_stages_time_series_and_checks_at_a_glance(tmp_pat
 
 
 def test_fault_windows_are_read_from_the_documented_shape_and_shaded_applied_then_verified(tmp_path: Path) -> None:
-    from kfchaos import rundir
-    from kfchaos.report import html
     from kfchaos.report.data import fault_windows
+    from kfchaos.report.page import html
+    from kfchaos.rundir import layout
 
     start = 1_764_800_000.0
     # The run-level list of the verdict document / audit record / run state (docs/verdict.md, "Fault windows").
@@ -205,8 +206,8 @@ def test_fault_windows_are_read_from_the_documented_shape_and_shaded_applied_the
     sample = write_sample(tmp_path / "in")
     out = tmp_path / "run"
     main([*sample.verdict_argv(), "--out", str(out)])
-    run = rundir.open_run(out)
-    context = rundir.report_context(run)
+    run = layout.open_run(out)
+    context = layout.report_context(run)
     context["run_state"] = {"fault_windows": [window]}
     page = html(run.verdict(), context)
     timeline = next(f for f in _plotly_figures(page) if f["id"] == "timeline")
@@ -220,14 +221,14 @@ def test_fault_windows_are_read_from_the_documented_shape_and_shaded_applied_the
 
 
 def test_the_control_baseline_travels_with_the_run_folder_and_is_drawn_on_the_cdf(tmp_path: Path) -> None:
-    from kfchaos import rundir
+    from kfchaos.rundir import layout
 
     sample = write_sample(tmp_path / "in", with_control=True)
     out = tmp_path / "run"
     main([*sample.verdict_argv(), "--out", str(out)])
-    run = rundir.open_run(out)
-    assert run.has(rundir.CONTROL_RECORDS) and run.manifest()["rejudged"]["matches"]
-    page = run.file(rundir.REPORT_HTML).read_text()
+    run = layout.open_run(out)
+    assert run.has(layout.CONTROL_RECORDS) and run.manifest()["rejudged"]["matches"]
+    page = run.file(layout.REPORT_HTML).read_text()
     cdf = next(f for f in _plotly_figures(page) if f["id"] == "cdf")
     traces = {t.get("name"): t for t in cdf["data"]}
     assert {"control at 10%", "control at 30%", "control at 60%"} <= set(traces)  # its records' CDF, dashed

@@ -15,8 +15,8 @@ import pytest
 from kfchaos.evidence.model import Bundle, Item
 from kfchaos.metrics.names import OOM_KILLS
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
-from kfchaos.report import DATA_ID, html
 from kfchaos.report.data import failure_bounds, time_series
+from kfchaos.report.page import DATA_ID, html
 
 T0 = 1_764_800_000.0
 KILL = T0 + 30.2  # the container is OOM-killed here

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kfchaos.demo.local_backend import LOCAL_FAULT_TYPES
-from kfchaos.demo.proxy import PROXY_FAULT_TYPES
+from kfchaos.demo.faults.local_backend import LOCAL_FAULT_TYPES
+from kfchaos.demo.faults.proxy import PROXY_FAULT_TYPES
 from kfchaos.faults.catalog import CATALOG
 from kfchaos.faults.render import _SPEC_BUILDERS
 from kfchaos.faultspec.kinds import BY_NAME, KINDS, PARAMS_BY_TYPE, TRAFFIC_SIDE_TYPES, check_covers, check_known

@@ -12,7 +12,7 @@ import pytest
 
 from kfchaos.cli import main
 from kfchaos.cli.cmd_init import starter
-from kfchaos.demo.localrun import failure_cause
+from kfchaos.demo.runner.localrun import failure_cause
 from kfchaos.spec import endpoint_problem
 
 

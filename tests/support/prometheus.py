@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from kfchaos.demo.stack import free_port
+from kfchaos.demo.stack.ports import free_port
 from tests.conftest import require_tool
 
 READY_TIMEOUT = 30.0

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kfchaos.cli import main
-from kfchaos.demo.stack import free_port
+from kfchaos.demo.stack.ports import free_port
 from kfchaos.traffic import engine, http1
 from kfchaos.traffic.api import plan_stage, run_stage
 from kfchaos.traffic.formats import READERS

@@ -12,7 +12,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from kfchaos.demo.stack import free_port, wait_http
+from kfchaos.demo.stack.demostack import wait_http
+from kfchaos.demo.stack.ports import free_port
 from kfchaos.spec import Synthetic
 from kfchaos.traffic.api import run_stage
 from kfchaos.traffic.plan import plan_stage
@@ -37,7 +38,16 @@ def demo(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, 
     port = free_port()
     caching = ["--enable-prefix-caching"] if request.param else []
     state = tmp_path / "state.json"
-    command = [sys.executable, "-m", "kfchaos.demo.supervisor", "--port", str(port), "--state", str(state), *caching]
+    command = [
+        sys.executable,
+        "-m",
+        "kfchaos.demo.stack.supervisor",
+        "--port",
+        str(port),
+        "--state",
+        str(state),
+        *caching,
+    ]
     process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:

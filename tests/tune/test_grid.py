@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kfchaos.cli import main
-from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, load_local_sweep, scenario_of, settings_of
+from kfchaos.demo.runner.localtune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, load_local_sweep, scenario_of, settings_of
 from kfchaos.errors import SpecError
 from kfchaos.tune.grid import load_grid
 from kfchaos.tune.sweep import load_sweep
@@ -116,7 +116,7 @@ def test_a_sweep_whose_stages_cannot_be_judged_is_refused_before_anything_runs(t
 
 
 def test_the_shipped_demo_grid_is_the_demo_scenarios_own_settings() -> None:
-    from kfchaos.demo.run import SCENARIOS
+    from kfchaos.demo.runner.scenarios import SCENARIOS
 
     sweep = load_local_sweep(DEMO_TUNE_EXPERIMENT, DEMO_GRID)
     by_name = {c.name: settings_of(c) for c in sweep.loaded.grid.configurations}
@@ -124,7 +124,7 @@ def test_the_shipped_demo_grid_is_the_demo_scenarios_own_settings() -> None:
 
 
 def test_a_configuration_named_like_a_demo_scenario_gets_every_stage_of_its_control_baseline() -> None:
-    from kfchaos.demo.run import DEMO_EXPERIMENT, builtin, control_stages
+    from kfchaos.demo.runner.scenarios import DEMO_EXPERIMENT, builtin, control_stages
 
     sweep = load_local_sweep(DEMO_TUNE_EXPERIMENT, DEMO_GRID)
     unsafe = next(c for c in sweep.loaded.grid.configurations if c.name == "unsafe")

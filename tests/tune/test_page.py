@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kfchaos.cli import main
-from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, TuneResult
+from kfchaos.demo.runner.localtune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, TuneResult
 from kfchaos.tune.frontier import OOM_KILLED, RECOMMENDED
 from kfchaos.tune.outcome import NOT_RUN, ConfigOutcome, StageOutcome, without_run
 from kfchaos.tune.page import DATA_ID, RECOMMENDED_ROW
@@ -173,7 +173,7 @@ def test_demo_tune_leaves_its_page_and_the_json_it_was_drawn_from_beside_its_run
     # is checked here is what `demo tune` writes after them, without five minutes of runs.
     real = load_result(DEMO_RESULT)
     swept = TuneResult(load_sweep(DEMO_TUNE_EXPERIMENT, DEMO_GRID), real.outcomes, real.recommendation, 190.0)
-    monkeypatch.setattr("kfchaos.demo.tune.tune_locally", lambda *args: swept)
+    monkeypatch.setattr("kfchaos.demo.runner.localtune.tune_locally", lambda *args: swept)
     assert main(["demo", "tune", "--runs", str(tmp_path / "runs")]) == 0
     (page,) = (tmp_path / "runs").glob("tune-demo-settings-*.html")
     (written,) = (tmp_path / "runs").glob("tune-demo-settings-*.json")

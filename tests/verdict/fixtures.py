@@ -53,7 +53,8 @@ def baseline(
         totals=Totals(requests=1_000_000, errors=100, error_rate=1e-4, oom_kills=0, oom_kill_rate=0.0),
         latency_histogram=None if buckets is None else LatencyHistogram(query="count by (le) (...)", bounds=buckets),
         control=control,
-        # 2016 five-minute intervals of 500 requests each, as a capture records them (kfchaos.baseline._precision).
+        # 2016 five-minute intervals of 500 requests each, as a capture records them
+        # (kfchaos.baselinecapture._precision).
         precision=Precision(
             step=300.0,
             intervals=2016,

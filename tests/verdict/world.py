@@ -2,7 +2,7 @@
 
 - the target: the demo LLM server (kfchaos.demo.server: an OpenAI-compatible stream, vLLM's metric names, and the
   kube-state-metrics container series its supervisor passes in), scraped every second by a real Prometheus
-  (kfchaos.demo.stack.DemoStack);
+  (kfchaos.demo.stack.demostack.DemoStack);
 - the baseline: `kfchaos baseline capture` from that Prometheus after a stretch of "production" traffic, then
   `kfchaos baseline control` (a fault-free replay at each stage rate);
 - the records: `kfchaos replay` of each stage (the experiment's own plan, or a misbehaving source a test gives);
@@ -28,7 +28,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from kfchaos.demo.stack import DEMO_NAMESPACE, DEMO_POD, DemoStack, ServerSettings
+from kfchaos.demo.server.pod import DEMO_NAMESPACE, DEMO_POD
+from kfchaos.demo.stack.demostack import DemoStack, ServerSettings
 from tests.conftest import require_tool
 
 MODEL = "demo/llama-3-8b-sim"
@@ -186,7 +187,7 @@ def write_experiment(path: Path, stack: DemoStack, baseline: Path, **changes: An
 def start_world(folder: Path) -> Iterator[World]:
     """The stack, a baseline captured and controlled against it, and the well-behaved run's two stages."""
     require_tool("prometheus", "the verdict's world is scraped by a real Prometheus")
-    # The tuned demo server (kfchaos.demo.run's "tuned" settings): no OOM kill at this load.
+    # The tuned demo server (kfchaos.demo.runner.scenarios's "tuned" settings): no OOM kill at this load.
     settings = ServerSettings(max_num_seqs=128, gpu_memory_utilization=0.85, enable_prefix_caching=True)
     with DemoStack(settings, workdir=folder / "stack") as stack:
         baseline = folder / "baselines" / "world.yaml"

@@ -1,7 +1,7 @@
 """`kfchaos audit verify RECORD|DIR`: recompute the hashes in a run's audit record, or check a whole run folder
-(kfchaos.rundir.verify: its seal and signature, its audit record against its files, and its verdict re-judged).
-A record that lies in a run folder (runs/<id>/audit.json) is checked with its folder: the folder's files are what
-the verdict rests on, and the record alone hashes only the experiment and baseline it was given.
+(kfchaos.rundir.verification.verify: its seal and signature, its audit record against its files, and its verdict
+re-judged). A record that lies in a run folder (runs/<id>/audit.json) is checked with its folder: the folder's files
+are what the verdict rests on, and the record alone hashes only the experiment and baseline it was given.
 `kfchaos audit key`: the key this machine signs with, to hand to whoever verifies (kfchaos.signing).
 
 A signature counts only when a key trusted here verified it (`--public-key`, a pinned fingerprint, the user's config
@@ -56,28 +56,30 @@ def register(subparsers: Any) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from kfchaos import rundir, runseal, signing
+    from kfchaos import runseal, signing
     from kfchaos.audit import load_record, verify
+    from kfchaos.rundir import layout, verification
 
     trusted = signing.trust(args.public_key)
     if args.record.is_dir():
         return _verify_folder(args, trusted)
     findings = verify(load_record(args.record), root=args.root.resolve(), trusted=trusted)
     signed = runseal.authenticated(findings, "record_signature")
-    folder = rundir.holding(args.record)
+    folder = layout.holding(args.record)
     if folder is None:
         return _report(args, {"record": str(args.record)}, findings, trusted, signed, None)
     # The record of a run folder: the folder's files are checked with it, the one list `verdict --run` checks too
     # (an edited experiment copy or records file is named, whatever the record's own hashes say).
-    findings += rundir.verify(folder, trusted, record_checked=True)
+    findings += verification.verify(folder, trusted, record_checked=True)
     head = {"record": str(args.record), "folder": str(folder.path)}
     return _report(args, head, findings, trusted, signed, runseal.proves(findings))
 
 
 def _verify_folder(args: argparse.Namespace, trusted: Any) -> int:
-    from kfchaos import rundir, runseal
+    from kfchaos import runseal
+    from kfchaos.rundir import layout, verification
 
-    findings = rundir.verify(rundir.open_to_verify(args.record), trusted)
+    findings = verification.verify(layout.open_to_verify(args.record), trusted)
     return _report(args, {"folder": str(args.record)}, findings, trusted, runseal.authenticated(findings),
                    runseal.proves(findings))  # fmt: skip
 

@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kfchaos.baseline import BaselineScope, capture, format_time, load_baseline, parse_time
+from kfchaos.baseline import BaselineScope, format_time, load_baseline, parse_time
+from kfchaos.baselinecapture import capture
 from kfchaos.cli import EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.metrics.catalog import Scope

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         if code != EXIT_PASS or (args.run_id is None and args.older_than is None):
             return code
     if args.demo_runs:
-        from kfchaos.demo.up import sweep_orphans  # the demo's modules only when asked for
+        from kfchaos.demo.runner.up import sweep_orphans  # the demo's modules only when asked for
 
         ended = sweep_orphans(Path(args.demo_runs))
         print(f"ended {ended} process group(s) left by killed demo runs in {args.demo_runs}")

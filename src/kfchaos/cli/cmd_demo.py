@@ -52,15 +52,15 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        from kfchaos.demo.run import scenario_lines
+        from kfchaos.demo.runner.scenarios import scenario_lines
 
         print("\n".join(scenario_lines()))
         return EXIT_PASS
     if args.engine != "demo" and args.action != "run":
         raise KfchaosError(f"--engine {args.engine} runs the demo's two scenarios only, not `demo {args.action}`")
     if args.action == "up":
-        from kfchaos.demo.run import SCENARIOS
-        from kfchaos.demo.up import up, write_env
+        from kfchaos.demo.runner.scenarios import SCENARIOS
+        from kfchaos.demo.runner.up import up, write_env
 
         scenario = (args.scenario or ["tuned"])[-1]
         if scenario not in SCENARIOS:
@@ -71,24 +71,24 @@ def run(args: argparse.Namespace) -> int:
         print(state.instructions(write_env(state, args.runs)))
         return EXIT_PASS
     if args.action == "down":
-        from kfchaos.demo.up import down
+        from kfchaos.demo.runner.up import down
 
         stopped = down(args.runs)
         print(f"demo stack down ({stopped} process(es) stopped)" if stopped else "no demo stack was up")
         return EXIT_PASS
     if args.action == "tune":
         from kfchaos.cli.cmd_tune import show
-        from kfchaos.demo.tune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, tune_locally
+        from kfchaos.demo.runner.localtune import DEMO_GRID, DEMO_TUNE_EXPERIMENT, tune_locally
 
         result = tune_locally(DEMO_TUNE_EXPERIMENT, DEMO_GRID, args.root.resolve(), args.runs, args.baseline_seconds)
         # Beside the configurations' run folders: the page, and the JSON that `tune --from-json` draws it from again.
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         stem = args.runs / f"tune-{result.sweep.loaded.grid.metadata.name}-{stamp}"
         return show(result, as_json=False, page=stem.with_suffix(".html"), result_json=stem.with_suffix(".json"))
-    from kfchaos.demo.run import main
+    from kfchaos.demo.runner.scenarios import main
 
     if args.engine == "vllm":
-        from kfchaos.demo.enginecheck import cannot_run
+        from kfchaos.demo.stack.enginecheck import cannot_run
 
         why = cannot_run()
         if why is not None:

@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kfchaos.doctor.run import Options, diagnose
+    from kfchaos.doctor.diagnose import Options, diagnose
 
     report = diagnose(
         Options(

@@ -19,7 +19,7 @@ from kfchaos.errors import KfchaosError
 
 TEMPLATE = "data/starter-experiment.yaml"
 TEMPLATE_NAME = "my-first-experiment"  # metadata.name in the template; the baseline file is named after it
-# Set by `source runs/.work/demo-up.env` (kfchaos.demo.up.BASELINE_ENV; not imported: that module pulls in the
+# Set by `source runs/.work/demo-up.env` (kfchaos.demo.runner.up.BASELINE_ENV; not imported: that module pulls in the
 # demo stack, and `init` must start fast).
 DEMO_BASELINE_ENV = "KFCHAOS_DEMO_BASELINE"
 DEFAULT_FILE = Path("my-experiment.yaml")

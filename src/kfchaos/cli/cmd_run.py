@@ -80,15 +80,15 @@ def register(subparsers: Any) -> None:
 
 def _run_folder(outcome: Any, runs_root: Path) -> None:
     """The run folder (kfchaos.rundir layout) from the kfp.local outputs, when the run got to its verdict."""
-    from kfchaos import rundir
+    from kfchaos.rundir import kfpimport, layout
 
     if outcome.audit is None:
         return
-    folder = rundir.from_local_pipeline(
+    folder = kfpimport.from_local_pipeline(
         outcome.run_dir, runs_root.resolve(), source="run --local", run_id=outcome.run_id
     )
     print(f"run folder: {folder.path}")
-    print(f"report: {folder.file(rundir.REPORT_HTML)}")
+    print(f"report: {folder.file(layout.REPORT_HTML)}")
 
 
 def _artifact_store(args: argparse.Namespace) -> Any:
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     require_url("--target", args.target)
     if args.local:
-        from kfchaos.demo.preflight import check_local_run
+        from kfchaos.demo.runner.preflight import check_local_run
         from kfchaos.validate import load_experiment, missing_files
 
         experiment = load_experiment(args.experiment)
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         check_local_run(experiment, args.target)  # one line, exit 3, before any task
         import os
 
-        from kfchaos.demo import localrun
+        from kfchaos.demo.runner import localrun
 
         if not os.environ.get(localrun.CHILD_ENV):  # progress and a verdict table; kfp.local's dumps to a log
             return localrun.main(

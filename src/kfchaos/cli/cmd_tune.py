@@ -71,8 +71,8 @@ def write_page(result: Result, path: Path) -> None:
 
 
 def show(result: Any, as_json: bool, page: Path | None = None, result_json: Path | None = None) -> int:
-    """Print a kfchaos.demo.tune.TuneResult: the table, or the JSON document; write its page to `page` and its JSON
-    document to `result_json` where given; the exit code of its recommendation."""
+    """Print a kfchaos.demo.runner.localtune.TuneResult: the table, or the JSON document; write its page to `page` and
+    its JSON document to `result_json` where given; the exit code of its recommendation."""
     from kfchaos import safefile
     from kfchaos.tune.resultfile import parse_result
     from kfchaos.tune.table import document, table
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         return from_json(args)
     if args.output is not None:
         return compile_only(args)
-    from kfchaos.demo.tune import tune_locally
+    from kfchaos.demo.runner.localtune import tune_locally
 
     # With --json, stdout carries the one document: the runs' progress lines go to stderr.
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():

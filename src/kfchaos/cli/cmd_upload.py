@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _backend_version(connection: Any) -> Any:
     """The backend's release, or None when its healthz does not say (a dev build, an old UI proxy)."""
+    from kfchaos.doctor.diagnose import backend_tag
     from kfchaos.doctor.kfpcheck import parse_version
-    from kfchaos.doctor.run import backend_tag
     from kfchaos.kfp.client import TOKEN_ENV
 
     try:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kfchaos.baseline import BaselineError, load_baseline
 from kfchaos.cli import EXIT_PASS, EXIT_USAGE
 from kfchaos.cli.jsonout import emit, problem_dict
 from kfchaos.errors import KfchaosError, Problem, SpecError
@@ -51,8 +52,6 @@ def _sample_sizes(path: str, experiment: Experiment) -> tuple[list[Any], list[st
 def _baseline_problem(path: str, experiment: Experiment) -> Problem | None:
     """The experiment's baseline file, when there is one, loads as a run and a re-judgment load it: its content
     hash, its figures, and its control's records beside it (records_sha256)."""
-    from kfchaos.baseline import BaselineError, load_baseline  # for start-up speed: the model pulls in numpy
-
     found = baseline_path(Path(path), experiment)
     if found is None or not found.is_file():
         return None  # a warning of its own (kfchaos.validate.experiment_warnings)

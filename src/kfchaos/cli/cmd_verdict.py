@@ -13,13 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kfchaos import rundir, runseal
+from kfchaos import runseal
 from kfchaos.cli import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from kfchaos.errors import KfchaosError
 from kfchaos.jsonsource import load_json
 from kfchaos.metrics.snapshot import MetricsSnapshot
 from kfchaos.records import unfinished_stages
-from kfchaos.rundir import RunDir
+from kfchaos.rundir import layout, verification, writing
+from kfchaos.rundir.layout import RunDir
 from kfchaos.spec import Experiment
 from kfchaos.validate import load_experiment
 from kfchaos.verdict import Status, Verdict
@@ -64,12 +65,12 @@ def register(subparsers: Any) -> None:
 
 def _from_run_folder(args: argparse.Namespace) -> None:
     """--run DIR: the folder's own files stand in for the input flags (explicit flags still win)."""
-    run = rundir.open_run(args.run)
+    run = layout.open_run(args.run)
     _refuse_unsealed(run, args)
-    rundir.check_control_records(run)
-    args.experiment = args.experiment or str(run.file(rundir.EXPERIMENT))
-    args.records = args.records or str(run.file(rundir.RECORDS))
-    for attr, name in (("baseline", rundir.BASELINE), ("metrics", rundir.METRICS), ("run_state", rundir.RUN_STATE)):
+    verification.check_control_records(run)
+    args.experiment = args.experiment or str(run.file(layout.EXPERIMENT))
+    args.records = args.records or str(run.file(layout.RECORDS))
+    for attr, name in (("baseline", layout.BASELINE), ("metrics", layout.METRICS), ("run_state", layout.RUN_STATE)):
         if getattr(args, attr) is None and run.has(name):
             setattr(args, attr, str(run.file(name)))
 
@@ -77,7 +78,7 @@ def _from_run_folder(args: argparse.Namespace) -> None:
 def _refuse_unsealed(run: RunDir, args: argparse.Namespace) -> None:
     """A run folder is judged only when its seal verifies (kfchaos.runseal): a file edited, added or removed after
     the run is refused, exit 3 (bad input), naming each; `--unsealed` judges it anyway, with a warning."""
-    broken = [f for f in runseal.check(run.path, rundir.SEALED) if not f.ok]
+    broken = [f for f in runseal.check(run.path, layout.SEALED) if not f.ok]
     if not broken:
         return
     listed = "; ".join(f"{f.what}: {f.detail}" for f in broken)
@@ -132,7 +133,7 @@ def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: Metri
             **{str(k): v for k, v in unfinished.items()},
         }
     try:
-        folder = rundir.write(
+        folder = writing.write(
             args.out,
             experiment_text=read_source(args.experiment).decode("utf-8", "replace"),
             records=args.records,
@@ -148,7 +149,7 @@ def _write_run_folder(args: argparse.Namespace, verdict: Verdict, metrics: Metri
     replaced = folder.manifest().get("replaced")
     if replaced:  # an earlier write's files this one does not make: gone, never sealed as this verdict's
         print(f"kfchaos: {folder.path} held an earlier write; removed its {', '.join(replaced)}", file=sys.stderr)
-    print(f"run folder: {folder.path} (report: {folder.file(rundir.REPORT_HTML)})", file=sys.stderr)
+    print(f"run folder: {folder.path} (report: {folder.file(layout.REPORT_HTML)})", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

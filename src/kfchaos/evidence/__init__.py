@@ -17,6 +17,8 @@ changes a verdict, and a failing item never fails the run (each is bounded in ti
 - prom.py: the Prometheus items (memory vs limit, cgroup OOM events, DCGM, KV cache)
 - collect.py: the whole collection, bounded per item
 - files.py: the run folder's evidence/ (one file per item and index.json)
+- runbundle.py: the bundle for one run, from the environment's pod API and Prometheus (what the concluding step
+  calls, through kfchaos.steps.seams)
 """
 
 from kfchaos.evidence.model import Bundle, Item

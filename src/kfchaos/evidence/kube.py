@@ -1,6 +1,6 @@
 """The Kubernetes side of the bundle: the pod's status (containerStatuses[].lastState.terminated), its events,
 the killed container's previous log and, opt-in, a command in the serving pod -- through the real API
-(kubernetes client) or, in the embedded demo, from the supervisor (kfchaos.demo.kubeview).
+(kubernetes client) or, in the embedded demo, from the supervisor (kfchaos.demo.faults.kubeview).
 
 The calls and what the API server answers (kubernetes/kubernetes):
 - GET /api/v1/namespaces/{ns}/pods/{pod}: the Pod; lastState.terminated holds reason, exitCode, startedAt,

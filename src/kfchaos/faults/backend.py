@@ -73,7 +73,7 @@ class InjectionFailed(InjectionTimeout):
 
 class TargetsGone(BackendError):
     """The fault's records name pods that are gone or replaced (Chaos Mesh never re-selects): it hits nothing
-    there, so it is not verified active (kfchaos.faults.records)."""
+    there, so it is not verified active (kfchaos.faults.chaosrecords)."""
 
 
 class RecoveryTimeout(BackendError):
@@ -149,7 +149,7 @@ class InjectionReport:
     targets: list[str]  # containerRecords ids (namespace/pod[/container]) or the allocator pod's node
     elapsed: float
     # When the fault took effect by the cluster's own clock (POSIX seconds): the earliest Apply success among the
-    # records (kfchaos.faults.records), or the allocator pod's Ready transition. None when the object says nothing.
+    # records (kfchaos.faults.chaosrecords), or the allocator pod's Ready transition. None when the object says nothing.
     injected_at: float | None = None
 
 

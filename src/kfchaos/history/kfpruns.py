@@ -23,7 +23,7 @@ from kfchaos.errors import KfchaosError
 from kfchaos.history.local import Found
 from kfchaos.history.model import RunEntry, measurements, oom_kills, pipeline_version
 from kfchaos.kfp.follow import TERMINAL, ArtifactStore, audit_record, run_state, verdict_task
-from kfchaos.rundir import verdict_from_pipeline
+from kfchaos.rundir.kfpimport import verdict_from_pipeline
 
 PAGE = 100
 

@@ -1,8 +1,8 @@
 """The runs of one experiment in a local runs/ folder (kfchaos.rundir's layout: runs/<run-id>/).
 
 Every folder is verified before its figures are read, by the check `kfchaos audit verify DIR` makes
-(kfchaos.rundir.verify: the seal over every file, its signature, the audit record against the folder, and the
-verdict re-judged from the folder's own inputs). A folder that does not verify is listed as unverified with the
+(kfchaos.rundir.verification.verify: the seal over every file, its signature, the audit record against the folder,
+and the verdict re-judged from the folder's own inputs). A folder that does not verify is listed as unverified with the
 findings that failed; its verdict is still shown, never counted.
 """
 
@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kfchaos import rundir, runseal, signing
+from kfchaos import runseal, signing
 from kfchaos.errors import KfchaosError
 from kfchaos.history.model import RunEntry, measurements, oom_kills, pipeline_version
+from kfchaos.rundir import layout, verification
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ DEPTH = 3  # runs/<run-id>/, and CI's downloaded artifacts: history/<workflow ru
 
 
 def _is_run_folder(path: Path) -> bool:
-    return (path / rundir.MANIFEST).is_file() or (path / runseal.SEAL).is_file()
+    return (path / layout.MANIFEST).is_file() or (path / runseal.SEAL).is_file()
 
 
 def run_folders(root: Path, depth: int = DEPTH) -> list[Path]:
@@ -61,7 +62,7 @@ def read_runs(
     seen: dict[str, Path] = {}
     for path in run_folders(root):
         try:
-            run = rundir.open_to_verify(path)
+            run = layout.open_to_verify(path)
             manifest = run.manifest()
         except KfchaosError as exc:
             unreadable.append(f"{path}: {exc}")
@@ -79,9 +80,9 @@ def read_runs(
     return Found(runs, unreadable)
 
 
-def _entry(run: rundir.RunDir, manifest: dict, require_signed: bool, trusted: signing.Trust) -> RunEntry:
+def _entry(run: layout.RunDir, manifest: dict, require_signed: bool, trusted: signing.Trust) -> RunEntry:
     try:
-        findings = rundir.verify(run, trusted)
+        findings = verification.verify(run, trusted)
     except (KfchaosError, OSError, ValueError) as exc:
         findings = [runseal.Finding("verify", False, str(exc))]
     problems = [str(f) for f in findings if not f.ok]

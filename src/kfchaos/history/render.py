@@ -13,7 +13,7 @@ from kfchaos.history import chart
 from kfchaos.history.model import Measurement, RunEntry
 from kfchaos.history.regression import NOT_ENOUGH, NOT_TESTED, REGRESSION, Comparison, Regressions
 from kfchaos.history.summary import History, Row
-from kfchaos.report import with_policy
+from kfchaos.report.selfcontained import with_policy
 
 LETTER = {"PASS": "P", "FAIL": "F", "INCONCLUSIVE": "I"}
 ABSENT, UNVERIFIED, BUMP = ".", "?", "|"

@@ -221,8 +221,8 @@ def _stopping(stopped: list[int]) -> Iterator[None]:
     goes on to let it: it only notes the signal, and tells every task it still starts that the run was stopped
     (kfchaos.termination.INTERRUPTED_ENV), so none of them injects or sends.
 
-    Unless the process that started this one died: kfchaos.demo.localrun ties it with a death signal (SIGTERM), and
-    nobody is left to stop the tasks or to wait for the exit handler. Then this process ends its own group, the
+    Unless the process that started this one died: kfchaos.demo.runner.localrun ties it with a death signal (SIGTERM),
+    and nobody is left to stop the tasks or to wait for the exit handler. Then this process ends its own group, the
     tasks kfp.local started in it included (`_end_orphaned_group`)."""
     parent = os.getppid()
     orphaned = _Orphaned(parent)
@@ -279,8 +279,8 @@ class _Orphaned:
 
 
 def _end_orphaned_group() -> None:
-    """SIGTERM to this process's group (its tasks stop as a pod's steps do: faults removed, records kept), SIGKILL to
-    it ORPHAN_GRACE_S later, this process with it. Only for a group this process leads (kfchaos.demo.localrun starts
+    """SIGTERM to this process's group (its tasks stop as a pod's steps do: faults removed, records kept), SIGKILL to it
+    ORPHAN_GRACE_S later, this process with it. Only for a group this process leads (kfchaos.demo.runner.localrun starts
     it so): never a group it merely belongs to, a user's shell's."""
     group = os.getpgrp()
     if group != os.getpid():

@@ -275,7 +275,7 @@ class FaultWindow:
     source: str  # where it was read from: "run state", "verdict", "pipeline", "records"
     # When the backend says the fault took effect, where the run state carries it (`injected_at`: Chaos Mesh's
     # earliest containerRecords[].events[] Apply success, an allocator pod's Ready transition, the demo fault
-    # proxy's created_at; kfchaos.faults.chaosmesh.injection_time); the event time of the fault's start.
+    # proxy's created_at; kfchaos.faults.objectkinds.injection_time); the event time of the fault's start.
     injected: float | None = None
 
     @property

@@ -191,8 +191,8 @@ def conclude(
     baseline_p99 = _baseline_p99(baseline_text)
     if baseline_p99 is not None:
         document["baseline"] = {"latency_p99": baseline_p99, "drift": experiment.spec.slo.p99_drift_max}
-    # The report embeds the run's metric series (kfchaos.report.DATA_ID): a run folder collected from the
-    # pipeline's artifacts takes its metrics.json from there (kfchaos.rundir.embedded_metrics).
+    # The report embeds the run's metric series (kfchaos.report.page.DATA_ID): a run folder collected from the
+    # pipeline's artifacts takes its metrics.json from there (kfchaos.rundir.kfpimport.embedded_metrics).
     context: dict[str, Any] = {
         "experiment": experiment,
         "metrics": _run_metrics(experiment, started),

@@ -110,7 +110,7 @@ def fault_backend(experiment: Experiment, run_id: str) -> FaultBackend:
 def _new_fault_backend(experiment: Experiment, run_id: str) -> FaultBackend:
     kind = os.environ.get(BACKEND_ENV, "chaosmesh")
     if kind == "local":
-        local = _module("kfchaos.demo.local_backend", "the local fault backend")
+        local = _module("kfchaos.demo.faults.local_backend", "the local fault backend")
         control, state = os.environ.get(PROXY_ENV), os.environ.get(DEMO_STATE_ENV)
         if not control or not state:
             raise KfchaosError(f"{BACKEND_ENV}=local needs {PROXY_ENV} and {DEMO_STATE_ENV}")
@@ -178,9 +178,9 @@ def foreign_watch(experiment: Experiment, run_id: str, stage: int, own: list[dic
     if not uses_cluster(experiment):
         return None
     foreign = _module("kfchaos.faults.foreign", "watching for foreign interference")
-    chaosmesh = _module("kfchaos.faults.chaosmesh", "the cluster's API")
+    selectors = _module("kfchaos.faults.selectors", "the target's label selector")
     target = experiment.spec.target
-    selector = chaosmesh.label_selector(
+    selector = selectors.label_selector(
         {"labelSelectors": target.selector.labels,
          "expressionSelectors": [e.model_dump() for e in target.selector.expressions]}
     )  # fmt: skip
@@ -222,10 +222,11 @@ def replay_stage(
 def render_report(verdict: dict[str, Any], context: dict[str, Any]) -> tuple[str, str] | None:
     """(Markdown, HTML) from kfchaos.report, or None where it has not landed (the step then writes its own)."""
     try:
-        report = importlib.import_module("kfchaos.report")
+        summary = importlib.import_module("kfchaos.report.markdown")
+        page = importlib.import_module("kfchaos.report.page")
     except ImportError:
         return None
-    rendered: tuple[str, str] = (report.markdown(verdict, context), report.html(verdict, context))
+    rendered: tuple[str, str] = (summary.markdown(verdict, context), page.html(verdict, context))
     return rendered
 
 
@@ -241,12 +242,12 @@ def metrics_snapshot(experiment: Experiment, window: tuple[float, float]) -> Any
 
 def kube_reader() -> tuple[Any, str] | None:
     """The evidence bundle's KubeReader under the local fault backend (the demo supervisor's state file stands
-    in for the pod API), else None: kfchaos.evidence.run then reads the cluster. Chosen here, with the fault
+    in for the pod API), else None: kfchaos.evidence.runbundle then reads the cluster. Chosen here, with the fault
     backend, so kfchaos.evidence never imports the demo."""
     state = os.environ.get(DEMO_STATE_ENV)
     if os.environ.get(BACKEND_ENV) != "local" or not state:
         return None
-    kubeview = _module("kfchaos.demo.kubeview", "the demo's pod view")
+    kubeview = _module("kfchaos.demo.faults.kubeview", "the demo's pod view")
     return kubeview.DemoKube(Path(state)), ""
 
 
@@ -256,8 +257,10 @@ def evidence_bundle(
     """The OOM evidence bundle's JSON (kfchaos.evidence) when the outcome calls for one, else None. Evidence is
     for people and the knowledge base: it never changes the verdict, and a failure to collect never fails the run."""
     try:
-        run = importlib.import_module("kfchaos.evidence.run")
-        bundle: dict[str, Any] | None = run.for_run(experiment, status, metrics, window, failing, kube=kube_reader())
+        runbundle = importlib.import_module("kfchaos.evidence.runbundle")
+        bundle: dict[str, Any] | None = runbundle.for_run(
+            experiment, status, metrics, window, failing, kube=kube_reader()
+        )
     except Exception as exc:  # never let evidence gathering turn a verdict into a crash
         failed = f"evidence collection failed: {type(exc).__name__}: {str(exc)[:300]}"
         return {"kind": "kfchaos.EvidenceBundle", "version": 1, "trigger": [f"{status} run"],

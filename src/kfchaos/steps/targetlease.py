@@ -24,7 +24,7 @@ from kfchaos.steps import seams
 from kfchaos.steps.results import describe
 
 # What the lease steps say (who holds the target, the wait, a takeover) starts with this, so that `kfchaos run
-# --local` can show it beside the task lines (kfchaos.demo.localrun.follow_output): a run that waits says why.
+# --local` can show it beside the task lines (kfchaos.demo.runner.localrun.follow_output): a run that waits says why.
 CONSOLE_MARK = "kfchaos target lease: "
 
 

@@ -2,8 +2,8 @@
 
 A grid file (YAML, `kind: TuneGrid`) lists configurations by name. Each sets serving flags (`args`, vLLM's flag
 names without the dashes: `max-num-seqs: 128`, `enable-prefix-caching: true`), environment variables (`env`) and
-`replicas`; locally only the demo server's flags apply (kfchaos.demo.tune refuses the rest, naming the line). Errors
-name the file, line and field as an experiment's do (kfchaos.yamlsource, kfchaos.errors).
+`replicas`; locally only the demo server's flags apply (kfchaos.demo.runner.localtune refuses the rest, naming the
+line). Errors name the file, line and field as an experiment's do (kfchaos.yamlsource, kfchaos.errors).
 
 "Cheapest" is one rule (`cost_of`): an explicit `cost` when the grid gives one for every configuration, else the GPU
 memory the configuration reserves, replicas x gpu-memory-utilization (vLLM's default utilization 0.9 where the flag

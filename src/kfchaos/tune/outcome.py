@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kfchaos import rundir
 from kfchaos.report.data import check_of, load_frame, stage_figures, stages_of
+from kfchaos.rundir import layout
 from kfchaos.spec import Slo
 
 NOT_RUN = "NOT RUN"  # a stage of the ramp the run never reached (an abort rule stopped it before)
@@ -148,9 +148,9 @@ def from_run_folder(
 ) -> ConfigOutcome:
     """The configuration's outcome from its run folder (kfchaos.rundir); `oom_kills_seen` is what the runner itself
     counted (the demo server's supervisor), taken when it is more than the verdict's count."""
-    run = rundir.open_run(folder)
+    run = layout.open_run(folder)
     verdict = run.verdict()
-    stages = stage_outcomes(verdict, run.file(rundir.RECORDS), slo, ramp)
+    stages = stage_outcomes(verdict, run.file(layout.RECORDS), slo, ramp)
     counted = sum(s.oom_kills or 0 for s in stages)
     return ConfigOutcome(
         name,

@@ -1,6 +1,6 @@
-"""The sweep's page: one self-contained HTML file, built as the run report is (kfchaos.report: its style, plotly.js
-inline once, a Content-Security-Policy that runs the page's own scripts only, the data as a JSON block), so it opens
-offline, from a file or a CI artifact.
+"""The sweep's page: one self-contained HTML file, built as the run report is (kfchaos.report.selfcontained: its style,
+plotly.js inline once, a Content-Security-Policy that runs the page's own scripts only, the data as a JSON block), so it
+opens offline, from a file or a CI artifact.
 
 What it shows, top down: the recommendation (or "none does" and the closest), the frontier chart
 (kfchaos.tune.frontier), the table (each configuration's verdict per stage, breakpoint, OOM kills, goodput and P99 at
@@ -14,8 +14,8 @@ import json
 import math
 from html import escape
 
-from kfchaos.report import STYLE, json_block, with_policy
 from kfchaos.report.plots import to_html
+from kfchaos.report.selfcontained import STYLE, json_block, with_policy
 from kfchaos.tune.frontier import frontier
 from kfchaos.tune.outcome import ConfigOutcome, StageOutcome
 from kfchaos.tune.resultfile import Result

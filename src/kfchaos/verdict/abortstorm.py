@@ -1,6 +1,6 @@
 """After a client abort storm the server must give back what the aborted requests held (no leaked KV blocks).
 
-vLLM frees an aborted request's blocks (kfchaos.demo.disconnect cites the path); when it does not -- the KV
+vLLM frees an aborted request's blocks (kfchaos.demo.server.disconnect cites the path); when it does not -- the KV
 leaks of vllm-project/vllm#46283 and #29906 -- usage stays up after the clients are gone and the cache runs out
 requests later. The check compares the floor (minimum) of `vllm:kv_cache_usage_perc` and
 `vllm:num_requests_running` before the storm with their floor after it has settled: a leak raises the floor

@@ -23,11 +23,12 @@ from tests.cluster.node.conftest import NodeCluster, deploy_target, eventually, 
 pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
 NAMESPACE = "llm-oom"
-# vLLM's defaults pushed for throughput (the demo's unsafe scenario: kfchaos.demo.run SCENARIOS), one sixteenth of
-# the modelled host memory resident: 2 GiB of base + 0.75 x the KV pool in use, 0.95 x 24 GiB - 14 GiB of it.
+# vLLM's defaults pushed for throughput (the demo's unsafe scenario: kfchaos.demo.runner.scenarios SCENARIOS), one
+# sixteenth of the modelled host memory resident: 2 GiB of base + 0.75 x the KV pool in use, 0.95 x 24 GiB - 14 GiB of
+# it.
 # The limit holds the idle server (~128 MiB modelled + the interpreter) and not the bursts' KV mirror.
 SERVER = (
-    "python", "-m", "kfchaos.demo.server", "--host", "0.0.0.0", "--port", "8000",
+    "python", "-m", "kfchaos.demo.server.api", "--host", "0.0.0.0", "--port", "8000",
     "--max-num-seqs", "256", "--gpu-memory-utilization", "0.95", "--real-host-memory-scale", "0.0625",
 )  # fmt: skip
 MEMORY_LIMIT = "448Mi"
