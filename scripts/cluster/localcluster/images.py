@@ -41,6 +41,9 @@ DEBIAN_PACKAGES = (
     "procps",
     "util-linux",
     "tzdata",
+    # vLLM's CPU kernels (vllm/_C.abi3.so) link libnuma: the real engine's pod runs on this layer with the host's
+    # install of vLLM mounted (tests/cluster/node/vllmpod.py).
+    "libnuma1",
 )
 DEBIAN_LAYER_VERSION = "1"  # bump when the customize hooks below change
 COMPONENT_LAYER_VERSION = "2"  # bump when component_layer() changes what it puts in the layer

@@ -133,9 +133,17 @@ class Target:
         return f"http://{self.cluster_ip}:{self.port}"
 
 
-def deploy_target(node: NodeCluster, namespace: str = TARGET_NAMESPACE, **options: Any) -> Target:
+def deploy_target(
+    node: NodeCluster,
+    namespace: str = TARGET_NAMESPACE,
+    objects: list[dict[str, Any]] | None = None,
+    rollout_timeout: float = 240,
+    **options: Any,
+) -> Target:
+    """The demo target (or `objects` of its shape: a Deployment `demo-llm` behind the Service `vllm`) rolled out on
+    the real node and answering through its Service."""
     admin = node.cluster.api_client()
-    apply_all(admin, demo_target_objects(node.image, namespace=namespace, **options))
+    apply_all(admin, objects or demo_target_objects(node.image, namespace=namespace, **options))
     apps = k8s.AppsV1Api(admin)
 
     def rolled_out() -> bool:
@@ -148,7 +156,7 @@ def deploy_target(node: NodeCluster, namespace: str = TARGET_NAMESPACE, **option
             and (status.replicas or 0) == d.spec.replicas
         )
 
-    eventually("the demo target to be rolled out on the real node", rolled_out, timeout=240)
+    eventually("the demo target to be rolled out on the real node", rolled_out, timeout=rollout_timeout)
     service = k8s.CoreV1Api(admin).read_namespaced_service("vllm", namespace)
     target = Target(service.spec.cluster_ip, service.spec.ports[0].port)
     eventually("the demo target to answer through its Service", lambda: _answers(target), timeout=120, every=2)
