@@ -19,6 +19,7 @@ kube_config.py `load_kube_config(client_configuration=...)`, incluster_config.py
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -126,3 +127,14 @@ def api_client(
     check_credential_plugins(kubeconfig)
     kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
     return _client(configuration)
+
+
+def api_error_message(exc: kubernetes.client.ApiException) -> str:
+    """The Status message of an API server's error answer (one printable line: it is the server's text), else its
+    body: what the fault backend's and the lease's errors quote."""
+    try:
+        body = json.loads(exc.body or "{}")
+        text = body.get("message") if isinstance(body, dict) else None
+        return netsafe.printable(text or exc.reason)[:500]
+    except (ValueError, RecursionError, TypeError):
+        return netsafe.printable(exc.body or exc.reason)[:500]

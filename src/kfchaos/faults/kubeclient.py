@@ -35,6 +35,7 @@ from kfchaos.faults.backend import (
 )
 from kfchaos.faults.catalog import GROUP, PLURALS, VERSION
 from kfchaos.faults.retry import RETRYABLE_STATUS, RetryPolicy
+from kfchaos.kubeconnect import api_error_message
 
 T = TypeVar("T")
 # The most one answer may hold. The API server takes no request body above 3 MiB (k8s.io/apiserver pkg/server/
@@ -129,18 +130,18 @@ class KubeClient:
                 if _namespace_gone(exc, verb):
                     raise NamespaceGone(
                         f"{verb} {resource} {namespace or ''}/{name or ''}: namespace {namespace!r} is being deleted "
-                        f"or is gone ({_message(exc)}); nothing can be injected there (not an RBAC problem)"
+                        f"or is gone ({api_error_message(exc)}); nothing can be injected there (not an RBAC problem)"
                     ) from None
-                if exc.status == 403 and _is_admission_denial(_message(exc)):
-                    raise AdmissionDenied(verb, resource, namespace, name, _message(exc)) from None
+                if exc.status == 403 and _is_admission_denial(api_error_message(exc)):
+                    raise AdmissionDenied(verb, resource, namespace, name, api_error_message(exc)) from None
                 if exc.status == 403:
-                    raise PermissionDenied(verb, resource, group, namespace, _message(exc)) from None
+                    raise PermissionDenied(verb, resource, group, namespace, api_error_message(exc)) from None
                 if exc.status in RETRYABLE_STATUS and attempt < self.retry.attempts and self.time_left():
                     self._sleep(self.capped(self.retry.delay(attempt, _retry_after(exc))))
                     continue
                 raise BackendError(
                     f"{verb} {resource} {namespace or ''}/{name or ''} failed with {exc.status} {exc.reason} "
-                    f"after {attempt} attempt(s): {_message(exc)}"
+                    f"after {attempt} attempt(s): {api_error_message(exc)}"
                 ) from None
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 self._record(verb, resource, namespace, name, 0, None, attempt, dry_run, type(exc).__name__)
@@ -296,7 +297,7 @@ class KubeClient:
                 if relists > MAX_RELISTS:
                     raise BackendError(
                         f"list {plural} {namespace or '(all namespaces)'}: answered 410 Gone {relists} times "
-                        f"({_message(result)}); the list was restarted {MAX_RELISTS} times and never completed"
+                        f"({api_error_message(result)}); the list was restarted {MAX_RELISTS} times and never completed"
                     )
                 items, token = [], None
                 continue
@@ -417,7 +418,7 @@ def _now() -> str:
 
 
 def _namespace_gone(exc: ApiException, verb: str) -> bool:
-    message = _message(exc)
+    message = api_error_message(exc)
     if exc.status == 403:
         return "because it is being terminated" in message
     return exc.status == 404 and verb == "create" and message.startswith('namespaces "')
@@ -449,16 +450,6 @@ def _items(listed: Any) -> list[dict[str, Any]]:
     listed = _list_answer(listed)
     items = listed.get("items") or []
     return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-
-
-def _message(exc: ApiException) -> str:
-    """The Status message of an error answer (one printable line: it is the server's text), else its body."""
-    try:
-        body = json.loads(exc.body or "{}")
-        text = body.get("message") if isinstance(body, dict) else None
-        return netsafe.printable(text or exc.reason)[:500]
-    except (ValueError, RecursionError, TypeError):
-        return netsafe.printable(exc.body or exc.reason)[:500]
 
 
 def _retry_after(exc: ApiException) -> float | None:

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from kfchaos import netsafe
 from kfchaos.errors import KfchaosError
+from kfchaos.kubeconnect import api_error_message
 from kfchaos.lease.queue import Conflict, LeaseUnavailable
 
 MAX_LEASE_BYTES = 1 << 20
@@ -73,7 +74,7 @@ class KubeLeaseStore:
         return parsed
 
     def _error(self, verb: str, exc: ApiException) -> Exception:
-        message = _message(exc)
+        message = api_error_message(exc)
         if exc.status == 404 and verb == "get":
             return _NotFound()
         if exc.status == 409:
@@ -91,12 +92,3 @@ class KubeLeaseStore:
 
 class _NotFound(Exception):
     pass
-
-
-def _message(exc: ApiException) -> str:
-    try:
-        body = json.loads(exc.body or "{}")
-        text = body.get("message") if isinstance(body, dict) else None
-        return netsafe.printable(text or exc.reason)[:500]
-    except (ValueError, RecursionError, TypeError):
-        return netsafe.printable(exc.body or exc.reason)[:500]
