@@ -38,7 +38,10 @@ from tests.cluster.node.conftest import (
 )
 from tests.cluster.node.vllmpod import engine_objects
 
-pytestmark = [pytest.mark.cluster, pytest.mark.node]
+# node_long: `make e2e-local` runs it, `make test` not yet. The engine's first start in its pod sometimes fails
+# (exit 1: ValueError from vllm/v1/worker/cpu_worker.py determine_available_memory, seen twice, once in a CI run) and
+# the kubelet's restart then serves; the case counts only restarts after the warm-up, but has not yet run in CI so.
+pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.node_long]
 
 NAMESPACE = "vllm-real"
 MEMORY = f"{ENGINE_MEMORY_LIMIT >> 20}Mi"
@@ -151,8 +154,9 @@ def test_unsafe_settings_get_the_engine_oom_killed_and_the_verdict_fails_naming_
     node_cluster: NodeCluster, engine_target: Target, tmp_path: Path
 ) -> None:
     core = k8s.CoreV1Api(node_cluster.cluster.api_client())
-    assert all(c["restarts"] == 0 for c in _containers(core))
     warm_up(engine_target.url, MODEL_NAME)  # a fresh engine's first batches of each size are slow on CPU
+    (before,) = _containers(core)
+    print(f"the engine's container before the run: {before}")  # a restart here is not the burst's
     root = scratch_root(tmp_path, {"vllm-node-oom.yaml": experiment()})
     done = kfchaos(
         node_cluster,
@@ -166,7 +170,7 @@ def test_unsafe_settings_get_the_engine_oom_killed_and_the_verdict_fails_naming_
     # itself (0), so the reason is OOMKilled with whatever exit followed (docs/verdict.md, "An OOM kill").
     ended = eventually(
         "the kubelet to report the engine's container ended and restarted",
-        lambda: [c for c in _containers(core) if c["restarts"] >= 1],
+        lambda: [c for c in _containers(core) if c["restarts"] > before["restarts"]],
         timeout=300,
         every=2,
     )
