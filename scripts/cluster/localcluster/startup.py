@@ -18,17 +18,13 @@ from typing import Generic, TypeVar
 B = TypeVar("B")
 
 
-class StepFailed(RuntimeError):
-    """A step raised: the message names the step, its place and the error."""
-
-
 @dataclass(frozen=True)
 class Step(Generic[B]):
     name: str
     run: Callable[[B], None]
 
 
-def run(steps: Sequence[Step[B]], boot: B, state: Path, *, fail: type[Exception] = StepFailed) -> None:
+def run(steps: Sequence[Step[B]], boot: B, state: Path, *, fail: type[Exception]) -> None:
     """Run the steps in order on `boot`; the error of a failing one is raised again as `fail`, naming the step."""
     timings = state / "up-steps.tsv"
     for number, step in enumerate(steps, 1):

@@ -14,7 +14,6 @@ kill. Nothing here models the kill.
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from kubernetes import client as k8s
 
 from kfchaos.demo.runner.scenarios import ENGINE_MEMORY_LIMIT, ENGINE_SCENARIOS
 from kfchaos.demo.stack.enginedeploy import warm_up
-from kfchaos.demo.stack.vllmengine import MODEL_NAME, EngineInstall, engine_home
+from kfchaos.demo.stack.vllmengine import MODEL_NAME
 from tests.cluster.node.conftest import (
     NodeCluster,
     Target,
@@ -37,6 +36,8 @@ from tests.cluster.node.conftest import (
     scratch_root,
 )
 from tests.cluster.node.vllmpod import engine_objects
+from tests.cluster.test_oom_real import query
+from tests.engine.conftest import require_engine
 
 # node_long: `make e2e-local` runs it, `make test` not yet. The engine's first start in its pod sometimes fails
 # (exit 1: ValueError from vllm/v1/worker/cpu_worker.py determine_available_memory, seen twice, once in a CI run) and
@@ -48,25 +49,9 @@ MEMORY = f"{ENGINE_MEMORY_LIMIT >> 20}Mi"
 POD_SELECTOR = "app.kubernetes.io/name=vllm"
 
 
-def _install() -> EngineInstall:
-    install = EngineInstall(engine_home())
-    if not install.ready():
-        if os.environ.get("CI") == "true":
-            pytest.fail(install.missing(), pytrace=False)
-        pytest.skip(install.missing())
-    return install
-
-
-def query(url: str, promql: str) -> list[dict[str, Any]]:
-    encoded = urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{encoded}", timeout=5) as response:
-        result: list[dict[str, Any]] = json.loads(response.read())["data"]["result"]
-        return result
-
-
 @pytest.fixture(scope="module")
 def engine_target(node_cluster: NodeCluster) -> Iterator[Target]:
-    install = _install()
+    install = require_engine()
     core = k8s.CoreV1Api(node_cluster.cluster.api_client())
     core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NAMESPACE)))
     try:
