@@ -45,8 +45,9 @@ vllm: setup
 	@bash scripts/ensure-vllm.sh
 
 # Everything but the longest real-node tests (marker node_long): `make e2e-local` runs those. The tests that need
-# no cluster run while the cluster builds (scripts/test.sh).
-test: setup prometheus mariadb chromium node-packages vllm
+# no cluster run while the cluster builds (scripts/test.sh), which also installs the engine (`make vllm`) once the
+# build has started: on a fresh machine the build is the longest thing, so it starts as early as it can.
+test: setup prometheus mariadb chromium node-packages
 	PYTEST_ARGS='$(PYTEST_ARGS)' bash scripts/test.sh
 
 # The real vLLM engine's tests alone (make test runs them first), for work on the engine's side.

@@ -13,6 +13,11 @@ PYTHONPATH=scripts/cluster setsid "$python" -m localcluster build >"$log" 2>&1 &
 build=$!
 trap 'kill -- "-$build" 2>/dev/null; rm -f "$log"' EXIT
 
+# The real engine (`make vllm`: a pip install of ~5.6 GB on a fresh machine, nothing once cached) only after the
+# build has started: the build is the longest part of a fresh machine's run, and the install is mostly download
+# and disk. Under CI=true an engine that cannot be installed fails the run here (scripts/ensure-vllm.sh).
+bash scripts/ensure-vllm.sh || exit 1
+
 # Ahead of the build (build.sh runs Go under nice -n 10), these tests keep the first claim on the CPU.
 # `tests` named, never left to pytest's testpaths: those count only where pytest's invocation folder is its rootdir, and
 # elsewhere tests/conftest.py's plugin (tests/support/timing.py) loads too late for its options (--timing-report).
