@@ -276,14 +276,14 @@ def baseline_section(name: str, prometheus: str) -> dict[str, Any]:
     }
 
 
-async def _warm(url: str, seconds: float, rate: float) -> tuple[int, int]:
+async def _warm(url: str, seconds: float, rate: float, model: str) -> tuple[int, int]:
     """Fault-free traffic, so Prometheus holds the target's history before `baseline capture` reads it. Returns
     (sent, answered with 200): one slow or failed request is counted, not raised."""
     sent = 0
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
 
         async def one() -> bool:
-            body = {"model": MODEL, "prompt": "hello " * 200, "max_tokens": 16}
+            body = {"model": model, "prompt": "hello " * 200, "max_tokens": 16}
             try:
                 async with session.post(f"{url}/v1/completions", json=body) as answer:
                     await answer.read()
@@ -301,11 +301,11 @@ async def _warm(url: str, seconds: float, rate: float) -> tuple[int, int]:
     return sent, answered
 
 
-def make_baseline(node: NodeCluster, target: Target, experiment: Path) -> None:
+def make_baseline(node: NodeCluster, target: Target, experiment: Path, model: str = MODEL) -> None:
     """`experiment`'s baseline as a team makes one: fault-free traffic (40 s at 10 req/s) for Prometheus to keep,
     `kfchaos baseline capture` of that history, then `kfchaos baseline control` (a fault-free replay of the
     experiment's own traffic: the drift reference at each stage's rate)."""
-    sent, answered = asyncio.run(_warm(target.url, 40, 10))
+    sent, answered = asyncio.run(_warm(target.url, 40, 10, model))
     assert answered >= 0.95 * sent, f"the fault-free warm-up: {answered} of {sent} requests answered 200"
     time.sleep(3)  # a scrape after the last request
     exp = str(experiment)
@@ -313,3 +313,19 @@ def make_baseline(node: NodeCluster, target: Target, experiment: Path) -> None:
     assert done.returncode == 0, done.stderr
     done = kfchaos(node, "baseline", "control", "--experiment", exp, "--target", target.url)
     assert done.returncode == 0, done.stderr
+
+
+def run_compiled(node: NodeCluster, root: Path, name: str, *, wait: str = "25m") -> subprocess.CompletedProcess[str]:
+    """`experiments/<name>.yaml` as a team runs it on the cluster: `kfchaos compile`, `upload` of its pipeline as a
+    new version, then `run --wait` on KFP's API server (every step a real pod, as `kfchaos-runner`), the verdict
+    read back from the run's object store."""
+    experiment = root / "experiments" / f"{name}.yaml"
+    assert kfchaos(node, "compile", "--root", str(root)).returncode == 0
+    assert kfchaos(node, "upload", name, "--host", node.kfp_host, "--root", str(root)).returncode == 0
+    return kfchaos(
+        node,
+        "run", str(experiment), "--root", str(root), "--host", node.kfp_host,
+        "--service-account", "kfchaos-runner", "--wait", "--wait-timeout", wait, "--poll", "5s",
+        "--artifact-store", node.values["KFCHAOS_ARTIFACT_STORE"],
+        timeout=1800,
+    )  # fmt: skip

@@ -27,6 +27,7 @@ from tests.cluster.node.conftest import (
     experiment_text,
     kfchaos,
     make_baseline,
+    run_compiled,
     scratch_root,
 )
 
@@ -76,27 +77,7 @@ def e2e_root(node_cluster: NodeCluster, llm_target: Target, tmp_path_factory: py
 def _run(node: NodeCluster, root: Path, version: str, fault: dict[str, Any]) -> Any:
     exp = root / "experiments" / f"{NAME}.yaml"
     exp.write_text(experiment(version, fault, node.values["KFCHAOS_CLUSTER_PROMETHEUS"]))
-    assert kfchaos(node, "compile", "--root", str(root)).returncode == 0
-    assert kfchaos(node, "upload", NAME, "--host", node.kfp_host, "--root", str(root)).returncode == 0
-    return kfchaos(
-        node,
-        "run",
-        str(exp),
-        "--root",
-        str(root),
-        "--host",
-        node.kfp_host,
-        "--service-account",
-        "kfchaos-runner",
-        "--wait",
-        "--wait-timeout",
-        "25m",
-        "--poll",
-        "5s",
-        "--artifact-store",
-        node.values["KFCHAOS_ARTIFACT_STORE"],
-        timeout=1800,
-    )
+    return run_compiled(node, root, NAME)
 
 
 def test_a_target_that_holds_under_a_real_cpu_stress_passes_with_exit_0(

@@ -50,6 +50,9 @@ def engine_objects(
         if obj["kind"] != "Deployment":
             continue
         obj["spec"]["replicas"] = 1
+        # One engine at a time, as a single-replica model server is rolled out where two do not fit (a GPU, or here
+        # two cores and the engines' ~2 GiB each): the old pod ends before the new one starts.
+        obj["spec"]["strategy"] = {"type": "Recreate"}
         pod = obj["spec"]["template"]["spec"]
         pod["securityContext"] = {"runAsUser": 0, "runAsGroup": 0}
         # The Service is named `vllm`, so the kubelet's service links would set VLLM_PORT=tcp://<ip>:8000 in the
