@@ -45,6 +45,14 @@ def increments(values: NDArray[np.float64], born: bool = False, monotone: bool =
     return out
 
 
+def resets(series: RangeSeries) -> list[tuple[float, float]]:
+    """(time, 1) at each point where one series' counter dropped: the process that kept it ended (a restart)
+    between the point before and this one, and what it counted after its last scrape ended with it."""
+    finite = np.nonzero(np.isfinite(series.values))[0]
+    values = series.values[finite]
+    return [(float(series.times[finite[i + 1]]), 1.0) for i in np.nonzero(np.diff(values) < 0)[0]]
+
+
 def born_inside(start_time: float | None, since: float | None) -> bool:
     """Whether a series' own start time (None: unknown) proves it began after `since`, the range's start."""
     return start_time is not None and since is not None and start_time > since

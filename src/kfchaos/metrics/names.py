@@ -15,3 +15,4 @@ GPU_MEMORY_FREE = "gpu_memory_free"
 GPU_UTIL = "gpu_util"  # gauge %: DCGM GPU utilization
 DEPENDENCY_PREFIX = "dependency_p99:"  # gauge seconds: dependency_p99:<dependency name>
 SERVER_REQUESTS = "server_requests"  # counter: requests the server itself counts as finished (vLLM's e2e histogram)
+SERVER_RESTARTS = "server_restarts"  # counter: drops of the server's request counter, one per restarted server process

@@ -52,11 +52,16 @@ def served(source: MetricsSource, scope: Scope, start: float, end: float, step: 
     except (PrometheusError, ValueError):
         created = {}  # no birth known: every series counts from its first sample, which never overcounts
     events: list[tuple[float, float]] = []
+    restarts: list[tuple[float, float]] = []
     for series in found:
         pod = f"{series.labels.get('namespace', '')}/{series.labels.get('pod', '')}"
         events += counters.events(series, start, created.get(pod))
+        restarts += counters.resets(series)
     counted = oom.cumulative(names.SERVER_REQUESTS, grid, events, f"{query}, increase per series, then summed")
     result.series[names.SERVER_REQUESTS] = counted
+    # Where a server process ended: its counts since its last scrape are in no series (kfchaos.verdict.clock).
+    dropped = oom.cumulative(names.SERVER_RESTARTS, grid, restarts, f"drops of {query}, per series")
+    result.series[names.SERVER_RESTARTS] = dropped
     return result
 
 

@@ -10,7 +10,10 @@ PASSes on a quiet stretch of someone else's time. Two cross-checks, one `metrics
 - the server's own count of finished requests over the run's window (the snapshot's `server_requests`) against
   the records' completions, the fault's own requests included (the server finished those too): a server that
   finished fewer than the records say it answered, by more than WINDOW_TOLERANCE, was not watched over this run
-  -> INCONCLUSIVE. More is fine (other clients, the probes before and after).
+  -> INCONCLUSIVE. More is fine (other clients, the probes before and after). Where the server's counter restarted
+  in the window (its process ended: vLLM's API server exits after its engine is OOM-killed), what it counted after
+  its last scrape died with it: the records' completions between that scrape and the next are not held against it,
+  and the check says so.
 Without a server counter (not vLLM, a plain HTTP target) the second is not made, and the check says so.
 """
 
@@ -71,13 +74,18 @@ def metrics_window_check(requests: Requests, stage: NDArray[np.bool_], metrics: 
                 f"the metrics hold no server count around the run's window ({_span(start, end)}): they were "
                 "taken over another window"
             )
-        elif server < (1 - WINDOW_TOLERANCE) * completions:
-            problems.append(
-                f"Prometheus's {COUNTER} counts {server:.0f} requests the server finished in "
-                f"{_span(start, end)} (+{late:g}s), the records {completions} completions there: the metrics "
-                "window does not hold the run's requests (the replayer's clock and Prometheus's disagree, or the "
-                "metrics were taken over another window)"
-            )
+        else:
+            restarts = _restart_windows(metrics, start - grace, end + late)
+            lost = _lost_with_restarts(restarts, finished[requests.succeeded()[stage]])
+            details["lost_with_restarts"] = lost
+            if server < (1 - WINDOW_TOLERANCE) * completions - lost:
+                problems.append(
+                    f"Prometheus's {COUNTER} counts {server:.0f} requests the server finished in "
+                    f"{_span(start, end)} (+{late:g}s), the records {completions} completions there"
+                    + (f" ({lost} of them in the scrape intervals where the server restarted)" if lost else "")
+                    + ": the metrics window does not hold the run's requests (the replayer's clock and "
+                    "Prometheus's disagree, or the metrics were taken over another window)"
+                )
     if problems:
         return Check(name, Status.INCONCLUSIVE, "; ".join(problems), samples=completions, details=details)
     if counted is None:
@@ -86,9 +94,32 @@ def metrics_window_check(requests: Requests, stage: NDArray[np.bool_], metrics: 
         )
         return Check(name, Status.PASS, reason, samples=completions, gating=False, details=details)
     reason = f"the server counted {server:.0f} finished requests in the run's window, the records {completions}"
+    if details.get("lost_with_restarts"):
+        reason += (
+            f" ({details['lost_with_restarts']} of those finished in the scrape intervals where the server's counter "
+            "restarted: a process that ends takes its unscraped counts with it)"
+        )
     if clock is not None:
         reason += f"; clock skew {clock['skew_s']:+.2f}s, within {allowed:g}s"
     return Check(name, Status.PASS, reason, server, None, None, completions, details=details)
+
+
+def _restart_windows(metrics: MetricsSnapshot, start: float, end: float) -> list[tuple[float, float]]:
+    """(from, to) before each point in [start, end] where the server's counter was seen to drop: its last scrape
+    before the restart lay at most a scrape interval (`grace`) and a query step before that point. None where the
+    snapshot has no such series (taken before it was kept): no restart known."""
+    restarts = None if metrics.missing(names.SERVER_RESTARTS) else metrics.series[names.SERVER_RESTARTS]
+    if restarts is None or len(restarts.times) < 2:
+        return []
+    rose = np.nonzero(np.diff(restarts.values) > 0)[0] + 1
+    width = metrics.grace + restarts.step
+    return [(float(at) - width, float(at)) for at in restarts.times[rose] if start <= at <= end]
+
+
+def _lost_with_restarts(resets: list[tuple[float, float]], finished: NDArray[np.float64]) -> int:
+    """The completions a restarted server may never have had scraped: those that finished between its counter's last
+    point before each drop and the first after it. At most one scrape interval's worth per restart."""
+    return int(sum(np.count_nonzero((finished > before) & (finished <= after)) for before, after in resets))
 
 
 def _span(start: float, end: float) -> str:
