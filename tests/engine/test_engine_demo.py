@@ -1,11 +1,12 @@
 """`kfchaos demo --engine vllm`: the demo's story told by the real vLLM engine in a memory cgroup.
 
 The unsafe scenario through the whole command, as a user runs it (`--scenario unsafe`: the same path as the default
-pair, one engine instead of two): the engine prefills the long-context burst in steps of up to 262 144 tokens, the
-kernel OOM-kills its worker, vLLM's API server exits 0, and the verdict FAILs naming the kill (abort.oom_kills,
-oom_kill_rate). Exit code 0: the scenario turned out as designed. The tuned scenario is not tested here: on 2 cores
-shared with other engines it did not PASS in the runs measured (docs/demo.md "--engine vllm"). And where no memory
-cgroup can be made the command says why and starts nothing.
+pair, one engine instead of two): the engine prefills the long-context burst in one step, the kernel OOM-kills its
+worker, vLLM's API server exits 0, and the verdict FAILs naming the kill (abort.oom_kills, oom_kill_rate). Exit code
+0: the scenario turned out as designed. The tuned scenario's PASS is not asserted here: it takes another ~4 minutes
+of `make test`, and its drift limit (twice a ~0.06 s control P99) holds on a quiet machine (docs/demo.md "--engine
+vllm"); the real node's case runs the same experiment to a PASS through KFP (tests/cluster/node/test_vllm_node.py,
+`make e2e-local`). And where no memory cgroup can be made the command says why and starts nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from kfchaos.demo.stack.vllmengine import EngineInstall
 from tests.conftest import require_tool
 from tests.engine.test_engine_death import require_cgroup
 
-DEMO_TIMEOUT = 600  # the unsafe scenario alone: 144 to 194 s measured on 2 shared cores (docs/demo.md)
+DEMO_TIMEOUT = 600  # the unsafe scenario alone, with its 90 s control and 90 s stage: ~4 min on 2 cores (docs/demo.md)
 
 
 def _verdict(run_dir: Path) -> dict[str, object]:
