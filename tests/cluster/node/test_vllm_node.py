@@ -190,7 +190,7 @@ def test_unsafe_settings_get_the_engine_oom_killed_and_the_compiled_pipeline_fai
     done = run_compiled(node_cluster, engine_root, NAME)
     # The kubelet's report of the container's end. On cgroup v1 the kernel killed the worker, not the container's
     # first process: containerd marks the container OOMKilled on the TaskOOM event, and the API server then exits by
-    # itself (0), so the reason is OOMKilled with whatever exit followed (docs/verdict.md, "An OOM kill").
+    # itself (0), so the reason is OOMKilled with whatever exit followed (docs/verdict.md, "OOM kills").
     ended = eventually(
         "the kubelet to report the engine's container ended and restarted",
         lambda: [c for c in _containers(core) if c["restarts"] > before["restarts"]],
