@@ -48,7 +48,9 @@ def test_the_ten_minute_flow_ends_in_a_verdict_that_re_judges_to_itself(installe
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=300)
     (clone / ".venv").symlink_to(installed.venv)  # what `make setup` makes, from the wheel
-    env = installed.env(XDG_CONFIG_HOME=str(tmp_path / "config"))
+    crashes = tmp_path / "crashes"  # an internal error's traceback, shown when the flow fails
+    crashes.mkdir()
+    env = installed.env(XDG_CONFIG_HOME=str(tmp_path / "config"), KFCHAOS_CRASH_DIR=str(crashes))
     try:
         done = subprocess.run(
             ["bash", "-c", _script(lines)], cwd=clone, env=env, capture_output=True, text=True, timeout=1500
@@ -57,11 +59,12 @@ def test_the_ten_minute_flow_ends_in_a_verdict_that_re_judges_to_itself(installe
         subprocess.run(["bash", "-c", "source .venv/bin/activate && kfchaos demo down"], cwd=clone, env=env,
                        capture_output=True, timeout=120)  # fmt: skip
     codes = {int(i): int(c) for i, c in re.findall(rf"^{MARK} (\d+) exit (\d+)$", done.stdout, flags=re.M)}
-    assert len(codes) == len(lines), done.stdout[-4000:] + done.stderr[-4000:]
+    tracebacks = "".join(f"\n{crash.name}:\n{crash.read_text()}" for crash in sorted(crashes.iterdir()))
+    assert len(codes) == len(lines), done.stdout[-4000:] + done.stderr[-4000:] + tracebacks
     run = next(i for i, line in enumerate(lines) if line.startswith("kfchaos run "))
     rejudge = next(i for i, line in enumerate(lines) if line.startswith("kfchaos verdict --run"))
     others = {lines[i]: code for i, code in codes.items() if i not in (run, rejudge)}
-    assert all(code == 0 for code in others.values()), (others, done.stderr[-4000:])
+    assert all(code == 0 for code in others.values()), (others, done.stderr[-4000:] + tracebacks)
     assert codes[run] in (0, 1, 2), done.stdout[-4000:]
     assert codes[rejudge] == codes[run], done.stdout[-4000:] + done.stderr[-4000:]
 

@@ -34,11 +34,17 @@ from kfchaos.demo.stack.vllmengine import READY_TIMEOUT
 RECORD_NAME = "stack.json"
 
 
-def wait_http(url: str, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_http(
+    url: str, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None, log: Path | None = None
+) -> None:
+    """Until `url` answers below 500; raise when `process` exits first (with the tail of its `log`) or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"process {process.pid} ({url}) exited with {process.returncode} before answering")
+            raise RuntimeError(
+                f"process {process.pid} ({url}) exited with {process.returncode} before answering"
+                + (f"; the end of {log}:\n{log_tail(log)}" if log else "")
+            )
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 if response.status < 500:
@@ -46,7 +52,15 @@ def wait_http(url: str, timeout: float = 20.0, process: subprocess.Popen[bytes] 
         except OSError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout:g}s")
+    tail = f"; the end of {log}:\n{log_tail(log)}" if log else ""
+    raise RuntimeError(f"{url} did not answer within {timeout:g}s{tail}")
+
+
+def log_tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError as error:
+        return f"(unreadable: {error})"
 
 
 @dataclass
@@ -171,10 +185,10 @@ class DemoStack:
              "--connect-retry", str(self.settings.connect_retry_s)],
             "proxy.log",
         )  # fmt: skip
-        wait_http(ready, ready_timeout, server)
+        wait_http(ready, ready_timeout, server, self.workdir / "server.log")
         if isinstance(self.settings, EngineDeployment):
             warm_up(self.server_url, self.settings.settings.served_model_name)
-        wait_http(f"{self.control_url}/health", 30, proxy)
+        wait_http(f"{self.control_url}/health", 30, proxy, self.workdir / "proxy.log")
         if self.with_prometheus and shutil.which("prometheus"):
             self._start_prometheus()
         return self
@@ -208,7 +222,7 @@ class DemoStack:
              f"--storage.tsdb.path={self.workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.prometheus_port}"],
             "prometheus.log",
         )  # fmt: skip
-        wait_http(f"{self.prometheus_url}/-/ready", 30, prometheus)
+        wait_http(f"{self.prometheus_url}/-/ready", 30, prometheus, self.workdir / "prometheus.log")
         # Ready is not scraped: a counter whose first sample already holds a burst's requests shows no
         # increase, so rate() over that burst is empty. The first scrape comes before any traffic.
         self.wait_scraped(after=time.time())
