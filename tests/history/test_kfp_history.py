@@ -125,7 +125,7 @@ def test_history_over_the_kfp_api_finds_the_regression_and_lists_what_it_cannot_
         # Only the runs one recurring run started.
         code = main(["history", "verdict-test", "--host", api.url, "--kfp-experiment", "nightly", "--recurring-run",
                      "nightly-schedule", "--json", "--public-key", str(key)])  # fmt: skip
-        assert code == 0  # four runs against three: too few for any claim
+        assert code == 1  # four runs against three of the slower target: enough for Welch's t on the logs (issue 47)
         assert sorted(r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]) == sorted(scheduled[::2])
 
         # Without the pipeline's public key nothing is authenticated: every run listed, none counted, nothing claimed.

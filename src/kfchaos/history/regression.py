@@ -1,39 +1,66 @@
 """Did a pipeline version make a check worse? A stated test per check and stage, and the failure modes that recur.
 
 The test, for each check and stage with a limit: the per-run values of the verified runs of the OLD version against
-those of the NEW version, by the one-sided Mann-Whitney U test (scipy.stats.mannwhitneyu) in the direction that
-moves toward the check's limit. This is the test Kayenta's judge uses between a baseline and a canary, at its
-default 98 % confidence, with the Hodges-Lehmann estimate of the shift (spinnaker/kayenta
-kayenta-judge/src/main/scala/com/netflix/kayenta/judge/NetflixACAJudge.scala and
-.../judge/classifiers/metric/MannWhitneyClassifier.scala). Unlike Kayenta, which corrects for nothing, the
-comparisons of one history are one family: Holm's step-down correction keeps the chance of any false regression
-claim at 2 % however many checks and stages are compared.
+those of the NEW version, one-sided in the direction that moves toward the check's limit. A run is the unit: its
+requests are not pooled, because nights differ from one another more than requests within a night tell.
+
+- **Welch's t-test on the log of the per-run values** (Welch 1947, "The generalization of Student's problem when
+  several different population variances are involved", Biometrika 34). A latency P99 is a positive quantity whose
+  night-to-night changes are multiplicative, so its log is close to normal and a version's effect is a ratio; the
+  drift checks (unit "ratio", P99 / reference - 1) are taken as log(1 + value). Unlike a rank test it has no floor
+  on its p-value, so three or four runs a side can show a large shift. Welch rather than Student: the versions may
+  differ in spread as well as in level.
+- **The exact rank-sum test** (Mann-Whitney / Wilcoxon, exact over every relabelling of the runs, ties at mid-rank)
+  where the log does not apply: a value at or below zero (an error rate of 0), or no spread to estimate (every run
+  the same). Its smallest p-value with n and m runs is 1 / C(n+m, n): 3 against 3 can never go below 0.05.
+- **One family, Holm's step-down with Tarone's restriction** (Tarone 1990, "A modified Bonferroni method for
+  discrete data", Biometrics 46: 351-357; Holm 1979, Scand. J. Statist. 6: 65-70; the step-down is closed testing
+  with Tarone's test as each intersection's local test, as in Roth 1999, J. Statist. Plann. Inference 82: 101-117,
+  and Hommel & Krummenauer 1998, Biometrics 54: 673-681). At each step K is the smallest k for which at most k of
+  the remaining comparisons can reach alpha / k at all; only those are held to alpha / K, the others cannot make a
+  false claim and are not counted. The chance of any false regression claim over every check and stage stays at
+  most 2 %, and a rank test that could never reach the level no longer raises every other comparison's bar.
+
+Chosen by simulation (scripts/history_power.py, table in docs/history.md): with about 18 comparisons the old
+Mann-Whitney-Holm could claim nothing below 6 runs a side; this holds the 2 % (0.4-0.9 % simulated) and claims a
++50 % P99 in about four histories of five at 4 runs a side, with the tests' night-to-night spread.
 
 Which side is worse is read from the runs' own verdicts: a check whose passing runs sit below its limit (and whose
 failing runs above) is an upper limit, so a rise is worse; the reverse is a lower limit. A check whose runs do not
 say (none passed or failed, or they disagree) is not tested, and says so.
 
-Too few runs is said, never a claim: each side needs MIN_RUNS verified runs with a value, and enough that the test
-could reach the corrected confidence at all (with n and m runs the smallest one-sided p-value the exact test can
-give is 1 / C(n+m, n): 3 against 3 runs can never go below 0.05).
+Too few runs is said, never a claim: each side needs MIN_RUNS verified runs with a value, and a rank-tested
+comparison enough that it could reach the level. The count it prints is for the family that will be compared (every
+check and stage with a limit and a worse side, whatever its runs so far): with that many runs a side every one of
+them is decided, regression or not, so the count does not grow as more checks gather enough runs.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import mannwhitneyu
+from scipy.special import stdtr
+from scipy.stats import mannwhitneyu, rankdata
 
 from kfchaos.history.model import Measurement, RunEntry, ordered
 
 CONFIDENCE = 0.98  # Kayenta's default (NetflixACAJudge.scala: MannWhitney at 98 %)
-MIN_RUNS = 3  # per side, whatever the correction allows
-TEST = "one-sided Mann-Whitney U (scipy.stats.mannwhitneyu), Holm-corrected across checks and stages"
+MIN_RUNS = 3  # per side, whatever the correction allows: below it Welch's variance rests on one difference
+TEST = (
+    "one-sided Welch t-test on log per-run values (exact rank-sum test where the log does not apply), "
+    "Holm step-down with Tarone's restriction across checks and stages"
+)
+WELCH = "welch-log"
+RANK = "rank-exact"
+EXACT_LIMIT = 20_000  # relabellings enumerated by the exact rank test; beyond, scipy's normal approximation
 
 REGRESSION = "regression"
 NO_REGRESSION = "no regression"
@@ -54,12 +81,22 @@ class Comparison:
     new_median: float | None
     shift: float | None  # Hodges-Lehmann: the median of every NEW - OLD difference
     p_value: float | None
-    alpha: float | None  # the Holm threshold this comparison was held to
+    alpha: float | None  # the Tarone-Holm level this comparison was held to
     outcome: str
     why: str
+    method: str | None = None  # WELCH or RANK: the test this comparison got
+    change: float | None = None  # the relative move of the median toward the limit (+0.2: 20 % worse)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def moved(self) -> float:
+        """How far it moved either way (0 where it cannot be said): the order "what moved first" lists by."""
+        if self.change is not None:
+            return abs(self.change)
+        either = relative_change(self.old_median, self.new_median, self.unit, "higher")  # no side known: its size
+        return 0.0 if either is None else abs(either)
 
 
 @dataclass(frozen=True)
@@ -108,16 +145,160 @@ def worse_side(measured: list[Measurement]) -> str | None:
 
 
 def smallest_p(n: int, m: int) -> float:
-    """The smallest one-sided p-value the exact Mann-Whitney U test can give with n and m values."""
+    """The smallest one-sided p-value the exact rank-sum (Mann-Whitney U) test can give with n and m values."""
     return 1.0 / math.comb(n + m, n)
 
 
 def runs_needed(alpha: float) -> int:
-    """Runs per side (equal sides) for the exact test to be able to reach `alpha` at all."""
+    """Runs per side (equal sides) for the exact rank test to be able to reach `alpha` at all."""
     k = MIN_RUNS
     while smallest_p(k, k) > alpha:
         k += 1
     return k
+
+
+# --- the test of one comparison -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PValue:
+    """One comparison's one-sided p-value, the test that gave it and the smallest p-value that test could have
+    given with these runs (0 for Welch's t: no floor): what Tarone's restriction reads."""
+
+    p_value: float
+    method: str
+    floor: float
+
+
+def log_scale(values: Sequence[float], unit: str) -> np.ndarray | None:
+    """The values on the scale Welch's test reads, or None where the log does not apply (a value at or below 0;
+    for a drift, at or below -100 %). Decided on both sides' values together, never on the labels, so the choice
+    cannot favour either version."""
+    x = np.asarray(values, dtype=float) + (1.0 if unit == "ratio" else 0.0)
+    return np.log(x) if x.size and bool(np.all(x > 0)) else None
+
+
+def welch(old: np.ndarray, new: np.ndarray, worse: str) -> float | None:
+    """Welch's one-sided p-value that NEW sits on the worse side of OLD; None where no spread can be estimated."""
+    n, m = len(old), len(new)
+    if n < 2 or m < 2:
+        return None
+    v_old, v_new = float(np.var(old, ddof=1)) / n, float(np.var(new, ddof=1)) / m
+    se2 = v_old + v_new
+    if not se2 > 0 or not math.isfinite(se2):
+        return None
+    t = (float(np.mean(new)) - float(np.mean(old))) / math.sqrt(se2)
+    if worse == "lower":
+        t = -t
+    # Welch-Satterthwaite degrees of freedom
+    df = se2 * se2 / (v_old * v_old / (n - 1) + v_new * v_new / (m - 1))
+    return float(stdtr(df, -t))
+
+
+@functools.lru_cache(maxsize=16)  # at most EXACT_LIMIT rows each
+def _relabellings(total: int, k: int) -> np.ndarray:
+    return np.array(list(itertools.combinations(range(total), k)), dtype=np.intp)
+
+
+def rank_exact(old: Sequence[float], new: Sequence[float], worse: str) -> float:
+    """The exact one-sided p-value of the rank sum of NEW (mid-ranks for ties) over every relabelling of the runs:
+    the permutation distribution the Mann-Whitney U test reads, exact with ties too. scipy's normal approximation
+    where there are more than EXACT_LIMIT relabellings (then the floor no longer matters)."""
+    n, m = len(old), len(new)
+    pooled = np.concatenate([np.asarray(old, dtype=float), np.asarray(new, dtype=float)])
+    if math.comb(n + m, m) > EXACT_LIMIT:
+        result = mannwhitneyu(new, old, alternative="greater" if worse == "higher" else "less")
+        return 1.0 if math.isnan(result.pvalue) else float(result.pvalue)
+    ranks = rankdata(pooled)
+    observed = ranks[n:].sum()
+    sums = ranks[_relabellings(n + m, m)].sum(axis=1)
+    eps = 1e-9 * (n + m) ** 2  # rank sums are multiples of 1/2: equal ones must compare equal
+    extreme = sums >= observed - eps if worse == "higher" else sums <= observed + eps
+    return float(np.mean(extreme))
+
+
+def p_value_of(old: Sequence[float], new: Sequence[float], worse: str, unit: str) -> PValue:
+    """Welch on logs where it applies, else the exact rank test (module docstring)."""
+    old_log, new_log = log_scale(old, unit), log_scale(new, unit)
+    if old_log is not None and new_log is not None:
+        p = welch(old_log, new_log, worse)
+        if p is not None:
+            return PValue(p, WELCH, 0.0)
+    return PValue(rank_exact(old, new, worse), RANK, smallest_p(len(old), len(new)))
+
+
+def method_for(old: Sequence[float], new: Sequence[float], unit: str) -> str:
+    """The test these values would get (what the runs needed are counted for, before there are enough)."""
+    pooled = [*old, *new]
+    scaled = log_scale(pooled, unit)
+    if scaled is None or len(set(pooled)) < 2:
+        return RANK
+    return WELCH
+
+
+# --- the family: Holm's step-down with Tarone's restriction -----------------------------------------------------
+
+
+def tarone_k(floors: Sequence[float], alpha: float) -> int:
+    """Tarone's K: the smallest k for which at most k of the comparisons can reach alpha / k at all."""
+    k = 1
+    while sum(f <= alpha / k for f in floors) > k:
+        k += 1
+    return k
+
+
+@dataclass(frozen=True)
+class Decision:
+    rejected: bool
+    alpha: float | None  # the level it was held to; None where it could not reach any level it met
+    reachable: bool  # False: its test could not reach the level (too few runs for a rank test)
+
+
+def tarone_holm(tests: Sequence[PValue], alpha: float) -> list[Decision]:
+    """Holm's step-down, each step restricted as Tarone's test restricts one intersection: of the comparisons not yet
+    rejected, K = tarone_k of their floors, and only those whose floor is at most alpha / K are held to alpha / K
+    (the others cannot give p <= alpha / K, so they add nothing to the chance of a false claim: Tarone 1990). The
+    smallest p-value among them is rejected if at most alpha / K, and the step repeats without it. This is closed
+    testing with Tarone's intersection test (valid at alpha), and a valid shortcut: for a subset of the remaining
+    comparisons K can only be smaller, so whatever the step rejects is rejected by every intersection holding it."""
+    remaining = set(range(len(tests)))
+    rejected: dict[int, float] = {}
+    level = alpha
+    testable: set[int] = set()
+    while remaining:
+        k = tarone_k([tests[i].floor for i in sorted(remaining)], alpha)
+        level = alpha / k
+        testable = {i for i in remaining if tests[i].floor <= level}
+        if not testable:
+            break
+        best = min(testable, key=lambda i: (tests[i].p_value, i))
+        if tests[best].p_value > level:
+            break
+        rejected[best] = level
+        remaining.discard(best)
+        testable.discard(best)
+    out = []
+    for i in range(len(tests)):
+        if i in rejected:
+            out.append(Decision(True, rejected[i], True))
+        else:
+            out.append(Decision(False, level if i in testable else None, i in testable))
+    return out
+
+
+def relative_change(old: float | None, new: float | None, unit: str, worse: str | None) -> float | None:
+    """NEW's median relative to OLD's, signed so that + is toward the limit (worse); a drift as a ratio of
+    1 + value (P99 / reference). None where it cannot be said (no side or value, or an OLD median of 0)."""
+    if old is None or new is None or worse is None:
+        return None
+    shift = 1.0 if unit == "ratio" else 0.0
+    base, after = old + shift, new + shift
+    if base == after:
+        return 0.0
+    if base == 0:
+        return None  # no ratio to a zero; JSON has no infinity
+    change = (after - base) / abs(base)
+    return change if worse == "higher" else -change
 
 
 def compare(runs: list[RunEntry], old: str, new: str) -> Regressions:
@@ -134,42 +315,53 @@ def compare(runs: list[RunEntry], old: str, new: str) -> Regressions:
     for key, items in measured.items():
         old_values, new_values = _values(before, key), _values(after, key)
         limits = [m.threshold for m in items if m.threshold is not None]
-        draft: dict[str, Any] = {
-            "check": key[0],
-            "stage": key[1],
-            "unit": items[-1].unit,
-            "limit": limits[-1] if limits else None,
-            "worse": worse_side(items),
-            "old_runs": len(old_values),
-            "new_runs": len(new_values),
-            "old_median": float(np.median(old_values)) if old_values else None,
-            "new_median": float(np.median(new_values)) if new_values else None,
-            "shift": _hodges_lehmann(old_values, new_values),
-            "values": (old_values, new_values),
-        }
-        drafts.append(draft)
-    testable = [d for d in drafts if _why_not_tested(d) is None and min(d["old_runs"], d["new_runs"]) >= MIN_RUNS]
-    family_alpha = 1.0 - CONFIDENCE
-    first_alpha = family_alpha / max(1, len(testable))
-    for draft in testable:
-        old_values, new_values = draft["values"]
-        alternative = "greater" if draft["worse"] == "higher" else "less"
-        if smallest_p(len(new_values), len(old_values)) > first_alpha:
-            continue  # said below: too few runs to reach the confidence over this many comparisons
-        result = mannwhitneyu(new_values, old_values, alternative=alternative)
-        draft["p_value"] = 1.0 if math.isnan(result.pvalue) else float(result.pvalue)  # all values equal: no shift
-    _holm([d for d in testable if "p_value" in d], family_alpha)
-    comparisons = [_conclude(d, first_alpha) for d in drafts]
-    order = {REGRESSION: 0, NO_REGRESSION: 1, NOT_ENOUGH: 2, NOT_TESTED: 3}
-    comparisons.sort(
-        key=lambda c: (
-            order[c.outcome],
-            c.p_value if c.p_value is not None else 2.0,
-            c.check,
-            -1 if c.stage is None else c.stage,
+        unit = items[-1].unit
+        worse = worse_side(items)
+        old_median = float(np.median(old_values)) if old_values else None
+        new_median = float(np.median(new_values)) if new_values else None
+        drafts.append(
+            {
+                "check": key[0],
+                "stage": key[1],
+                "unit": unit,
+                "limit": limits[-1] if limits else None,
+                "worse": worse,
+                "old_runs": len(old_values),
+                "new_runs": len(new_values),
+                "old_median": old_median,
+                "new_median": new_median,
+                "shift": _hodges_lehmann(old_values, new_values),
+                "change": relative_change(old_median, new_median, unit, worse),
+                "method": method_for(old_values, new_values, unit) if old_values or new_values else None,
+                "values": (old_values, new_values),
+            }
         )
+    family = [d for d in drafts if _why_not_tested(d) is None]  # what will be compared, once it has the runs
+    family_alpha = 1.0 - CONFIDENCE
+    # Enough runs for every comparison of this family to be decided: a rank test's floor at most alpha / (its
+    # size), the lowest level Tarone-Holm can hold any of them to. It depends on the family, not on how many of
+    # its comparisons have their runs yet, so the count printed does not move as they do.
+    needed = {WELCH: MIN_RUNS, RANK: runs_needed(family_alpha / max(1, len(family)))}
+    ready = [d for d in family if min(d["old_runs"], d["new_runs"]) >= MIN_RUNS]
+    for draft in ready:
+        old_values, new_values = draft["values"]
+        tested = p_value_of(old_values, new_values, draft["worse"], draft["unit"])
+        draft["tested"], draft["method"] = tested, tested.method
+    decisions = tarone_holm([d["tested"] for d in ready], family_alpha)
+    for draft, decision in zip(ready, decisions, strict=True):
+        draft["decision"] = decision
+    comparisons = [_conclude(d, needed, len(family)) for d in drafts]
+    return Regressions(old, new, TEST, CONFIDENCE, MIN_RUNS, by_movement(comparisons))
+
+
+def by_movement(comparisons: list[Comparison]) -> list[Comparison]:
+    """What moved first: the regressions, then the other comparisons the test decided or could not yet decide,
+    each by how far its median moved (either way), largest first; the checks not tested last."""
+    rank = {REGRESSION: 0, NO_REGRESSION: 1, NOT_ENOUGH: 1, NOT_TESTED: 2}
+    return sorted(
+        comparisons,
+        key=lambda c: (rank[c.outcome], -c.moved, c.check, -1 if c.stage is None else c.stage),
     )
-    return Regressions(old, new, TEST, CONFIDENCE, MIN_RUNS, comparisons)
 
 
 def _hodges_lehmann(old: list[float], new: list[float]) -> float | None:
@@ -186,30 +378,24 @@ def _why_not_tested(draft: dict[str, Any]) -> str | None:
     return None
 
 
-def _holm(drafts: list[dict[str, Any]], family_alpha: float) -> None:
-    """Holm's step-down: the i-th smallest p-value (from 0) is held to alpha / (m - i), until one is not below it."""
-    m = len(drafts)
-    rejecting = True
-    for i, draft in enumerate(sorted(drafts, key=lambda d: d["p_value"])):
-        draft["alpha"] = family_alpha / (m - i)
-        rejecting = rejecting and draft["p_value"] <= draft["alpha"]
-        draft["rejected"] = rejecting
-
-
-def _conclude(draft: dict[str, Any], first_alpha: float) -> Comparison:
+def _conclude(draft: dict[str, Any], needed: dict[str, int], family: int) -> Comparison:
     n_old, n_new = draft["old_runs"], draft["new_runs"]
     why_not = _why_not_tested(draft)
-    p_value, alpha = draft.get("p_value"), draft.get("alpha")
+    decision: Decision | None = draft.get("decision")
+    tested: PValue | None = draft.get("tested")
+    p_value = tested.p_value if tested is not None else None
+    alpha = decision.alpha if decision is not None else None
     if why_not is not None:
         outcome, why = NOT_TESTED, why_not
-    elif p_value is None:
-        need = runs_needed(first_alpha)
-        outcome = NOT_ENOUGH
+    elif decision is None or tested is None or not decision.reachable:
+        need = needed[draft["method"] or WELCH]
+        outcome, p_value = NOT_ENOUGH, None
+        test = "the exact rank test" if draft["method"] == RANK else "Welch's t-test"
         why = (
-            f"{n_old} old and {n_new} new runs with a value; {need} a side needed to reach "
-            f"{CONFIDENCE:.0%} confidence over the comparisons made"
+            f"{n_old} old and {n_new} new runs with a value; {need} a side needed for {test} to decide at "
+            f"{CONFIDENCE:.0%} confidence over the {family} comparisons"
         )
-    elif draft.get("rejected"):
+    elif decision.rejected:
         outcome = REGRESSION
         why = f"{draft['worse']} values after the bump: p = {p_value:.2g} <= {alpha:.2g}"
     else:
@@ -230,6 +416,8 @@ def _conclude(draft: dict[str, Any], first_alpha: float) -> Comparison:
         alpha=alpha,
         outcome=outcome,
         why=why,
+        method=draft["method"] if why_not is None else None,
+        change=draft["change"],
     )
 
 

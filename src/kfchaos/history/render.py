@@ -18,6 +18,7 @@ from kfchaos.report.selfcontained import with_policy
 LETTER = {"PASS": "P", "FAIL": "F", "INCONCLUSIVE": "I"}
 ABSENT, UNVERIFIED, BUMP = ".", "?", "|"
 TOP_MODES = 10
+TOP_MOVED = 5  # the compared checks without a regression a PR comment names, the most moved first
 
 
 def figure(value: float | None, unit: str) -> str:
@@ -71,14 +72,22 @@ def _counts(history: History) -> str:
     return f"{len(history.runs)} runs, {len(history.verified)} verified, {unverified} unverified"
 
 
+def change(c: Comparison) -> str:
+    """How far the median moved toward the limit (+) or away from it (-), relative to OLD's."""
+    return "-" if c.change is None else f"{c.change * 100:+.2g} %"
+
+
 def _comparison_line(c: Comparison) -> str:
     where = f"{c.check} at {stage_name(c.stage)}"
-    if c.outcome in (NOT_ENOUGH, NOT_TESTED):
+    if c.outcome == NOT_TESTED:
         return f"{c.outcome.upper():<16} {where}: {c.why}"
+    if c.outcome == NOT_ENOUGH:
+        moved = f"median {change(c)} toward the limit; " if c.change is not None else ""
+        return f"{c.outcome.upper():<16} {where}: {moved}{c.why}"
     return (
         f"{c.outcome.upper():<16} {where}: median {figure(c.old_median, c.unit)} -> {figure(c.new_median, c.unit)} "
-        f"(shift {figure(c.shift, c.unit)}, limit {figure(c.limit, c.unit)}), {c.why}, "
-        f"{c.old_runs} vs {c.new_runs} runs"
+        f"({change(c)} toward the limit; shift {figure(c.shift, c.unit)}, limit {figure(c.limit, c.unit)}), "
+        f"{c.why}, {c.old_runs} vs {c.new_runs} runs"
     )
 
 
@@ -105,7 +114,7 @@ def text(history: History) -> str:
     lines.append("")
     lines.append(
         f"checks, oldest run first ({' '.join(f'{v} {k}' for k, v in LETTER.items())}, {ABSENT} none, "
-        f"{UNVERIFIED} unverified, {BUMP} version bump); median per version vs the limit:"
+        f"{UNVERIFIED} unverified, {BUMP} version bump), what moved first; median per version vs the limit:"
     )
     width = max([len(r.check) for r in history.rows] + [5])
     for row in history.rows:
@@ -129,6 +138,7 @@ def text(history: History) -> str:
 
 
 def _comparison_text(r: Regressions) -> list[str]:
+    """The regressions first, then what moved most (Regressions.comparisons' order: regression.by_movement)."""
     found = f"{len(r.regressions)} regression(s)" if r.tested else "nothing decided: not enough verified runs"
     lines = [f"{r.old} -> {r.new}: {found} ({_test_line(r)})"]
     shown = [c for c in r.comparisons if c.outcome != NOT_TESTED]
@@ -189,7 +199,14 @@ def markdown_compare(history: History) -> str:
     tested = [c for c in r.comparisons if c.outcome not in (REGRESSION, NOT_ENOUGH, NOT_TESTED)]
     if tested:
         other = " other" if regressions else ""
-        lines += ["", f"{len(tested)}{other} check(s) compared without a regression."]
+        moved = [c for c in tested if c.moved > 0][:TOP_MOVED]  # already most moved first
+        most = (
+            ", the most moved first: "
+            + ", ".join(f"`{c.check}` at {stage_name(c.stage)} {change(c)} (p = {c.p_value:.2g})" for c in moved)
+            if moved
+            else ""
+        )
+        lines += ["", f"{len(tested)}{other} check(s) compared without a regression{most}."]
     unverified = [x for x in old_runs + new_runs if not x.verified]
     if unverified:
         lines += [
@@ -248,8 +265,9 @@ def html(history: History) -> str:
         )
     parts.append("</table>")
     parts.append(
-        "<h2>Checks across runs</h2><table><tr><th>check</th><th>stage</th><th>runs, oldest first</th>"
-        "<th>limit</th><th>median per version</th><th>value per run (dashed: the limit)</th></tr>"
+        "<h2>Checks across runs, what moved first</h2><table><tr><th>check</th><th>stage</th>"
+        "<th>runs, oldest first</th><th>limit</th><th>median per version</th>"
+        "<th>value per run (dashed: the limit)</th></tr>"
     )
     for row in history.rows:
         parts.append(
@@ -263,7 +281,7 @@ def html(history: History) -> str:
         parts.append(
             f"<h2>{escape(r.old)} &rarr; {escape(r.new)}</h2><p>{escape(_test_line(r))}</p><table>"
             "<tr><th>outcome</th><th>check</th><th>stage</th><th>old median</th><th>new median</th>"
-            "<th>shift</th><th>limit</th><th>p</th><th>runs</th><th>why</th></tr>"
+            "<th>change toward the limit</th><th>shift</th><th>limit</th><th>p</th><th>runs</th><th>why</th></tr>"
         )
         for c in r.comparisons:
             cls = " class=regression" if c.outcome == REGRESSION else ""
@@ -271,7 +289,8 @@ def html(history: History) -> str:
             parts.append(
                 f"<tr><td{cls}>{escape(c.outcome)}</td><td>{escape(c.check)}</td><td>{stage_name(c.stage)}</td>"
                 f"<td>{escape(figure(c.old_median, c.unit))}</td><td>{escape(figure(c.new_median, c.unit))}</td>"
-                f"<td>{escape(figure(c.shift, c.unit))}</td><td>{escape(figure(c.limit, c.unit))}</td>"
+                f"<td class=num>{escape(change(c))}</td><td>{escape(figure(c.shift, c.unit))}</td>"
+                f"<td>{escape(figure(c.limit, c.unit))}</td>"
                 f"<td class=num>{p}</td><td>{c.old_runs} vs {c.new_runs}</td><td>{escape(c.why)}</td></tr>"
             )
         parts.append("</table>")

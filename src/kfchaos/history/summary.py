@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kfchaos.history.model import Measurement, RunEntry, ordered, versions_in_order
-from kfchaos.history.regression import FailureMode, Regressions, compare, failure_modes
+from kfchaos.history.regression import REGRESSION, FailureMode, Regressions, compare, failure_modes
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,23 @@ def _stage_order(key: tuple[str, int | None]) -> tuple[bool, int, str]:
     return (key[1] is None, key[1] or 0, key[0])
 
 
+def moved_first(rows: list[Row], comparisons: list[Regressions]) -> list[Row]:
+    """The rows a regression was found in first, then by how far the median moved at any bump (either way, relative
+    to the old version's), largest first; rows that did not move keep their stage order (a stable sort). A reader
+    sees what changed before scrolling past what did not."""
+    regressed: set[tuple[str, int | None]] = set()
+    moved: dict[tuple[str, int | None], float] = {}
+    for r in comparisons:
+        for c in r.comparisons:
+            key = (c.check, c.stage)
+            if c.outcome == REGRESSION:
+                regressed.add(key)
+            moved[key] = max(moved.get(key, 0.0), c.moved)
+    return sorted(
+        rows, key=lambda row: ((row.check, row.stage) not in regressed, -moved.get((row.check, row.stage), 0.0))
+    )
+
+
 def build(
     experiment: str,
     source: str,
@@ -90,13 +107,14 @@ def build(
     versions = versions_in_order(runs)
     if pairs is None:
         pairs = list(itertools.pairwise(versions))
+    comparisons = [compare(runs, old, new) for old, new in pairs]
     return History(
         experiment=experiment,
         source=source,
         runs=runs,
-        rows=rows,
+        rows=moved_first(rows, comparisons),
         versions=versions,
-        comparisons=[compare(runs, old, new) for old, new in pairs],
+        comparisons=comparisons,
         modes=failure_modes(runs),
         unreadable=list(unreadable or []),
     )
