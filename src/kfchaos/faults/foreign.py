@@ -17,7 +17,15 @@ every `interval` seconds and at its end, for
   (manifests/target-namespace/role.yaml), so an object elsewhere that names these pods in `namespaces` is not seen.
 - target pods deleted (gone, or given a deletionTimestamp) or containers restarted, where no fault of this run
   alive in the stage reaches the pod. A container killed for memory (OOMKilled) is left to the OOM check: the
-  run's own load can do that, and judging it is that check's work.
+  run's own load can do that, and judging it is that check's work. So is every later restart of that container in
+  the stage: a server coming back from the kill may fail its start and restart again, and the kubelet's last state
+  then shows that exit, not the kill. Seen on the real node (tests/cluster/node/test_vllm_node.py): vLLM 0.32's CPU
+  worker takes the container's free memory as its limit less `memory.usage_in_bytes` (vllm-project/vllm
+  vllm/utils/cpu_resource_utils.py `get_memory_node_info`, `get_cgroup_memory_usage`), which on cgroup v1 counts the
+  page cache of the libraries it has just read; a start that reads them afresh finds too little for its KV cache and
+  exits 1 from `determine_available_memory`. A kill and a second end both between two looks (`interval` apart)
+  would show only the second: the kubelet's back-off after a restart and a server's start make that unlikely, not
+  impossible.
 """
 
 from __future__ import annotations
@@ -148,6 +156,7 @@ class ForeignWatch:
     findings: dict[str, Finding] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     _pods: dict[str, PodState] | None = None
+    _oom_killed: set[tuple[str, str]] = field(default_factory=set)  # (pod uid, container) killed for memory
 
     def reasons(self) -> list[str]:
         return [f.reason for f in sorted(self.findings.values(), key=lambda f: f.at)]
@@ -205,7 +214,9 @@ class ForeignWatch:
                     continue
                 ended = _last_termination(pod, container)
                 if ended.get("reason") == "OOMKilled":
-                    continue  # the OOM check's to judge: this run's own load can do it
+                    self._oom_killed.add((uid, container))
+                if (uid, container) in self._oom_killed:
+                    continue  # the kill, or the server coming back from it: the OOM check's to judge
                 how = ", ".join(str(x) for x in (ended.get("reason"), f"exit {ended.get('exitCode')}") if x)
                 self._add(
                     f"restart/{uid}/{container}/{count}",
