@@ -31,6 +31,9 @@ MAX_REQUESTS = 20_000_000
 MAX_RESPONSE_BYTES = 64 << 20
 MAX_SSE_EVENT_BYTES = 4 << 20
 MAX_TOKENS = 2**31 - 1  # the records' int32 columns
+# A prompt longer than this is no prompt any served model takes (a choice: the longest context windows served are
+# 10M tokens, Llama 4 Scout's); a usage claiming more is a hostile answer, that request's `protocol` error.
+MAX_CONTEXT_TOKENS = 1 << 24
 
 # Traffic-side faults (kfchaos.traffic.trafficfaults.chain): one prompt a fault builds, the prompts of one wave together
 # (all may be in flight at once), and the extra requests a fault may hold in flight at once.

@@ -25,11 +25,12 @@ import resource
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from kfchaos.bounds import MAX_DURATION, MAX_REQUESTS
@@ -39,7 +40,7 @@ from kfchaos.traffic.plan import Planned, ReplayPlan
 from kfchaos.traffic.progress import Progress, Snapshot
 from kfchaos.traffic.recorder import Recorder, Spool, write_parquet
 from kfchaos.traffic.source import SourceReport, read_until
-from kfchaos.traffic.sse import SseTimer, stream_error
+from kfchaos.traffic.sse import SseTimer, bounded_name, stream_error
 from kfchaos.traffic.summary import StageSummary, summarize
 from kfchaos.traffic.tagging import new_trace_id
 from kfchaos.traffic.trafficfaults import client as clientfault
@@ -55,6 +56,7 @@ OVERRUN_GRACE = 1.0
 STOP_POLL = 0.1  # with a stop event, a long wait for the next request is cut in slices this long
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops a stage run with `signals`
 STALL_TICK = 0.01  # the loop watcher's timer: how often it checks that the event loop runs on time
+ITL_NUMPY = 4096  # more gaps than this in one stream are summarised with numpy (a list of floats costs 4x the memory)
 STALL_MIN = 0.005  # a timer this much late or more is a stall (uvloop's timers have 1 ms resolution)
 
 
@@ -68,9 +70,14 @@ class StageResult:
     recorder: Recorder | None = field(default=None, repr=False)
 
 
-def _itl(gaps: list[float]) -> tuple[float, float, float]:
+def _itl(gaps: Sequence[float]) -> tuple[float, float, float]:
     if not gaps:
         return (math.nan, math.nan, math.nan)
+    if len(gaps) > ITL_NUMPY:  # a long stream (up to millions of gaps): sorted in place, 8 bytes a gap
+        values = np.array(gaps, dtype=np.float64)
+        values.sort()
+        p99 = float(values[max(0, math.ceil(0.99 * len(values)) - 1)])
+        return (float(values.mean()), p99, float(values[-1]))
     ordered = sorted(gaps)
     p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
     return (sum(gaps) / len(gaps), p99, ordered[-1])
@@ -156,7 +163,11 @@ class _Stage:
             # 204 No Content and a HEAD answer have no body by definition.
             error = "empty_body" if request.method != "HEAD" else None
         answered = sse.model if sse is not None else None
-        if error is None and answered is not None and answered != self.builder.requested_model(request):
+        if (
+            error is None
+            and answered is not None
+            and answered != bounded_name(self.builder.requested_model(request) or "")
+        ):
             error = "wrong_model"  # a fallback's answer is not the target's (docs/verdict.md, "Who answered")
         if error is not None:
             self.errors += 1
