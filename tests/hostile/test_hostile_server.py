@@ -147,7 +147,7 @@ def test_invalid_utf8_and_other_encodings_are_refused() -> None:
             SseTimer().feed(b"data: " + payload + b"\n\n", 0.0)
 
 
-@pytest.mark.parametrize("reason", ["stop", "length", "tool_calls", "content_filter", "function_call"])
+@pytest.mark.parametrize("reason", ["stop", "length", "tool_calls", "content_filter", "function_call", "repetition"])
 def test_the_finish_reasons_an_api_defines_are_completions(reason: str) -> None:
     timer = SseTimer()
     timer.feed(token(" a", "m", reason) + usage(1) + DONE, 0.0)

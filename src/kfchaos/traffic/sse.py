@@ -62,10 +62,14 @@ CUT_MARK = "\u2026"  # ends a name that was cut, so a cut name never equals a wh
 FAILED_FINISH = {"abort": "finish_abort", "error": "finish_error"}
 # The finish_reason values an API defines. OpenAI's chat completion choice: stop, length, tool_calls, content_filter,
 # function_call (deprecated); its completions: stop, length, content_filter (platform.openai.com/docs/api-reference,
-# `finish_reason`). vLLM's engine: stop, length, abort, error (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS), and
-# its chat serving sets tool_calls (vllm/entrypoints/openai/protocol.py types finish_reason as a plain str). Any other
-# value is no finish an API knows: the answer is a `protocol` error, its finish_reason kept as the server said it.
-KNOWN_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "abort", "error"})
+# `finish_reason`). vLLM's engine: stop, length, abort, error, repetition (0.32's vllm/v1/engine/__init__.py
+# FINISH_REASON_STRINGS; repetition: "repetitive token pattern detected", an answer the engine ended), and its chat
+# serving sets tool_calls (vllm/entrypoints/openai/chat_completion/protocol.py: finish_reason a plain str). Any
+# other value is no finish an API knows: the answer is a `protocol` error, its finish_reason kept as the server said
+# it. A later vLLM that adds one needs it added here (tests/engine runs the pinned engine's answers through this).
+KNOWN_FINISH = frozenset(
+    {"stop", "length", "tool_calls", "content_filter", "function_call", "abort", "error", "repetition"}
+)
 
 
 def bounded_name(name: str) -> str:
