@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -34,12 +35,38 @@ from kfchaos.demo.stack.vllmengine import READY_TIMEOUT
 RECORD_NAME = "stack.json"
 
 
+# A port can be taken between its pick (kfchaos.demo.stack.ports) and the server's own bind: by another program's
+# server, or by another stack's pick. Such a start is tried again on new ports, this many times in all.
+PORT_TRIES = 3
+# How a server says its port is taken: Python's OSError (errno 98, "address already in use"), Go's (Prometheus,
+# "bind: address already in use").
+PORT_TAKEN = "address already in use"
+LOG_TAIL_BYTES = 16384
+
+
+class PortTaken(RuntimeError):
+    """A server of the stack could not bind its port: another process holds it."""
+
+
+def port_taken(log: Path) -> bool:
+    """Whether the end of a server's log says its port was taken."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
+            return PORT_TAKEN in handle.read().decode(errors="replace").lower()
+    except OSError:
+        return False
+
+
 def wait_http(
     url: str, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None, log: Path | None = None
 ) -> None:
-    """Until `url` answers below 500; raise when `process` exits first (with the tail of its `log`) or time runs out."""
+    """Until `url` answers below 500; raise when `process` exits first (with the tail of its `log`) or time runs out,
+    PortTaken as soon as its log says its port was taken (a supervisor would only restart it on the same port)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if log is not None and port_taken(log):
+            raise PortTaken(f"{url}: its port is taken; the end of {log}:\n{log_tail(log)}")
         if process is not None and process.poll() is not None:
             raise RuntimeError(
                 f"process {process.pid} ({url}) exited with {process.returncode} before answering"
@@ -156,6 +183,28 @@ class DemoStack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.tied and self._folder_lock is None:
             self._folder_lock = safefile.lock_folder(self.workdir)
+        self._on_free_ports(self._start_servers)
+        if self.with_prometheus and shutil.which("prometheus"):
+            self._on_free_ports(self._start_prometheus)
+        return self
+
+    def _on_free_ports(self, start: Callable[[], None]) -> None:
+        """`start`, again on new ports (it picks them) while a server says its port was taken, PORT_TRIES in all;
+        what a failed try started is stopped first."""
+        for attempt in range(1, PORT_TRIES + 1):
+            started = len(self.processes)
+            try:
+                start()
+                return
+            except PortTaken:
+                self._stop_processes(self.processes[started:])
+                with self._lock:
+                    del self.processes[started:]
+                    self._write_record()
+                if attempt == PORT_TRIES:
+                    raise
+
+    def _start_servers(self) -> None:
         self.server_port, self.proxy_port, self.control_port = free_port(), free_port(), free_port()
         python = sys.executable
         if isinstance(self.settings, EngineDeployment):
@@ -189,9 +238,6 @@ class DemoStack:
         if isinstance(self.settings, EngineDeployment):
             warm_up(self.server_url, self.settings.settings.served_model_name)
         wait_http(f"{self.control_url}/health", 30, proxy, self.workdir / "proxy.log")
-        if self.with_prometheus and shutil.which("prometheus"):
-            self._start_prometheus()
-        return self
 
     def _start_prometheus(self) -> None:
         self.prometheus_port = free_port()
@@ -255,17 +301,7 @@ class DemoStack:
     def stop(self) -> None:
         with self._lock:
             self._stopped = True
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        # The real engine's supervisor stops vLLM (its engine core and worker) and removes its cgroup first.
-        deadline = time.monotonic() + (30 if self.supervisor_port else 10)
-        for process in self.processes:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
+        self._stop_processes(self.processes)
         # The supervisor's child is in the supervisor's session; if the supervisor died hard, end it too.
         try:
             pid = json.loads(self.state_file.read_text()).get("pid")
@@ -279,6 +315,19 @@ class DemoStack:
         if self._folder_lock is not None:
             os.close(self._folder_lock)
             self._folder_lock = None
+
+    def _stop_processes(self, processes: list[subprocess.Popen[bytes]]) -> None:
+        for process in reversed(processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        # The real engine's supervisor stops vLLM (its engine core and worker) and removes its cgroup first.
+        deadline = time.monotonic() + (30 if self.supervisor_port else 10)
+        for process in processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
 
     def __enter__(self) -> DemoStack:
         self._previous = stop_on_signals()
