@@ -52,6 +52,9 @@ EXPECTED: dict[str, tuple[str | None, str | None]] = {
     "no-done-close": ("protocol", "stop"),
     "no-done-hang": ("timeout", "stop"),
 }
+# Also allowed: the flood ends at whichever bound comes first, 64 MiB read or the request's timeout (on a busy
+# machine 64 MiB take longer than 5 s: seen with the suite two at once on 2 cores).
+ALSO: dict[str, set[str]] = {"endless-flood": {"timeout"}}
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +85,8 @@ def test_each_attack_is_what_it_is_within_bounds(outcomes: dict[str, dict[str, A
     assert outcome["code"] == 0 and "Traceback" not in outcome["output"], outcome["output"]
     (row,) = outcome["row"]  # one request, one record: counted, never lost
     error, finish = EXPECTED[attack]
+    if row["error"] in ALSO.get(attack, set()):
+        error = row["error"]
     assert (row["status"], row["error"], row["finish_reason"]) == (200, error, finish)
     growth_mb = (outcome["hwm_kb"] - outcome["rss_before_kb"]) / 1024
     assert growth_mb < MAX_GROWTH_MB, f"{attack}: {growth_mb:.0f} MB above the start"
