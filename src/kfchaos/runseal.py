@@ -11,7 +11,8 @@ nobody can forge", says what an attacker with the folder, the key, or both can d
   A seal without a signature, or signed by a key not trusted here, verifies as "integrity only: not authenticated"
   (`kfchaos audit verify --require-signed` fails on it); a signature that does not verify is a mismatch.
 - The HMAC (`KFCHAOS_SEAL_KEY`, kept as an alternative for setups that already share that key) is symmetric: anyone
-  who can check it can also make it, the verifier included, so it never counts as signed.
+  who can check it can also make it, the verifier included, so it never counts as signed. A verifier that has the
+  key set requires it: a seal without an HMAC, or with one that does not match, is a mismatch.
 The verdict is re-judged from the folder's own inputs as well, so an edited verdict.json or report is caught even
 when its hash was rewritten.
 """
@@ -61,13 +62,20 @@ def sign(secret: bytes, body: Any) -> str:
 
 
 def check_signature(recorded: Any, body: Any) -> tuple[bool, str]:
-    """(ok, detail) of a recorded HMAC against this environment's key; ok without a key or without an HMAC, but
-    the detail then says it was not checked."""
+    """(ok, detail) of a recorded HMAC against this environment's key. Where the key is set, the HMAC must be there
+    and match it: a verifier given the key expects it on everything it checks, so a missing one is a mismatch (else
+    whoever rewrites a folder would only have to drop the HMAC). Without the key here it is not checked, and the
+    detail says so."""
     secret = key()
-    if recorded is None:
-        return True, f"not checked: signed without a key ({KEY_ENV} was not set)"
     if secret is None:
+        if recorded is None:
+            return True, f"not checked: signed without a key ({KEY_ENV} was not set), and it is not set here"
         return True, f"not checked: {KEY_ENV} is not set here"
+    if recorded is None:
+        return False, (
+            f"missing: {KEY_ENV} is set here, and this carries no HMAC: whoever wrote it did not hold the key "
+            "(sealed without it, or rewritten by someone without it)"
+        )
     good = hmac.compare_digest(str(recorded), sign(secret, body))
     return good, "matches the key" if good else "does not match the key"
 
@@ -116,6 +124,7 @@ class Finding:
     ok: bool
     detail: str
     authenticated: bool = False  # a signature that verified with a key trusted here
+    signer: str = ""  # a signature's finding: its kfchaos.signing.Verification status ("stranger", "unsigned", ...)
 
     def __str__(self) -> str:
         return f"{'ok      ' if self.ok else 'MISMATCH'} {self.what}: {self.detail}"
@@ -123,7 +132,27 @@ class Finding:
 
 def signature_finding(what: str, verification: signing.Verification) -> Finding:
     """A signature's finding: a mismatch only when it does not verify; authenticated only with a trusted key."""
-    return Finding(what, not verification.tampered, verification.detail, verification.authenticated)
+    return Finding(what, not verification.tampered, verification.detail, verification.authenticated,
+                   verification.status)  # fmt: skip
+
+
+def signer(findings: list[Finding], what: str = "signature") -> str:
+    """The status of the finding `what`'s signature (kfchaos.signing.Verification.status), "" when it has none."""
+    return next((f.signer for f in findings if f.what == what and f.signer), "")
+
+
+def sealed_run_id(folder: Path) -> str | None:
+    """The run id the folder's seal names (covered by its hash list, its signature and its HMAC), or None when the
+    seal cannot be read: `check` says why."""
+    path = folder / SEAL
+    try:
+        if path.stat().st_size > MAX_SEAL_BYTES:
+            return None
+        document = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    run_id = document.get("run_id") if isinstance(document, dict) else None
+    return run_id if isinstance(run_id, str) else None
 
 
 def check(folder: Path, candidates: tuple[str, ...], trusted: signing.Trust | None = None) -> list[Finding]:

@@ -10,7 +10,8 @@ a key the folder's writer does not hold shows who sealed it. Two rules follow, a
   fingerprint (`--public-key sha256:...`), one placed in `$XDG_CONFIG_HOME/kfchaos/trusted-keys/`, or the public
   half of the user's own signing key. A signature records its public key, but only as a name: whoever rewrites the
   folder can sign it again with a key of their own and record that one, so a recorded key is trusted only when its
-  fingerprint is pinned. A valid signature by any other key is reported as "not authenticated", never as ok.
+  fingerprint is pinned. A valid signature by any other key is reported as "not authenticated", never as ok; where
+  this verifier trusts keys and the signer is none of them, as "signed by a stranger", apart from "unsigned".
 
 Each signature is made over a domain-separated message (`<kind>\\0<bytes>`), so that a signature of one kind of
 document can never stand for another.
@@ -251,7 +252,9 @@ def _writable_by_others(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class Verification:
-    status: str  # "authenticated", "unsigned", "untrusted" (a valid signature by a key not trusted here), "invalid"
+    # "authenticated"; "unsigned"; "untrusted": a valid signature, and no key is trusted here; "stranger": a valid
+    # signature by a key other than those trusted here; "invalid": a signature that does not verify
+    status: str
     detail: str
     key_id: str | None = None
 
@@ -302,6 +305,17 @@ def verify(signature: Any, kind: str, data: bytes, trusted: Trust) -> Verificati
         )
     if key_id in trusted.pinned:
         return Verification("authenticated", f"signed by key {key_id}, pinned here ({trusted.pinned[key_id]})", key_id)
+    if trusted.keys or trusted.pinned:
+        # Keys are trusted here and this is none of them: someone else sealed it (a re-signed forgery, or a runner
+        # whose key this verifier was never given). Said apart from "unsigned": removing the signature is still open
+        # to whoever re-signed, so only --require-signed keeps either out.
+        return Verification(
+            "stranger",
+            f"signed by a stranger: key {key_id} is not one of the keys trusted here ({trusted.describe()}): "
+            "integrity only: not authenticated (whoever rewrites a folder can sign it with a key of their own); "
+            "if the runner's key changed, trust the new one with --public-key FILE or its pinned fingerprint",
+            key_id,
+        )
     return Verification(
         "untrusted",
         f"integrity only: not authenticated: signed by key {key_id}, which is not trusted here (a key recorded in "

@@ -99,8 +99,10 @@ def test_a_forged_folder_resealed_with_the_forgers_own_key_is_not_authenticated(
     assert _finding(report, "rejudge")["ok"], report  # the forgery is consistent: hashes and re-judge agree
     assert code == 0 and not report["authenticated"]
     detail = _finding(report, "signature")["detail"]
-    assert detail.startswith("integrity only: not authenticated: signed by key") and "not trusted here" in detail
-    assert "integrity only: not authenticated" in report["notes"][-1]
+    # The runner trusts a key (their own) and this is another: a stranger's signature, said apart from none (issue 46).
+    assert detail.startswith("signed by a stranger: key sha256:") and "integrity only: not authenticated" in detail
+    assert report["signature"] == "stranger"
+    assert report["notes"][-1].startswith("signed by a stranger") and "not authenticated" in report["notes"][-1]
     code, report = _verify(sealed, capsys, "--require-signed")
     assert code == 1 and not report["ok"]
 

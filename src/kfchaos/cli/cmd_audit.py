@@ -6,7 +6,9 @@ are what the verdict rests on, and the record alone hashes only the experiment a
 
 A signature counts only when a key trusted here verified it (`--public-key`, a pinned fingerprint, the user's config
 folder); a folder or record with only hashes, or signed by another key, verifies as "integrity only: not
-authenticated", and `--require-signed` makes that exit 1.
+authenticated", and `--require-signed` makes that exit 1. A signature by a key other than those trusted here is
+named as a stranger's (`"signature": "stranger"`), apart from none (`"unsigned"`). With KFCHAOS_SEAL_KEY set, an HMAC
+missing or not matching is a mismatch (kfchaos.runseal.check_signature).
 """
 
 from __future__ import annotations
@@ -65,14 +67,15 @@ def run_verify(args: argparse.Namespace) -> int:
         return _verify_folder(args, trusted)
     findings = verify(load_record(args.record), root=args.root.resolve(), trusted=trusted)
     signed = runseal.authenticated(findings, "record_signature")
+    signer = runseal.signer(findings, "record_signature")
     folder = layout.holding(args.record)
     if folder is None:
-        return _report(args, {"record": str(args.record)}, findings, trusted, signed, None)
+        return _report(args, {"record": str(args.record)}, findings, trusted, (signed, signer), None)
     # The record of a run folder: the folder's files are checked with it, the one list `verdict --run` checks too
     # (an edited experiment copy or records file is named, whatever the record's own hashes say).
     findings += verification.verify(folder, trusted, record_checked=True)
     head = {"record": str(args.record), "folder": str(folder.path)}
-    return _report(args, head, findings, trusted, signed, runseal.proves(findings))
+    return _report(args, head, findings, trusted, (signed, signer), runseal.proves(findings))
 
 
 def _verify_folder(args: argparse.Namespace, trusted: Any) -> int:
@@ -80,8 +83,15 @@ def _verify_folder(args: argparse.Namespace, trusted: Any) -> int:
     from kfchaos.rundir import layout, verification
 
     findings = verification.verify(layout.open_to_verify(args.record), trusted)
-    return _report(args, {"folder": str(args.record)}, findings, trusted, runseal.authenticated(findings),
-                   runseal.proves(findings))  # fmt: skip
+    signed = (runseal.authenticated(findings), runseal.signer(findings))
+    return _report(args, {"folder": str(args.record)}, findings, trusted, signed, runseal.proves(findings))
+
+
+# The signature's status (kfchaos.signing.Verification) in the notes: a stranger's signature is said apart from none.
+_UNSIGNED_NOTE = {
+    "stranger": "signed by a stranger (a key other than those trusted here): integrity only: not authenticated",
+    "untrusted": "signed by a key, and no key is trusted here: integrity only: not authenticated",
+}
 
 
 def _report(
@@ -89,14 +99,16 @@ def _report(
     head: dict[str, Any],
     findings: list[Any],
     trusted: Any,
-    signed: bool,
+    signed_by: tuple[bool, str],
     proves: list[str] | None,
 ) -> int:
+    signed, signer = signed_by
     ok = all(f.ok for f in findings)
     refused = args.require_signed and not signed
     notes = list(trusted.problems)
     if not signed:
-        notes.append("integrity only: not authenticated" + ("" if not refused else " (--require-signed: refused)"))
+        note = _UNSIGNED_NOTE.get(signer, "integrity only: not authenticated")
+        notes.append(note + ("" if not refused else " (--require-signed: refused)"))
     if args.json:
         from kfchaos.cli.jsonout import emit
 
@@ -105,6 +117,7 @@ def _report(
                 **head,
                 "ok": ok and not refused,
                 "authenticated": signed,
+                "signature": signer or "none",  # authenticated, unsigned, stranger, untrusted, invalid
                 "trusted_keys": trusted.describe(),
                 "findings": [
                     {"what": f.what, "ok": f.ok, "detail": f.detail, "authenticated": f.authenticated} for f in findings

@@ -5,7 +5,8 @@ the verdict task's `audit` artifact through the API server, else from the object
 
 Run fields are KFP v2beta1's Run (kubeflow/pipelines backend/api/v2beta1/run.proto: run_id, experiment_id,
 recurring_run_id, created_at, state, runtime_config.parameters, run_details.task_details). A run that ended before
-its verdict, or whose record cannot be read or does not verify, is listed as unverified with the reason. A run still
+its verdict, or whose record cannot be read, does not verify, or is another run's (its `run.id`), is listed as
+unverified with the reason. A run still
 going is left out (it has no verdict yet) and counted in `unreadable` as such. The namespace is passed as given: a
 single-user API server replaces it with "" and a multi-user one checks the experiment belongs to it
 (backend/src/apiserver/resource/resource_manager.go ReplaceNamespace, server/run_server.go listRuns; KFP 2.1.0).
@@ -139,6 +140,13 @@ def _entry(
         metadata = metadata or record_experiment
         if metadata.get("name") not in (None, experiment):
             return None
+        recorded = record.get("run")
+        recorded_run: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+        if recorded_run.get("id") != run_id:  # the pipeline records its own run's id (PIPELINE_JOB_ID_PLACEHOLDER)
+            problems.append(
+                f"its audit record is of run {str(recorded_run.get('id'))[:80]!r}, not of this one: a record "
+                "copied from another run counts for that run alone"
+            )
         findings = audit.verify(record, None, trusted)
         problems += [str(f) for f in findings if not f.ok]
         if require_signed and not runseal.authenticated(findings, "record_signature"):

@@ -13,12 +13,14 @@ from kfchaos.history import chart
 from kfchaos.history.model import Measurement, RunEntry
 from kfchaos.history.regression import NOT_ENOUGH, NOT_TESTED, REGRESSION, Comparison, Regressions
 from kfchaos.history.summary import History, Row
+from kfchaos.report.mdtext import markdown_text
 from kfchaos.report.selfcontained import with_policy
 
 LETTER = {"PASS": "P", "FAIL": "F", "INCONCLUSIVE": "I"}
 ABSENT, UNVERIFIED, BUMP = ".", "?", "|"
 TOP_MODES = 10
 TOP_MOVED = 5  # the compared checks without a regression a PR comment names, the most moved first
+TOP_UNVERIFIED = 20  # the unverified runs a PR comment names: planted folders must not fill it
 
 
 def figure(value: float | None, unit: str) -> str:
@@ -158,25 +160,37 @@ def run_started(run: RunEntry) -> str:
 # --- Markdown: `--compare OLD NEW` ----------------------------------------------------------------------------
 
 
+def _md(value: object) -> str:
+    """Outside text (a reason, a folder's path, an experiment's name) in the comment: kfchaos.report.mdtext."""
+    return markdown_text(value)
+
+
+def _code(value: object) -> str:
+    """An identifier from outside (a check, a version, a run id): a code span where it can be one as is."""
+    return markdown_text(value, code=True, limit=120)
+
+
 def markdown_compare(history: History) -> str:
-    """A PR comment: the verdict of the comparison first, then each regression, then what could not be said."""
+    """A PR comment: the verdict of the comparison first, then each regression, then what could not be said. Every
+    string from a run folder, a KFP run or the command line goes through kfchaos.report.mdtext.markdown_text."""
     r = history.comparisons[0]
     old_runs = [x for x in history.runs if x.pipeline_version == r.old]
     new_runs = [x for x in history.runs if x.pipeline_version == r.new]
     regressions = r.regressions
     short = [c for c in r.comparisons if c.outcome == NOT_ENOUGH]
+    old, new = _code(r.old), _code(r.new)
     if regressions:
-        head = f"**{len(regressions)} regression(s)** from pipeline version `{r.old}` to `{r.new}`"
+        head = f"**{len(regressions)} regression(s)** from pipeline version {old} to {new}"
     elif r.tested:
-        head = f"**No regression found** from pipeline version `{r.old}` to `{r.new}`"
+        head = f"**No regression found** from pipeline version {old} to {new}"
     else:
-        head = f"**Not enough runs** to compare pipeline version `{r.old}` with `{r.new}`: no claim either way"
+        head = f"**Not enough runs** to compare pipeline version {old} with {new}: no claim either way"
     lines = [
-        f"### kfchaos history: {history.experiment}",
+        f"### kfchaos history: {_md(history.experiment)}",
         "",
         head + ".",
         "",
-        f"Runs: `{r.old}` {_side(old_runs)}; `{r.new}` {_side(new_runs)}. Test: {_test_line(r)}.",
+        f"Runs: {old} {_side(old_runs)}; {new} {_side(new_runs)}. Test: {_md(_test_line(r))}.",
     ]
     if regressions:
         lines += [
@@ -186,39 +200,41 @@ def markdown_compare(history: History) -> str:
         ]
     for c in regressions:
         lines.append(
-            f"| :red_circle: regression | `{c.check}` | {stage_name(c.stage)} | {figure(c.old_median, c.unit)} | "
-            f"{figure(c.new_median, c.unit)} | {figure(c.shift, c.unit)} | {figure(c.limit, c.unit)} | "
-            f"{c.p_value:.2g} (<= {c.alpha:.2g}) | {c.old_runs} vs {c.new_runs} |"
+            f"| :red_circle: regression | {_code(c.check)} | {stage_name(c.stage)} | "
+            + " | ".join(_md(figure(v, c.unit)) for v in (c.old_median, c.new_median, c.shift, c.limit))
+            + f" | {c.p_value:.2g} (<= {c.alpha:.2g}) | {c.old_runs} vs {c.new_runs} |"
         )
     by_why: dict[str, list[Comparison]] = {}
     for c in short:
         by_why.setdefault(c.why, []).append(c)
     for why, items in by_why.items():
-        names = ", ".join(f"`{c.check}` at {stage_name(c.stage)}" for c in items)
-        lines += ["", f"Not compared, too few runs ({why}): {names}."]
+        names = ", ".join(f"{_code(c.check)} at {stage_name(c.stage)}" for c in items)
+        lines += ["", f"Not compared, too few runs ({_md(why)}): {names}."]
     tested = [c for c in r.comparisons if c.outcome not in (REGRESSION, NOT_ENOUGH, NOT_TESTED)]
     if tested:
         other = " other" if regressions else ""
         moved = [c for c in tested if c.moved > 0][:TOP_MOVED]  # already most moved first
         most = (
             ", the most moved first: "
-            + ", ".join(f"`{c.check}` at {stage_name(c.stage)} {change(c)} (p = {c.p_value:.2g})" for c in moved)
+            + ", ".join(f"{_code(c.check)} at {stage_name(c.stage)} {change(c)} (p = {c.p_value:.2g})" for c in moved)
             if moved
             else ""
         )
         lines += ["", f"{len(tested)}{other} check(s) compared without a regression{most}."]
     unverified = [x for x in old_runs + new_runs if not x.verified]
     if unverified:
+        more = len(unverified) - TOP_UNVERIFIED
         lines += [
             "",
             f"{len(unverified)} run(s) could not be verified and were not counted: "
-            + ", ".join(f"`{x.run_id}`" for x in unverified),
+            + ", ".join(_code(x.run_id) for x in unverified[:TOP_UNVERIFIED])
+            + (f" and {more} more (`kfchaos history` lists each, with why)" if more > 0 else ""),
         ]
     new_modes = [m for m in history.modes if r.new in m.versions and r.old not in m.versions]
     if new_modes:
         lines += ["", "Failure modes seen only since the bump:"]
         lines += [
-            f"- {m.status} `{m.check}` at {stage_name(m.stage)} in {m.runs} run(s): {m.last_reason}"
+            f"- {_md(m.status)} {_code(m.check)} at {stage_name(m.stage)} in {m.runs} run(s): {_md(m.last_reason)}"
             for m in new_modes[:5]
         ]
     return "\n".join(lines) + "\n"
@@ -300,12 +316,14 @@ def html(history: History) -> str:
     )
     for mode in history.modes:
         parts.append(
-            f"<tr><td class=num>{mode.runs}</td><td>{mode.status}</td><td>{escape(mode.check)}</td>"
+            f"<tr><td class=num>{mode.runs}</td><td>{escape(mode.status)}</td><td>{escape(mode.check)}</td>"
             f"<td>{stage_name(mode.stage)}</td><td>{escape(mode.last_reason)}</td>"
             f"<td>{escape(', '.join(mode.versions))}</td></tr>"
         )
     parts.append("</table>")
-    data = json.dumps(history.to_dict(), default=str).replace("</", "<\\/")
+    # Inside <script>: no `<` at all (neither `</script>` nor `<!--` can end or bend the block), nor `>` or `&`.
+    data = json.dumps(history.to_dict(), default=str).replace("<", "\\u003c").replace(">", "\\u003e")
+    data = data.replace("&", "\\u0026")
     parts.append(f'<script type="application/json" id="kfchaos-history">{data}</script></body></html>\n')
     return with_policy("\n".join(parts))
 

@@ -9,4 +9,7 @@ run folder's manifest), experiment (an Experiment), records (Parquet path, Table
 MetricsSnapshot or its JSON), baseline (the baseline file's mapping), control_records (the control
 baseline's Parquet), run_state, steps, audit, fault_types, evidence (the OOM evidence bundle, kfchaos.evidence).
 `kfchaos.rundir` builds the context from a run folder.
+
+`kfchaos.report.mdtext.markdown_text` makes text from outside inert in GitHub Flavored Markdown (links, images, HTML,
+mentions, code fences, table cells): the one escaping function of the Markdown `kfchaos history` writes.
 """

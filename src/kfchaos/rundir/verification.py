@@ -16,6 +16,7 @@ from kfchaos.rundir.layout import (
     BASELINE,
     CONTROL_RECORDS,
     EXPERIMENT,
+    MANIFEST,
     METRICS,
     RECORDS,
     RUN_STATE,
@@ -33,6 +34,7 @@ def verify(run: RunDir, trusted: signing.Trust | None = None, record_checked: bo
     stage."""
     trusted = signing.trust() if trusted is None else trusted
     findings = runseal.check(run.path, SEALED, trusted)
+    findings += _identity(run)
     if run.has(AUDIT):
         findings += _audit_findings(run, trusted, record_checked)
     again = rejudge(run)
@@ -53,6 +55,27 @@ def verify(run: RunDir, trusted: signing.Trust | None = None, record_checked: bo
     return findings
 
 
+def _identity(run: RunDir) -> list[runseal.Finding]:
+    """The run the folder holds is the run its name says: the seal names its run id (under its hashes and its
+    signature), and so does run.json. A whole genuine folder copied or renamed (to count one good night twice, or
+    to stand for another run) keeps the seal of the run it was."""
+    sealed = runseal.sealed_run_id(run.path)
+    if sealed is None:
+        return []  # no readable seal: runseal.check's finding says so
+    name = run.path.resolve().name
+    try:
+        named = run.manifest().get("run_id") if run.has(MANIFEST) else None
+    except KfchaosError:
+        named = None  # an unreadable run.json: its hash is the finding
+    problems = [f"sealed as run {sealed!r}"] if sealed != name else []
+    if named is not None and named != name:
+        problems.append(f"{MANIFEST} names run {named!r}")
+    if problems:
+        detail = f"the folder is {name!r}, but {' and '.join(problems)}: a copy or a rename of another run's folder"
+        return [runseal.Finding("run_id", False, detail)]
+    return [runseal.Finding("run_id", True, f"{name!r}, as sealed")]
+
+
 def _audit_findings(run: RunDir, trusted: signing.Trust, record_checked: bool = False) -> list[runseal.Finding]:
     """The pipeline's audit record: its own hashes (unless `record_checked`), and its experiment and baseline
     against the folder's files."""
@@ -66,7 +89,7 @@ def _audit_findings(run: RunDir, trusted: signing.Trust, record_checked: bool = 
         []
         if record_checked
         else [
-            runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail, f.authenticated)
+            runseal.Finding(f"{AUDIT} {f.what}", f.ok, f.detail, f.authenticated, f.signer)
             for f in audit.verify(record, None, trusted)
         ]
     )
