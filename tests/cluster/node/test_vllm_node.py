@@ -46,12 +46,15 @@ from tests.cluster.node.vllmpod import engine_objects
 from tests.cluster.test_oom_real import query
 from tests.engine.conftest import require_engine
 
-# node_long: `make e2e-local` runs it (17 min with the cluster's start: two engine roll-outs, a baseline and two whole
-# pipeline runs on KFP), `make test` not: CI runs the kernel's OOM kill of a served container through test_oom_node.py
-# within its minutes. The engine's first start in its pod sometimes fails (exit 1: ValueError from
-# vllm/v1/worker/cpu_worker.py determine_available_memory, seen twice, once in a CI run) and the kubelet's restart
-# then serves: each case counts only restarts after its roll-out and warm-up.
-pytestmark = [pytest.mark.cluster, pytest.mark.node, pytest.mark.node_long]
+# `make test` (and so CI) runs the unsafe case: one roll-out and one pipeline run, which the abort rule on OOM kills
+# ends seconds after the kill. The tuned cases are node_long, `make e2e-local` only: a roll-out, a baseline and a whole
+# 90 s stage on KFP. The engine's first start in its pod often fails, and the kubelet's restart then serves: vLLM
+# 0.32's CPU worker takes its free memory as the container's limit less memory.usage_in_bytes (vllm-project/vllm
+# vllm/utils/cpu_resource_utils.py get_memory_node_info), which on this cgroup v1 node counts the page cache of the
+# libraries the start has just read from the host's mount ("Available memory on node 0 (0.25/2.75 GiB) on kv cache
+# allocation is less than requested memory for kv (0.5 GiB)", exit 1 from determine_available_memory); a restart
+# finds them charged to the container before it. Each case counts only restarts after its roll-out and warm-up.
+pytestmark = [pytest.mark.cluster, pytest.mark.node]
 
 # The target namespace of manifests/overlays/llm-serving, whose Role lets the pipeline's runner (kfchaos-runner) read
 # the target and hold its lease: a namespace of its own would need that overlay copied, as docs/team-repo.md says.
@@ -72,13 +75,22 @@ def roll_out(node: NodeCluster, scenario: str) -> Target:
 
 
 @pytest.fixture(scope="module")
-def engine_target(node_cluster: NodeCluster) -> Iterator[Target]:
-    """The engine with the tuned settings (the unsafe case rolls the unsafe ones out over it)."""
+def engine_namespace(node_cluster: NodeCluster) -> Iterator[None]:
+    """Whichever engine this module's cases rolled out is gone after them: the rest of the cluster suite uses
+    llm-serving with KWOK's pods only."""
     require_engine()
     try:
-        yield roll_out(node_cluster, "tuned")
+        yield
     finally:
-        remove_target(node_cluster, NAMESPACE)
+        apps = k8s.AppsV1Api(node_cluster.cluster.api_client())
+        if apps.list_namespaced_deployment(NAMESPACE, field_selector="metadata.name=demo-llm").items:
+            remove_target(node_cluster, NAMESPACE)
+
+
+@pytest.fixture(scope="module")
+def engine_target(node_cluster: NodeCluster, engine_namespace: None) -> Target:
+    """The engine with the tuned settings."""
+    return roll_out(node_cluster, "tuned")
 
 
 def _containers(core: k8s.CoreV1Api) -> list[dict[str, Any]]:
@@ -97,6 +109,7 @@ def _containers(core: k8s.CoreV1Api) -> list[dict[str, Any]]:
     return found
 
 
+@pytest.mark.node_long
 def test_the_engine_serves_as_a_pod_and_the_cluster_sees_it(node_cluster: NodeCluster, engine_target: Target) -> None:
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     body = json.dumps({"model": MODEL_NAME, "prompt": "hello", "max_tokens": 4}).encode()
@@ -134,11 +147,13 @@ def test_the_engine_serves_as_a_pod_and_the_cluster_sees_it(node_cluster: NodeCl
 NAME = "vllm-node-engine"
 
 
-def experiment(version: str, prometheus: str) -> str:
+def experiment(version: str, prometheus: str, stage_duration: str | None = None) -> str:
     """`kfchaos demo --engine vllm`'s experiment (its traffic, burst, SLOs and abort rules) against the pod's Service,
     with a baseline captured from the cluster's Prometheus as the run's pods dial it."""
     document = yaml.safe_load(ENGINE_EXPERIMENT.read_text())
     document["metadata"].update(name=NAME, version=version, owner="kfchaos-tests")
+    if stage_duration is not None:
+        document["spec"]["traffic"]["stage_duration"] = stage_duration
     document["spec"]["target"].update(
         namespace=NAMESPACE,
         selector={"labels": {"app.kubernetes.io/name": "vllm"}},
@@ -163,6 +178,7 @@ def _verdict_line(done: Any) -> str:
     return str(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else ""
 
 
+@pytest.mark.node_long
 def test_tuned_settings_hold_the_burst_and_the_compiled_pipeline_passes_with_exit_0(
     node_cluster: NodeCluster, engine_target: Target, engine_root: Path
 ) -> None:
@@ -179,15 +195,20 @@ def test_tuned_settings_hold_the_burst_and_the_compiled_pipeline_passes_with_exi
 
 
 def test_unsafe_settings_get_the_engine_oom_killed_and_the_compiled_pipeline_fails_naming_the_kill(
-    node_cluster: NodeCluster, engine_target: Target, engine_root: Path
+    node_cluster: NodeCluster, engine_namespace: None, tmp_path: Path
 ) -> None:
+    """Without a baseline, as a team's first run: the drift check cannot be judged, and the kill alone must FAIL the
+    run, not leave it INCONCLUSIVE. The engine's start after the kill may fail once more (vLLM's reading of its free
+    memory, above): the kill's aftermath, not foreign interference (kfchaos.faults.foreign)."""
     core = k8s.CoreV1Api(node_cluster.cluster.api_client())
     roll_out(node_cluster, "unsafe")
     (before,) = _containers(core)
     print(f"the engine's container before the run: {before}")  # a restart here is not the burst's
-    experiment_file = engine_root / "experiments" / f"{NAME}.yaml"
-    experiment_file.write_text(experiment("1.0.1", node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"]))
-    done = run_compiled(node_cluster, engine_root, NAME)
+    # 30 s, not the demo's 90: the burst comes at 5 s, and 360 requests still meet the experiment's min_samples (300).
+    text = experiment("1.0.1", node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"], stage_duration="30s")
+    root = scratch_root(tmp_path, {f"{NAME}.yaml": text})
+    assert not (root / "baselines" / f"{NAME}.yaml").exists()
+    done = run_compiled(node_cluster, root, NAME)
     # The kubelet's report of the container's end. On cgroup v1 the kernel killed the worker, not the container's
     # first process: containerd marks the container OOMKilled on the TaskOOM event, and the API server then exits by
     # itself (0), so the reason is OOMKilled with whatever exit followed (docs/verdict.md, "OOM kills").
