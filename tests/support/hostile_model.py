@@ -9,10 +9,11 @@ import asyncio
 import contextlib
 import contextvars
 import json
-import threading
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+from tests.support.threadserver import ThreadedServer
 
 MB = 1 << 20
 BIG_EVENT_BYTES = 100 * MB  # one SSE event this long
@@ -58,49 +59,11 @@ def _bomb(wbits: int) -> bytes:
 
 
 @dataclass
-class HostileModelServer:
+class HostileModelServer(ThreadedServer):
     """`with HostileModelServer() as server:` then target `server.url`; `served` counts the answers begun per model."""
 
-    port: int = 0
     served: dict[str, int] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
     _bombs: dict[str, bytes] = field(default_factory=dict)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> HostileModelServer:
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            server = loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
-            self.port = server.sockets[0].getsockname()[1]
-            ready.set()
-            loop.run_forever()
-            server.close()
-            tasks = asyncio.all_tasks(loop)
-            for task in tasks:
-                task.cancel()
-
-            async def drain() -> None:
-                await asyncio.gather(*tasks, return_exceptions=True)
-
-            loop.run_until_complete(drain())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
-        assert ready.wait(10), "the hostile model server did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None and self._thread is not None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
     def bomb(self, coding: str) -> bytes:
         if coding not in self._bombs:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.support.threadserver import ThreadedServer
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Seen:
 
 
 @dataclass
-class LoopbackServer:
+class LoopbackServer(ThreadedServer):
     tokens: int = 5
     gap_ms: float = 5.0
     truncate: bool = False  # end streams without usage and [DONE]
@@ -52,45 +53,6 @@ class LoopbackServer:
     answer_model: str | None = None  # the model a misbehaving stream names (default: the one asked for)
     streams: int = 0
     seen: list[Seen] = field(default_factory=list)
-    port: int = 0
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LoopbackServer:
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            server = loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
-            self.port = server.sockets[0].getsockname()[1]
-            ready.set()
-            loop.run_forever()
-            server.close()
-            tasks = asyncio.all_tasks(loop)
-            for task in tasks:
-                task.cancel()
-
-            async def drain() -> None:
-                await asyncio.gather(*tasks, return_exceptions=True)
-
-            loop.run_until_complete(drain())
-            loop.run_until_complete(server.wait_closed())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
-        assert ready.wait(10), "loopback server did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None and self._thread is not None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served = 0
