@@ -42,18 +42,24 @@ PORT_TRIES = 3
 # "bind: address already in use").
 PORT_TAKEN = "address already in use"
 LOG_TAIL_BYTES = 16384
+LOG_EVERY = 1.0  # seconds between two reads of a starting server's log
 
 
 class PortTaken(RuntimeError):
     """A server of the stack could not bind its port: another process holds it."""
 
 
+def _log_end(path: Path) -> str:
+    """The last LOG_TAIL_BYTES of a server's log ("" when unreadable): a log may be long, only its end says why."""
+    with path.open("rb") as handle:
+        handle.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+        return handle.read().decode(errors="replace")
+
+
 def port_taken(log: Path) -> bool:
     """Whether the end of a server's log says its port was taken."""
     try:
-        with log.open("rb") as handle:
-            handle.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
-            return PORT_TAKEN in handle.read().decode(errors="replace").lower()
+        return PORT_TAKEN in _log_end(log).lower()
     except OSError:
         return False
 
@@ -64,9 +70,12 @@ def wait_http(
     """Until `url` answers below 500; raise when `process` exits first (with the tail of its `log`) or time runs out,
     PortTaken as soon as its log says its port was taken (a supervisor would only restart it on the same port)."""
     deadline = time.monotonic() + timeout
+    log_read = 0.0
     while time.monotonic() < deadline:
-        if log is not None and port_taken(log):
-            raise PortTaken(f"{url}: its port is taken; the end of {log}:\n{log_tail(log)}")
+        if log is not None and time.monotonic() - log_read >= LOG_EVERY:  # the log, not every probe's 0.1 s
+            log_read = time.monotonic()
+            if port_taken(log):
+                raise PortTaken(f"{url}: its port is taken; the end of {log}:\n{log_tail(log)}")
         if process is not None and process.poll() is not None:
             raise RuntimeError(
                 f"process {process.pid} ({url}) exited with {process.returncode} before answering"
@@ -85,7 +94,7 @@ def wait_http(
 
 def log_tail(path: Path, chars: int = 3000) -> str:
     try:
-        return path.read_text(errors="replace")[-chars:]
+        return _log_end(path)[-chars:]
     except OSError as error:
         return f"(unreadable: {error})"
 
