@@ -6,7 +6,10 @@ series), read back through `snapshot_for_experiment` and judged by `evaluate` ov
   (google/cadvisor#3015); kube-state-metrics' restart count steps up with last reason OOMKilled -> FAIL;
 - vanished: a pod with 3 old kills disappears, its counters with it ([6, 6, 3, 3, 3] summed) -> no kill;
 - late: the restart shows one sample after the stage's last request, inside one scrape interval -> counted;
-- gpu: a restart with reason Error; the previous container log decides whether it was a CUDA OOM.
+- gpu: a restart with reason Error; the previous container log decides whether it was a CUDA OOM;
+- node: a restart with reason Error or Completed while the node's kernel OOM-killed (node-exporter's
+  node_vmstat_oom_kill rose: a global OOM, or a cgroup kill whose TaskOOM event was lost) -> counted as an OOM
+  kill; on a node whose counter nobody scrapes -> INCONCLUSIVE (kfchaos.metrics.nodeoom).
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ def history(t0: float, end: float) -> str:
             (f'{c},pod="van-1",uid="u-van1"', steps(times, {0: 3})),
             (f'{c},pod="late-0",uid="u-late"', steps(times, {late: 1})),
             (f'{c},pod="gpu-0",uid="u-gpu"', steps(times, {t0 + 300: 1})),
+            (f'{c},pod="glob-0",uid="u-glob"', steps(times, {t0 + 300: 1})),
+            (f'{c},pod="lost-0",uid="u-lost"', steps(times, {t0 + 300: 1})),
+            (f'{c},pod="blind-0",uid="u-blind"', steps(times, {t0 + 300: 1})),
         ],
     )
     always = [(float(t), 1.0) for t in times]
@@ -90,6 +96,38 @@ def history(t0: float, end: float) -> str:
             (f'{c},pod="van-1",uid="u-van1",reason="OOMKilled"', always),
             (f'{c},pod="late-0",uid="u-late",reason="OOMKilled"', [p for p in always if p[0] >= late]),
             (f'{c},pod="gpu-0",uid="u-gpu",reason="Error"', [p for p in always if p[0] >= t0 + 300]),
+            (f'{c},pod="glob-0",uid="u-glob",reason="Error"', [p for p in always if p[0] >= t0 + 300]),
+            (f'{c},pod="lost-0",uid="u-lost",reason="Completed"', [p for p in always if p[0] >= t0 + 300]),
+            (f'{c},pod="blind-0",uid="u-blind",reason="Error"', [p for p in always if p[0] >= t0 + 300]),
+        ],
+    )
+    # Which node each pod runs on (kube-state-metrics), node-exporter's pods among them.
+    pod_info = Family(
+        "kube_pod_info",
+        "gauge",
+        [
+            (f'namespace="{ns}",pod="{pod}",uid="{uid}",node="{node}"', always)
+            for ns, pod, uid, node in (
+                ("serving", "gpu-0", "u-gpu", "n-quiet"),
+                ("serving", "glob-0", "u-glob", "n-hot"),
+                ("serving", "lost-0", "u-lost", "n-labelled"),
+                ("serving", "blind-0", "u-blind", "n-blind"),
+                ("monitoring", "node-exporter-q", "u-neq", "n-quiet"),
+                ("monitoring", "node-exporter-h", "u-neh", "n-hot"),
+            )
+        ],
+    )
+    # The node kernels' OOM counters: kube-prometheus-stack's shape (node-exporter's own namespace and pod, no
+    # node label) for n-quiet and n-hot, a scrape that labels the node for n-labelled, none for n-blind. n-hot's
+    # kernel kills at t0 + 290, n-labelled's at t0 + 295; n-quiet's kills nothing.
+    exporter = 'namespace="monitoring",instance="10.0.0.{}:9100",job="node-exporter"'
+    node_oom = Family(
+        "node_vmstat_oom_kill",
+        "unknown",
+        [
+            (f'{exporter.format(1)},pod="node-exporter-q"', steps(times, {0: 5})),
+            (f'{exporter.format(2)},pod="node-exporter-h"', steps(times, {0: 2, t0 + 290: 3})),
+            ('instance="n-labelled",job="node",node="n-labelled"', steps(times, {0: 7, t0 + 295: 8})),
         ],
     )
     cadvisor = Family(
@@ -103,7 +141,8 @@ def history(t0: float, end: float) -> str:
             (f'{c},pod="van-1",id="/kubepods/v1"', steps(times, {0: 3})),
         ],
     )
-    lines = [*restarts.lines(), *reasons.lines(), *cadvisor.lines(), "# EOF", ""]
+    families = (restarts, reasons, cadvisor, pod_info, node_oom)
+    lines = [*(line for family in families for line in family.lines()), "# EOF", ""]
     return "\n".join(lines)
 
 
@@ -179,6 +218,31 @@ def test_an_unreadable_crash_log_is_inconclusive(cluster: Cluster, monkeypatch: 
 
 
 def test_a_crash_for_another_cause_is_not_an_oom(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # gpu-0's node (n-quiet) killed nothing; another node (n-hot) did, at the same time: not this crash's cause.
     check = oom_check(cluster, monkeypatch, "gpu-0", read_log=lambda *a: "ValueError: bad sampling params\n")
     assert check.status is Status.PASS, check.reason
     assert check.details["oom_kills"] == 0
+
+
+def test_a_crash_while_the_node_kernel_oom_killed_is_an_oom_kill(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A global OOM: reason Error, no cgroup event; the node's node_vmstat_oom_kill rose 10 s before the crash.
+    check = oom_check(cluster, monkeypatch, "glob-0", read_log=lambda *a: "INFO: Started server process\n")
+    assert check.status is Status.FAIL, check.reason
+    assert check.details["host_oom_kills_node"] == 1 and check.details["host_oom_kills"] == 1
+    assert "1 a crash while its node's kernel OOM-killed" in check.reason
+
+
+def test_a_lost_oom_event_is_still_an_oom_kill(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The TaskOOM event lost to the exit (containerd#8180): Completed, exit 0; the node's counter labels its node.
+    check = oom_check(cluster, monkeypatch, "lost-0", read_log=lambda *a: "INFO: Shutting down\n")
+    assert check.status is Status.FAIL, check.reason
+    assert check.details["host_oom_kills_node"] == 1
+
+
+def test_a_crash_on_a_node_nobody_watches_cannot_pass(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    check = oom_check(cluster, monkeypatch, "blind-0", read_log=lambda *a: "ValueError: bad sampling params\n")
+    assert check.status is Status.INCONCLUSIVE, check.reason
+    assert check.details["crash_restarts_node_unknown"] == 1
+    assert "node_vmstat_oom_kill" in check.reason

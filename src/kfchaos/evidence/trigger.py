@@ -15,6 +15,7 @@ _COUNTS = (
     (oom.HOST_OOM, "OOM kill(s) (kube-state-metrics: restarts whose last terminated reason is OOMKilled)"),
     (oom.CADVISOR_OOM, "cAdvisor OOM event(s)"),
     (oom.CRASHES, "crash restart(s) (restarts for another reason)"),
+    (oom.NODE_OOM, "crash restart(s) while the node's kernel OOM-killed (node_vmstat_oom_kill)"),
     (oom.PENDING, "container(s) OOM-killed and not yet restarted"),
 )
 

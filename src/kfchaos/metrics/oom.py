@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from kfchaos.metrics import counters, names
+from kfchaos.metrics import counters, names, nodeoom
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.prometheus import PrometheusError, PrometheusUnreachable
 from kfchaos.metrics.snapshot import MetricsSnapshot, Series
@@ -71,8 +71,10 @@ CADVISOR_OOM = "oom_kills_cadvisor"  # cAdvisor OOM events, per container series
 CRASHES = "crash_restarts"  # restarts for any other reason (or an unknown one)
 GPU_OOM = "gpu_oom_crashes"  # crashes whose previous container log shows CUDA out of memory
 UNREAD = "crash_restarts_unread"  # crashes whose cause could not be read: could be either kind of OOM
+NODE_OOM = "oom_kills_node"  # crashes while their node's kernel OOM-killed (kfchaos.metrics.nodeoom)
+NODE_UNKNOWN = "crash_restarts_node_unknown"  # crashes on a node whose kernel OOM counter was not sampled
 PENDING = "oom_terminated_containers"  # gauge: containers terminated by OOM, restart not yet counted
-OOM_SERIES = (HOST_OOM, CADVISOR_OOM, CRASHES, GPU_OOM, UNREAD)
+OOM_SERIES = (HOST_OOM, CADVISOR_OOM, CRASHES, GPU_OOM, UNREAD, NODE_OOM, NODE_UNKNOWN)
 
 # torch raises torch.OutOfMemoryError ("CUDA out of memory. Tried to allocate ..."; torch.cuda.OutOfMemoryError
 # before torch 2.5); a failed CUDA runtime allocation outside the caching allocator reads "CUDA error: out of memory".
@@ -354,6 +356,8 @@ def queries(scope: Scope) -> dict[str, str]:
         # The newest restart-count sample at each step (PromQL timestamp(): the sample's own time, not the
         # step's): where kube-state-metrics went unscraped, which the lookback would hide.
         "sampled": f"max(timestamp({RESTARTS_METRIC}{{{selector}}}))",
+        # The node kernel's OOM counter, for the kills that show as a plain crash (kfchaos.metrics.nodeoom).
+        **nodeoom.queries(scope),
     }
 
 
@@ -391,6 +395,8 @@ def collect(
             # Every part but cAdvisor's decides the kube-state-metrics count: without the down states a kill in
             # back-off is missed, without the sample times a gap is read as no kill.
             found[part] = []
+            if part in nodeoom.PARTS:  # without them every crash stays unexplained (NODE_UNKNOWN): never a PASS
+                continue
             result.errors[CADVISOR_OOM if part.startswith("cadvisor") else HOST_OOM] = f"{part}: {exc}"
     grid = np.arange(start, end + step / 2, step, dtype=np.float64)
     # Init containers (native sidecars among them) are containers of the pod: their series join the others.
@@ -424,8 +430,10 @@ def collect(
         down_series=found["terminated"] + found["waiting"],
         created=created,
     )
-    crashes = [r for r in every if not r.oom_killed]
+    nodes = nodeoom.node_ooms(found["node_oom"], found["pod_nodes"], start)
+    node_killed, crashes = node_crashes([r for r in every if not r.oom_killed], nodes, step)
     gpu, unread = gpu_crashes(crashes, read_log)
+    node_unknown = [c for c in crashes if c not in gpu and c not in unread and not node_seen(c, nodes)]
     log_note = "previous container logs" if read_log else "no log reader: every crash unread"
     sampled = _on_grid(grid, found["sampled"])
     for low, high in unseen(found["restarts"], start, created):
@@ -441,7 +449,31 @@ def collect(
     result.series[CRASHES] = count_of(CRASHES, crashes, described)
     result.series[GPU_OOM] = count_of(GPU_OOM, gpu, f"{described}; {log_note}")
     result.series[UNREAD] = count_of(UNREAD, unread, f"{described}; {log_note}")
+    node_note = f"{described}; crashes against {sent['node_oom']} on the node of {sent['pod_nodes']}"
+    result.series[NODE_OOM] = count_of(NODE_OOM, node_killed, node_note)
+    result.series[NODE_UNKNOWN] = count_of(NODE_UNKNOWN, node_unknown, node_note)
     return result
+
+
+def node_seen(crash: Restart, nodes: nodeoom.NodeOoms) -> bool:
+    """Whether the crash's node had its kernel OOM counter sampled around it."""
+    namespace, pod, _, uid = crash.key
+    node = nodes.node_of(namespace, pod, uid)
+    return node is not None and nodes.covers(node, crash.time)
+
+
+def node_crashes(crashes: list[Restart], nodes: nodeoom.NodeOoms, step: float) -> tuple[list[Restart], list[Restart]]:
+    """(crashes that their node's kernel OOM counter explains, the others): an OOM kill that reached
+    kube-state-metrics without the reason OOMKilled (a global OOM, a lost TaskOOM event) is one of the first."""
+    killed, others = [], []
+    for crash in crashes:
+        namespace, pod, _, uid = crash.key
+        node = nodes.node_of(namespace, pod, uid)
+        if node is not None and node_seen(crash, nodes) and nodes.killed_near(node, crash.time, step):
+            killed.append(crash)
+        else:
+            others.append(crash)
+    return killed, others
 
 
 @dataclass(frozen=True)
@@ -453,11 +485,14 @@ class OomCount:
     gpu: float  # crashes whose previous log shows CUDA out of memory
     unread: float  # crashes whose cause could not be read
     missing: str | None
+    node: float = 0.0  # crashes while their node's kernel OOM-killed: a global OOM or a lost OOM event
+    node_unknown: float = 0.0  # crashes on a node whose kernel OOM counter was not sampled
 
     @property
     def host_kills(self) -> float:
-        """Host-memory OOM kills: the larger of the two sources (they count the same kills)."""
-        return max(self.host or 0.0, self.cadvisor or 0.0)
+        """Host-memory OOM kills: the larger of the two sources (they count the same kills), kube-state-metrics'
+        with the crashes the node's kernel counter explains (which cAdvisor may count too, never twice)."""
+        return max((self.host or 0.0) + self.node, self.cadvisor or 0.0)
 
     @property
     def known(self) -> float:
@@ -486,4 +521,6 @@ def count(snapshot: MetricsSnapshot, start: float, end: float, grace: float) -> 
     gpu, unread = increase(GPU_OOM), increase(UNREAD)
     if missing is None and (any(evidence) or gpu is None or unread is None):
         missing = next((e for e in evidence if e), None) or "crash-restart evidence has too few points"
-    return OomCount(host, increase(CADVISOR_OOM), gpu or 0.0, unread or 0.0, missing)
+    # Snapshots kept from before the node rule have neither series: their crashes were judged without it.
+    node, node_unknown = increase(NODE_OOM), increase(NODE_UNKNOWN)
+    return OomCount(host, increase(CADVISOR_OOM), gpu or 0.0, unread or 0.0, missing, node or 0.0, node_unknown or 0.0)

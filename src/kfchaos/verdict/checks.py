@@ -229,6 +229,7 @@ def oom_check(counted: OomCount | None, missing: str | None, served: int, limit:
     if served == 0:
         return Check(name, Status.INCONCLUSIVE, "no requests sent", threshold=limit, unit="fraction")
     host, gpu, unread = round(counted.host_kills), round(counted.gpu), round(counted.unread)
+    node, node_unknown = round(counted.node), round(counted.node_unknown)
     count = host + gpu
     rate = count / served
     interval = clopper_pearson(min(count, served), served, confidence)
@@ -239,19 +240,28 @@ def oom_check(counted: OomCount | None, missing: str | None, served: int, limit:
         "host_oom_kills_cadvisor": None if counted.cadvisor is None else round(counted.cadvisor),
         "gpu_oom_crashes": gpu,
         "crash_restarts_unread": unread,
+        "host_oom_kills_node": node,
+        "crash_restarts_node_unknown": node_unknown,
     }
-    shown = f"{host} host-memory OOM kill(s) + {gpu} GPU OOM crash(es)"
+    by_node = f" ({node} a crash while its node's kernel OOM-killed)" if node else ""
+    shown = f"{host} host-memory OOM kill(s){by_node} + {gpu} GPU OOM crash(es)"
     reason = f"{shown} / {served} requests = {100 * rate:.4g}% vs {100 * limit:g}%"
     if rate > limit:
         status = Status.FAIL
     elif missing or counted.missing:
         status, reason = Status.INCONCLUSIVE, f"{reason}; cannot PASS: {missing or counted.missing}"
-    elif unread and (count + unread) / served > limit:
+    elif (unread or node_unknown) and (count + unread + node_unknown) / served > limit:
         status = Status.INCONCLUSIVE
-        reason += (
-            f"; {unread} crash restart(s) whose previous log could not be read may be GPU OOMs "
-            "(grant get pods/log, or see docs/verdict.md)"
-        )
+        if unread:
+            reason += (
+                f"; {unread} crash restart(s) whose previous log could not be read may be GPU OOMs "
+                "(grant get pods/log, or see docs/verdict.md)"
+            )
+        if node_unknown:
+            reason += (
+                f"; {node_unknown} crash restart(s) on a node whose kernel OOM counter was not sampled may be OOM "
+                "kills (scrape node-exporter's node_vmstat_oom_kill: docs/verdict.md, OOM kills)"
+            )
     else:
         status = Status.PASS
     return Check(name, status, reason, rate, limit, interval, served, "fraction", details=details)
