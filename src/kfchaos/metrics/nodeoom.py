@@ -13,10 +13,11 @@ kill, global or in a memory cgroup, and node-exporter's vmstat collector publish
 `--collector.vmstat.fields`).
 
 The rule: a crash restart of a container in scope counts as an OOM kill when its node's kernel counter rose
-between the kubelet's longest back-off before the crash showed and two query steps after it. It never makes a kill
-disappear; it may count a crash that coincided with another pod's OOM kill on the same node as one (a false FAIL,
-never a false PASS). A crash whose node has no counter around it is *unknown*: it may have been an OOM kill, and the
-OOM check cannot PASS on it.
+between the kubelet's longest back-off before the crash showed and two query steps after it. Each kill the kernel
+counted explains one death: the OOMKilled restarts on that node take theirs first, so the failed start that may
+follow a kill (vLLM's, docs/vllm.md) is not a second one. It never makes a kill disappear; it may count a crash that
+coincided with another pod's OOM kill on the same node as one (a false FAIL, never a false PASS). A crash whose
+node has no counter around it is *unknown*: it may have been an OOM kill, and the OOM check cannot PASS on it.
 
 Where the node is: kube-state-metrics' `kube_pod_info{node}` for the pods in scope. Where node-exporter's series
 are: kube-prometheus-stack scrapes node-exporter through its Service (prometheus-community/helm-charts
@@ -63,7 +64,7 @@ def queries(scope: Scope) -> dict[str, str]:
 class NodeOoms:
     """Each node's kernel OOM kills in a range: when its counter rose, and where it was sampled."""
 
-    rose: dict[str, list[float]] = field(default_factory=dict)  # node -> times its counter rose
+    rose: dict[str, list[list[float]]] = field(default_factory=dict)  # node -> [time, kills not yet explained]
     sampled: dict[str, np.ndarray] = field(default_factory=dict)  # node -> times with a finite sample
     pod_node: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (namespace, pod, uid) -> node
 
@@ -76,9 +77,16 @@ class NodeOoms:
         times = self.sampled.get(node)
         return times is not None and bool(np.any(times < at)) and bool(np.any(times >= at))
 
-    def killed_near(self, node: str, at: float, step: float) -> bool:
-        """The node's kernel OOM-killed something between a back-off before `at` and two steps after it."""
-        return any(at - MAX_BACK_OFF - step <= t <= at + 2 * step for t in self.rose.get(node, []))
+    def explain(self, node: str, at: float, step: float, deaths: float = 1.0) -> bool:
+        """Whether the node's kernel OOM-killed between a back-off before `at` and two steps after it, with a kill
+        no earlier death took: that kill is then this death's (the earliest first), and no other's."""
+        explained = False
+        for rise in self.rose.get(node, []):
+            while deaths > 0 and rise[1] > 0 and at - MAX_BACK_OFF - step <= rise[0] <= at + 2 * step:
+                rise[1] -= 1.0
+                deaths -= 1.0
+                explained = True
+        return explained
 
 
 def node_ooms(node_series: Iterable[RangeSeries], pod_series: Iterable[RangeSeries], since: float) -> NodeOoms:
@@ -89,9 +97,11 @@ def node_ooms(node_series: Iterable[RangeSeries], pod_series: Iterable[RangeSeri
         node = series.labels.get("node", "")
         if not node:
             continue
-        found.rose.setdefault(node, []).extend(t for t, _ in counters.events(series, since))
+        found.rose.setdefault(node, []).extend([t, n] for t, n in counters.events(series, since))
         finite = series.times[np.isfinite(series.values)]
         found.sampled[node] = np.union1d(found.sampled.get(node, np.empty(0)), finite)
+    for rises in found.rose.values():
+        rises.sort()
     for series in pod_series:
         labels = series.labels
         if labels.get("node"):

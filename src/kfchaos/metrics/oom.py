@@ -431,7 +431,7 @@ def collect(
         created=created,
     )
     nodes = nodeoom.node_ooms(found["node_oom"], found["pod_nodes"], start)
-    node_killed, crashes = node_crashes([r for r in every if not r.oom_killed], nodes, step)
+    node_killed, crashes = node_crashes(every, nodes, step)
     gpu, unread = gpu_crashes(crashes, read_log)
     node_unknown = [c for c in crashes if c not in gpu and c not in unread and not node_seen(c, nodes)]
     log_note = "previous container logs" if read_log else "no log reader: every crash unread"
@@ -462,17 +462,19 @@ def node_seen(crash: Restart, nodes: nodeoom.NodeOoms) -> bool:
     return node is not None and nodes.covers(node, crash.time)
 
 
-def node_crashes(crashes: list[Restart], nodes: nodeoom.NodeOoms, step: float) -> tuple[list[Restart], list[Restart]]:
-    """(crashes that their node's kernel OOM counter explains, the others): an OOM kill that reached
-    kube-state-metrics without the reason OOMKilled (a global OOM, a lost TaskOOM event) is one of the first."""
-    killed, others = [], []
-    for crash in crashes:
-        namespace, pod, _, uid = crash.key
+def node_crashes(every: list[Restart], nodes: nodeoom.NodeOoms, step: float) -> tuple[list[Restart], list[Restart]]:
+    """(crashes that their node's kernel OOM counter explains, the other crashes): an OOM kill that reached
+    kube-state-metrics without the reason OOMKilled (a global OOM, a lost TaskOOM event) is one of the first. The
+    OOMKilled restarts take their kills first, in time order (each kill explains one death)."""
+    killed: list[Restart] = []
+    others: list[Restart] = []
+    for death in sorted(every, key=lambda r: (not r.oom_killed, r.time)):
+        namespace, pod, _, uid = death.key
         node = nodes.node_of(namespace, pod, uid)
-        if node is not None and node_seen(crash, nodes) and nodes.killed_near(node, crash.time, step):
-            killed.append(crash)
-        else:
-            others.append(crash)
+        explained = node is not None and node_seen(death, nodes) and nodes.explain(node, death.time, step, death.count)
+        if death.oom_killed:
+            continue
+        (killed if explained else others).append(death)
     return killed, others
 
 
