@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Make sure the Debian packages of the local cluster's real node (docs/cluster.md, "The real node") are installed:
 # the container runtime (containerd, runc), the CNI plugins, what kube-proxy and chaos-daemon call (iptables,
-# ipset, conntrack), and what builds the node's images without a registry (mmdebstrap, umoci).
+# ipset, conntrack), what builds the node's images without a registry (mmdebstrap, umoci), and the node's
+# node-exporter (its kernel's OOM kill counter, node_vmstat_oom_kill: docs/verdict.md, "OOM kills").
 # Needs root and apt. Where it cannot install, it says so and exits 1: the real node cannot run without them.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins iptables ipset conntrack mmdebstrap umoci)
-commands=(containerd runc ctr /usr/lib/cni/bridge iptables ipset conntrack mmdebstrap umoci)
+packages=(containerd runc containernetworking-plugins iptables ipset conntrack mmdebstrap umoci prometheus-node-exporter)
+commands=(containerd runc ctr /usr/lib/cni/bridge iptables ipset conntrack mmdebstrap umoci prometheus-node-exporter)
 
 have_all() {
   local c

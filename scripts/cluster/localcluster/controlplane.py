@@ -274,7 +274,15 @@ def _network(boot: Boot) -> None:
     boot.net = node.make_network(boot.state)
     node.save_net(boot.state, boot.net)
     boot.ports = free_ports(
-        "etcd", "etcd-peer", "apiserver", "webhook", "chaos-metrics", "ksm", "ksm-telemetry", "prometheus"
+        "etcd",
+        "etcd-peer",
+        "apiserver",
+        "webhook",
+        "chaos-metrics",
+        "ksm",
+        "ksm-telemetry",
+        "prometheus",
+        "node-exporter",
     )
     boot.server = f"https://{boot.net.host_ip}:{boot.ports['apiserver']}"
 
@@ -516,15 +524,45 @@ def _kube_state_metrics(boot: Boot) -> None:
 
 def _prometheus(boot: Boot) -> None:
     prometheus_kubeconfig = boot.component_kubeconfig("prometheus", "prometheus", ("system:masters",))
+    node_exporter = _start_node_exporter(boot.state, boot.ports["node-exporter"])
     boot.prometheus_url = _start_prometheus(
         boot.state,
         boot.net.host_ip,
         boot.ports["prometheus"],
-        f"127.0.0.1:{boot.ports['ksm']}",
+        Targets(f"127.0.0.1:{boot.ports['ksm']}", node_exporter, boot.net.node_ip),
         prometheus_kubeconfig,
         boot.ca,
-        boot.net.node_ip,
     )
+
+
+def _start_node_exporter(state: Path, port: int) -> str:
+    """node-exporter on the host, which is the real node: its kernel's OOM kill counter (node_vmstat_oom_kill, the
+    vmstat collector; prometheus/node_exporter collector/vmstat_linux.go), which counts kills the OOMKilled reason
+    misses (a global OOM, a lost TaskOOM event: kfchaos.metrics.nodeoom). Only that collector: the others read the
+    host's disks, network and the like, which nothing here judges."""
+    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if binary is None:
+        raise ClusterError(
+            "node-exporter is not installed: run scripts/cluster/ensure-node-packages.sh "
+            "(Debian package `prometheus-node-exporter`)"
+        )
+    address = f"127.0.0.1:{port}"
+    procs.start(
+        state,
+        "node-exporter",
+        [binary, f"--web.listen-address={address}", "--collector.disable-defaults", "--collector.vmstat"],
+    )
+    _wait("node-exporter /metrics", lambda: _http_ok(f"http://{address}/metrics"), state, "node-exporter")
+    return address
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What the local Prometheus scrapes besides the pods: kube-state-metrics, node-exporter, the node's kubelet."""
+
+    ksm: str
+    node_exporter: str
+    node_ip: str
 
 
 def _registrations(boot: Boot) -> None:
@@ -755,7 +793,7 @@ def _tls_accepts(port: int, context: ssl.SSLContext) -> bool:
 
 
 def _start_prometheus(
-    state: Path, address: str, port: int, target: str, kubeconfig: Path, ca: CertificateAuthority, node_ip: str
+    state: Path, address: str, port: int, targets: Targets, kubeconfig: Path, ca: CertificateAuthority
 ) -> str:
     binary = shutil.which("prometheus")
     if binary is None:
@@ -769,7 +807,7 @@ def _start_prometheus(
     pod_targets = directory / "pods.json"
     pod_targets.write_text("[]")
     config.write_text(
-        yaml.safe_dump(_prometheus_config(target, node_ip, pod_targets, ca.cert, kubelet_client), sort_keys=False)
+        yaml.safe_dump(_prometheus_config(targets, pod_targets, ca.cert, kubelet_client), sort_keys=False)
     )
     procs.start(
         state,
@@ -798,23 +836,39 @@ def _start_prometheus(
     return url
 
 
-def _prometheus_config(ksm: str, node_ip: str, pod_targets: Path, ca: Path, client: KeyPair) -> dict[str, object]:
-    """kube-state-metrics; the real node's kubelet (cAdvisor's container series, /metrics/cadvisor, over TLS with a
-    client certificate); and the node's pods that ask to be scraped (prometheus.io/* annotations), from the file
-    scripts/cluster/programs/podtargets.py keeps (Debian's Prometheus has no Kubernetes service discovery: that
-    file says more). The jobs are those of Prometheus's example configuration for Kubernetes (prometheus/prometheus,
-    documentation/examples/prometheus-kubernetes.yml: kubernetes-nodes-cadvisor, kubernetes-pods)."""
+def _prometheus_config(targets: Targets, pod_targets: Path, ca: Path, client: KeyPair) -> dict[str, object]:
+    """kube-state-metrics; the real node's kubelet (its own series, /metrics, and cAdvisor's container series,
+    /metrics/cadvisor, over TLS with a client certificate); the node's node-exporter, labelled with its node as a
+    scrape that sets `node` is (kfchaos.metrics.nodeoom); and the node's pods that ask to be scraped
+    (prometheus.io/* annotations), from the file scripts/cluster/programs/podtargets.py keeps (Debian's Prometheus
+    has no Kubernetes service discovery: that file says more). The jobs are those of Prometheus's example
+    configuration for Kubernetes (prometheus/prometheus, documentation/examples/prometheus-kubernetes.yml:
+    kubernetes-nodes, kubernetes-nodes-cadvisor, kubernetes-pods)."""
+    tls = {"ca_file": str(ca), "cert_file": str(client.cert), "key_file": str(client.key)}
+    kubelet = [{"targets": [f"{targets.node_ip}:10250"], "labels": {"node": node.NODE_NAME}}]
     return {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [
-            {"job_name": "kube-state-metrics", "static_configs": [{"targets": [ksm]}]},
+            {"job_name": "kube-state-metrics", "static_configs": [{"targets": [targets.ksm]}]},
+            {
+                "job_name": "node-exporter",
+                "scrape_interval": "5s",
+                "static_configs": [{"targets": [targets.node_exporter], "labels": {"node": node.NODE_NAME}}],
+            },
+            {
+                "job_name": "kubernetes-nodes",
+                "scrape_interval": "5s",
+                "scheme": "https",
+                "tls_config": tls,
+                "static_configs": kubelet,
+            },
             {
                 "job_name": "kubernetes-nodes-cadvisor",
                 "scrape_interval": "5s",
                 "scheme": "https",
                 "metrics_path": "/metrics/cadvisor",
-                "tls_config": {"ca_file": str(ca), "cert_file": str(client.cert), "key_file": str(client.key)},
-                "static_configs": [{"targets": [f"{node_ip}:10250"], "labels": {"node": node.NODE_NAME}}],
+                "tls_config": tls,
+                "static_configs": kubelet,
             },
             {
                 "job_name": "kubernetes-pods",
