@@ -153,5 +153,5 @@ def test_the_report_names_how_requests_failed(tmp_path: Path) -> None:
     done = kfchaos("verdict", "--experiment", str(experiment), "--records", str(records), "--out", str(out))
     assert done.returncode == 1, done.stderr[-2000:]
     report = (out / "report.md").read_text()
-    assert "error_rate:" in report and "failed: 60 redirects (3xx), not followed: not the answer asked for" in report
+    assert "error\\_rate:" in report and "failed: 60 redirects (3xx), not followed: not the answer asked for" in report
     assert "60 redirects (3xx)" in (out / "report.html").read_text()

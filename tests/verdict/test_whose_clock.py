@@ -45,7 +45,8 @@ def test_metrics_of_the_records_window_without_the_runs_requests_are_inconclusiv
     assert check["details"]["server_finished"] < 0.5 * check["details"]["completions"]
     assert abs(check["details"]["clock_skew_s"]) < 1.0  # the collector's clock was right: only the counter shows it
     assert (code, verdict["status"]) == (2, "INCONCLUSIVE"), verdict["reasons"]
-    assert "metrics_window: Prometheus's vllm:e2e_request_latency_seconds_count" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()  # Markdown: its underscores escaped (kfchaos.report.mdtext)
+    assert "metrics\\_window: Prometheus's vllm:e2e\\_request\\_latency\\_seconds\\_count" in report
 
 
 def test_a_skewed_clock_is_measured_and_inconclusive(skewed: tuple[Any, ...]) -> None:

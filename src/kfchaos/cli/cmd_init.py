@@ -122,10 +122,10 @@ def run_repo(args: argparse.Namespace) -> int:
 
     root = Path(".")
     path: Path = args.file or DEFAULT_REPO_FILE
-    if path.is_absolute() or ".." in path.parts:
-        raise KfchaosError(
-            f"{path}: with --repo, give the experiment's path inside this folder, e.g. {DEFAULT_REPO_FILE}"
-        )
+    # Refused before anything is written: the path goes into the CI templates (kfchaos.cli.teamrepo.STARTER_FILE).
+    refused = teamrepo.file_problem(path.as_posix())
+    if refused:
+        raise KfchaosError(f"init --repo: FILE: {refused}; e.g. {DEFAULT_REPO_FILE}")
     demo_baseline = _demo_baseline()
     name = experiment_name(path)
     baseline = BASELINES_DIR / f"{name}.baseline.yaml"

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 from kfchaos.cli import EXIT_FAIL, EXIT_PASS
 from kfchaos.cli.flags import add_demo_run_flags
 from kfchaos.cli.jsonout import emit
+from kfchaos.errors import Problem, SpecError
 
 if TYPE_CHECKING:
     from kfchaos.tune.resultfile import Result
+    from kfchaos.tune.sweep import Sweep
 
 
 def register(subparsers: Any) -> None:
@@ -130,12 +132,34 @@ def _usage(args: argparse.Namespace) -> None:
         args.tune_parser.error("--html draws a finished sweep (--local or --from-json), not a compiled one (--output)")
 
 
+def outside_problems(sweep: Sweep, root: Path) -> list[Problem]:
+    """The files the compiled sweep would carry (the experiment, and its baseline as a parameter default) that lie
+    outside the repository: refused, as `kfchaos compile` refuses them (kfchaos.kfp.compile.outside, one rule), since
+    an experiment naming `baseline: {file: ~/.ssh/id_ed25519}` would have that file embedded and uploaded to KFP.
+    The experiment is named by its file, the baseline by the line of spec.baseline.file."""
+    from kfchaos.kfp.compile import outside
+    from kfchaos.spec import baseline_path
+    from kfchaos.yamlsource import load_yaml, read_source
+
+    where = f"lies outside the repository {root}, and the compiled sweep would carry it; move it into the repository"
+    if outside(root, sweep.experiment_path):
+        return [Problem(str(sweep.experiment_path), 1, (), f"the experiment {sweep.experiment_path.resolve()} {where}")]
+    baseline = baseline_path(sweep.experiment_path, sweep.experiment)
+    if baseline is None or not baseline.is_file() or not outside(root, baseline):  # none there: nothing embedded
+        return []
+    document = load_yaml(read_source(sweep.experiment_path), str(sweep.experiment_path))
+    return [document.problem(("spec", "baseline", "file"), f"the baseline {baseline.resolve()} {where}")]
+
+
 def compile_only(args: argparse.Namespace) -> int:
     from kfchaos import safefile
     from kfchaos.kfp.tunecompile import compile_sweep, sweep_name
     from kfchaos.tune.sweep import load_sweep
 
     sweep = load_sweep(args.experiment, args.grid)
+    refused = outside_problems(sweep, args.root.resolve())
+    if refused:
+        raise SpecError(refused)
     data, ir_hash = compile_sweep(sweep, args.root.resolve())
     safefile.write_bytes(args.output, data)
     configurations = [c.name for c in sweep.loaded.grid.configurations]

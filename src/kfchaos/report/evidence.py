@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from kfchaos.evidence.model import FINDINGS, Bundle
+from kfchaos.report.mdtext import PROSE_LIMIT, markdown_text
 
 
 def bundle_of(context: dict[str, Any]) -> Bundle | None:
@@ -42,24 +43,27 @@ def _folder_link(item: Any) -> str:
 
 
 def markdown(context: dict[str, Any]) -> list[str]:
+    """The section for report.md: every string of the bundle (a pod's log title, a target, what a collector said,
+    the trigger and the notes: a planted folder's to choose) through kfchaos.report.mdtext.markdown_text."""
     bundle = bundle_of(context)
     if bundle is None:
         return []
-    lines = ["## OOM evidence", "", "Collected because: " + "; ".join(bundle.trigger), ""]
+    trigger = "; ".join(_prose(t) for t in bundle.trigger)
+    lines = ["## OOM evidence", "", f"Collected because: {trigger}", ""]
     lines += ["| item | target | collected | what it shows / why not | source |", "|---|---|---|---|---|"]
     for item in bundle.items:
         text = item.shows if item.collected else f"not collected: {item.why_not}"
-        file = f" (`{_folder_link(item)}`)" if item.collected else ""
+        file = f" ({markdown_text(_folder_link(item), code=True)})" if item.collected else ""
+        title, target, collected = markdown_text(item.title), markdown_text(item.target), item.collected
         lines.append(
-            f"| {item.title}{file} | {item.target} | {'yes' if item.collected else 'no'} | "
-            f"{_cell(text)} | {_cell(item.source)} |"
+            f"| {title}{file} | {target} | {'yes' if collected else 'no'} | {_prose(text)} | {_prose(item.source)} |"
         )
-    lines += ["", *[f"- {n}" for n in bundle.notes], *_findings_md(bundle), ""]
+    lines += ["", *[f"- {_prose(n)}" for n in bundle.notes], *_findings_md(bundle), ""]
     return lines
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _prose(text: object) -> str:
+    return markdown_text(text, limit=PROSE_LIMIT)
 
 
 def _findings_md(bundle: Bundle) -> list[str]:

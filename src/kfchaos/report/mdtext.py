@@ -28,6 +28,9 @@ import re
 import unicodedata
 
 ZWJ = "\u200d"
+# The cut for prose (a verdict's reason, a failure mode's paragraph, what an evidence item shows) rather than a name:
+# longer than the default 300, still bounded, so a planted one cannot make report.md too long to paste anywhere.
+PROSE_LIMIT = 2000
 _SPECIAL = re.compile(r"([\\`*_~\[\]<&|#$])")
 _SCHEME = re.compile(r"(?<=:)//", re.IGNORECASE)
 _WWW = re.compile(r"(www)\.", re.IGNORECASE)

@@ -5,6 +5,15 @@ names without the dashes: `max-num-seqs: 128`, `enable-prefix-caching: true`), e
 `replicas`; locally only the demo server's flags apply (kfchaos.demo.runner.localtune refuses the rest, naming the
 line). Errors name the file, line and field as an experiment's do (kfchaos.yamlsource, kfchaos.errors).
 
+A grid is input from whoever can open a pull request, so it is held to bounds before anything runs: the YAML to
+kfchaos.yamlsource's (a megabyte; 200,000 values with aliases expanded, so an alias bomb stops there), at most
+MAX_CONFIGURATIONS configurations of at most MAX_SETTINGS flags and MAX_SETTINGS environment variables each, numbers
+finite and within MAX_ARG_INT, and every text value a configuration hands a server one plain word (`value_problem`):
+no shell syntax, no white space or control character, and a flag's value not starting with `-` (a server's argument
+parser would read it as a flag of its own). The demo server gets its flags as an argv list (never a shell), and a
+cluster configuration names a Deployment kfchaos does not change; the rule holds for what the values may yet reach
+(a Deployment's args, an entrypoint's `sh -c`, the command line a reader copies from `summary()`).
+
 "Cheapest" is one rule (`cost_of`): an explicit `cost` when the grid gives one for every configuration, else the GPU
 memory the configuration reserves, replicas x gpu-memory-utilization (vLLM's default utilization 0.9 where the flag
 is not set: vllm-project/vllm, vllm/engine/arg_utils.py, EngineArgs `gpu_memory_utilization: float = 0.90`, as read
@@ -13,17 +22,18 @@ in a v0.6-era copy; later releases keep 0.9 in their cache config, not re-read h
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from kfchaos.errors import Problem, SpecError
 from kfchaos.spec import Selector, endpoint_problem
 from kfchaos.types import DnsLabel, StrictModel
-from kfchaos.yamlsource import YamlDocument, load_yaml, read_source
+from kfchaos.yamlsource import MAX_PROBLEMS, YamlDocument, load_yaml, read_source
 
 GRID_KIND = "TuneGrid"
 API_VERSION = "kfchaos.io/v1alpha1"
@@ -33,8 +43,53 @@ MAX_CONFIGURATIONS = 32
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 FLAG_NAME = r"^[a-z0-9][a-z0-9-]{0,62}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+# Flags (and environment variables) one configuration sets: vLLM has about 150 flags; a grid that sets more than
+# this is a mistake or an attack on everything that walks the grid once per configuration.
+MAX_SETTINGS = 64
+# The largest whole number a flag takes: vLLM's counts (sequences, batched tokens, context length) are int32s.
+MAX_ARG_INT = 2**31 - 1
+# A text value is one word of these characters (model names `org/model`, dtypes, paths inside a container,
+# `expandable_segments:True,max_split_size_mb:512`): none is shell syntax (POSIX sh, "Token Recognition" and
+# "Quoting": no `;&|<>$`\'"` nor white space, globs, `~`, `#`, `!`, parentheses or braces).
+PLAIN_WORD = re.compile(r"[A-Za-z0-9_.,:/@%+=-]{1,256}")
 
-ArgValue = bool | int | float | str
+
+def value_problem(value: str, *, flag: bool) -> str | None:
+    """Why a text value a configuration hands a server is refused, or None. `flag`: a flag's value, which must not
+    start with `-` (`--tokenizer --trust-remote-code` would set a second flag instead of a tokenizer)."""
+    if not PLAIN_WORD.fullmatch(value):
+        shown = repr(value[:70])
+        return (
+            f"{shown} is not one plain word: a value is 1 to 256 letters, digits and `_.,:/@%+=-` (no white space, "
+            "no shell syntax such as ; & | $ ` quotes or redirections)"
+        )
+    if flag and value.startswith("-"):
+        return f"{value[:70]!r} starts with '-': a server would read it as a flag of its own, not as this flag's value"
+    return None
+
+
+def _arg_value(value: bool | int | float | str) -> bool | int | float | str:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and abs(value) > MAX_ARG_INT:
+        raise ValueError(f"{value} is out of range (at most {MAX_ARG_INT} either way)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a finite number")
+    problem = value_problem(value, flag=True) if isinstance(value, str) else None
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _env_value(value: str) -> str:
+    problem = value_problem(value, flag=False)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+ArgValue = Annotated[bool | int | float | str, AfterValidator(_arg_value)]
+EnvValue = Annotated[str, AfterValidator(_env_value)]
 
 
 class GridMetadata(StrictModel):
@@ -62,17 +117,21 @@ class Configuration(StrictModel):
     """One serving configuration: what is changed on the target for its run."""
 
     name: DnsLabel
-    args: dict[str, ArgValue] = Field(default_factory=dict, description="serving flags, vLLM names without --")
-    env: dict[str, str] = Field(default_factory=dict)
+    args: dict[str, ArgValue] = Field(
+        default_factory=dict, max_length=MAX_SETTINGS, description="serving flags, vLLM names without --"
+    )
+    env: dict[str, EnvValue] = Field(default_factory=dict, max_length=MAX_SETTINGS)
     replicas: int = Field(1, ge=1, le=64)
-    cost: float | None = Field(None, ge=0, description="what running it costs, in any unit the grid's rows share")
+    cost: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="what running it costs, in any unit the grid's rows share"
+    )
     target: ConfiguredTarget | None = Field(None, description="the cluster sweep's target for this configuration")
 
     @field_validator("args")
     @classmethod
     def _flag_names(cls, value: dict[str, ArgValue]) -> dict[str, ArgValue]:
         for name in value:
-            if not re.match(FLAG_NAME, name):
+            if not re.fullmatch(FLAG_NAME, name):
                 raise ValueError(f"{name[:70]!r} is not a flag name (lowercase, dashes, without the leading --)")
         utilization = value.get("gpu-memory-utilization")
         if utilization is not None and (
@@ -85,7 +144,7 @@ class Configuration(StrictModel):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if not re.match(ENV_NAME, name):
+            if not re.fullmatch(ENV_NAME, name):
                 raise ValueError(f"{name[:70]!r} is not an environment variable name")
         return value
 
@@ -176,7 +235,9 @@ def parse_grid(text: str | bytes, file: str) -> LoadedGrid:
         grid = TuneGrid.model_validate(document.data)
     except ValidationError as exc:
         problems = [document.problem(tuple(e["loc"]), _message(e)) for e in exc.errors(include_url=False)]
-        raise SpecError(sorted(dict.fromkeys(problems), key=lambda p: p.line)) from None
+        # Capped as yamlsource caps a file's problems: past the first hundred they are one mistake repeated.
+        unique = sorted(dict.fromkeys(problems), key=lambda p: p.line)[:MAX_PROBLEMS]
+        raise SpecError(unique) from None
     return LoadedGrid(grid, document)
 
 
