@@ -22,6 +22,13 @@ gives up after `spec.safety.wait_for_target`, ending INCONCLUSIVE "target busy")
 holder's run is written to the history, and the taker sweeps its chaos objects: kfchaos.steps.setup), and a run's
 turn that is over: a run in the history (released, given up, taken over) never holds the target again, so a step
 of a run that lost its turn or gave up waiting neither sends nor injects, even when the target is free by then.
+
+What a Lease planted on the target gets (issue 46, class 1; docs/reliability.md, "round 4, class 1"): its
+leaseDurationSeconds is honoured up to MAX_LEASE_DURATION, so one write cannot hold the target for years; its
+times are never read for expiry, so a renewTime in the future holds nothing; a waiter's `seen` ahead of this clock by
+more than MAX_CLOCK_SKEW is no live waiter; and a holder kfchaos did not write (LeaseRecord.foreign_holder) is named
+as such and taken over by the same rules, but none of its objects are swept: a holder string is no evidence that a
+run of that id held this target, and the run it names may be alive at another.
 """
 
 from __future__ import annotations
@@ -35,7 +42,17 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from kfchaos.errors import KfchaosError
-from kfchaos.lease.record import Ended, LeaseRecord, RunInfo, clock, process_alive, this_host
+from kfchaos.lease.record import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    Ended,
+    LeaseRecord,
+    RunInfo,
+    clock,
+    process_alive,
+    this_host,
+)
+from kfchaos.netsafe import printable
 from kfchaos.units import parse_duration
 
 LEASE_DURATION_ENV = "KFCHAOS_LEASE_DURATION"  # e.g. 5m: the leaseDurationSeconds a holder writes
@@ -45,6 +62,17 @@ LEASE_DURATION_ENV = "KFCHAOS_LEASE_DURATION"  # e.g. 5m: the leaseDurationSecon
 # run is never taken over between its steps; short enough that a dead run holds the target for minutes, not for
 # the queue's whole deadline. client-go's 15 s suits a process that renews every 2 s; a run is silent between steps.
 DEFAULT_LEASE_DURATION = 300
+# The longest leaseDurationSeconds honoured from a record, and the longest KFCHAOS_LEASE_DURATION a run may write.
+# client-go honours whatever the record says (leaderelection.go: observedTime + LeaseDurationSeconds; the API's
+# LeaseSpec: "a duration that candidates for a lease need to wait to force acquire it"), so a Lease planted with
+# 10^9 s would hold the target for 31 years with one write. kfchaos never writes more than this, so a longer one
+# was written by something else: honoured only this long, the target is blocked at most an hour past its last
+# change. A choice: twelve default leases, room for a KFCHAOS_LEASE_DURATION far above the gap between two steps.
+MAX_LEASE_DURATION = 3600
+# How far ahead of this host's clock a waiter's `seen` may be and still count (other hosts' clocks drift: NTP keeps
+# them within a second; one a minute ahead is broken or forged). Further ahead, it would stay "live" for years.
+MAX_CLOCK_SKEW = 60.0
+MAX_TRANSITIONS = 2**31 - 1  # leaseTransitions is an int32 (k8s.io/api coordination/v1 LeaseSpec): + 1 stops here
 JITTER_FACTOR = 1.2  # client-go leaderelection.go JitterFactor
 MAX_RETRY_PERIOD = 10.0  # a waiter or a holding step polls at least this often
 MAX_CONFLICTS = 20  # reads and writes in a row that another writer raced (409) before this one gives up
@@ -104,6 +132,11 @@ class Timings:
             raise KfchaosError(f"${LEASE_DURATION_ENV}: {exc}") from None
         if seconds < 2:
             raise KfchaosError(f"${LEASE_DURATION_ENV}={text}: a lease lasts at least 2s")
+        if seconds > MAX_LEASE_DURATION:
+            raise KfchaosError(
+                f"${LEASE_DURATION_ENV}={text}: a lease lasts at most {MAX_LEASE_DURATION}s (other runs honour no "
+                "longer one: kfchaos.lease.queue.MAX_LEASE_DURATION)"
+            )
         return cls.for_duration(seconds)
 
 
@@ -113,7 +146,7 @@ class Acquired:
 
     record: LeaseRecord
     how: str
-    previous: RunInfo | None = None
+    previous: RunInfo | None = None  # the dead kfchaos run taken over from: its chaos objects are swept
     waited: float = 0.0
 
 
@@ -124,11 +157,12 @@ class Busy:
     holder: RunInfo | None
     since: float | None
     waited: float
+    held_by: str = ""  # who holds it, as TargetLease words it (a holder kfchaos did not write named as such)
 
     def reason(self) -> str:
         if self.holder is None:
             return "target busy: queued behind other runs"
-        return f"target busy: held by {self.holder.describe()} since {clock(self.since)}"
+        return f"target busy: {self.held_by or f'held by {self.holder.describe()} since {clock(self.since)}'}"
 
 
 @dataclass
@@ -199,9 +233,10 @@ class TargetLease:
         """The record with this run as its new holder (client-go: leaseTransitions + 1 on every change of hands)."""
         base = record or self._fresh()
         holder = replace(self.me, since=at, seen=None)
-        transitions = base.transitions + 1 if record is not None else 0
+        transitions = min(base.transitions + 1, MAX_TRANSITIONS) if record is not None else 0
         return replace(
             base,
+            labels={**base.labels, LABEL_MANAGED_BY: MANAGED_BY},  # kfchaos's now, whoever wrote it before
             target=base.target or self.target,
             holder_identity=self.run_id,
             lease_duration=self.timings.lease_duration,
@@ -220,12 +255,8 @@ class TargetLease:
     def _live_waiters(self, record: LeaseRecord, at: float) -> list[RunInfo]:
         """The queue in order of arrival: waiters that said they wait within a lease duration (their own clocks:
         a waiter whose process died drops out of the queue after that long)."""
-        window = max(record.lease_duration, self.timings.lease_duration)
-        live = [
-            w
-            for w in record.waiting
-            if w.seen is not None and at - w.seen < window and w.run_id != record.holder_identity
-        ]
+        window = max(honoured(record), self.timings.lease_duration)
+        live = [w for w in record.waiting if _recent(w.seen, at, window) and w.run_id != record.holder_identity]
         return sorted(live, key=lambda w: (w.since or 0.0, w.run_id))
 
     def _first_in_line(self, record: LeaseRecord, at: float) -> RunInfo | None:
@@ -243,7 +274,7 @@ class TargetLease:
     def _queued(self, record: LeaseRecord, at: float, since: float) -> LeaseRecord | None:
         """The record with this run in the queue, said at `at`; None when it said so recently (no write)."""
         mine = next((w for w in record.waiting if w.run_id == self.run_id), None)
-        if mine is not None and mine.seen is not None and at - mine.seen < self.timings.lease_duration / 3:
+        if mine is not None and _recent(mine.seen, at, self.timings.lease_duration / 3):
             return None
         entry = replace(self.me, since=mine.since if mine and mine.since else since, seen=at)
         return replace(record, waiting=[*(w for w in record.waiting if w.run_id != self.run_id), entry])
@@ -268,8 +299,7 @@ class TargetLease:
             if ended is not None:
                 return None, Refused(f"this run's turn at the target is over: {ended.outcome}")
             if record.held:
-                holder = record.holder_info()
-                return None, Refused(f"target busy: held by {holder.describe()} since {clock(record.acquire_time)}")
+                return None, Refused(f"target busy: {self._held_by(record, at)}")
             ahead = self._first_in_line(record, at)
             if ahead is not None:
                 return None, Refused(f"target free, but {ahead.describe()} queues for it")
@@ -306,17 +336,13 @@ class TargetLease:
             if not record.held:
                 if ahead is None:
                     mine = self._mine(record, at)
-                    return mine, Acquired(mine, "acquired")
+                    return mine, Acquired(mine, self._acquired_how(record))
                 return self._queued(record, at, since), None
             if record.renewal() != observed:
                 observed, observed_at = record.renewal(), mono
-            holder = record.holder_info()
-            dead = self._expired(record, holder, mono - observed_at)
+            dead = self._expired(record, mono - observed_at)
             if dead and ahead is None:
-                mine = self._mine(record, at)
-                outcome = f"taken over by run {self.run_id} after {dead}"
-                ended_entry = Ended(holder.run_id, holder.experiment, holder.where, holder.since, at, outcome)
-                return mine.with_history(ended_entry), Acquired(mine, "taken over", previous=holder)
+                return self._take_over(record, at, dead)
             return self._queued(record, at, since), None
 
         while True:
@@ -337,31 +363,74 @@ class TargetLease:
                 return self._give_up(last, waited)
             self._sleep(min(self.timings.retry_period, max(0.0, wait - waited)))
 
-    def _expired(self, record: LeaseRecord, holder: RunInfo, unchanged_for: float) -> str:
-        """Why the holder is dead ('' while it may live): its renewal unchanged for the record's own duration
-        on this clock, or (a local run on this host) its owner process gone."""
-        if unchanged_for >= max(1, record.lease_duration):
-            return f"its lease expired (not renewed for {record.lease_duration}s)"
-        if holder.host and holder.host == this_host() and holder.pid and not process_alive(holder.pid):
+    def _take_over(self, record: LeaseRecord, at: float, dead: str) -> tuple[LeaseRecord, Acquired]:
+        """This run the holder, the dead one in the history. `previous` (whose chaos objects the caller sweeps) only
+        for a kfchaos run that held this Lease: a holder kfchaos did not write is named, and nothing of it swept."""
+        mine = self._mine(record, at)
+        holder = record.holder_info()
+        foreign = record.foreign_holder()
+        if not foreign:
+            outcome = f"taken over by run {self.run_id} after {dead}"
+            entry = Ended(holder.run_id, holder.experiment, holder.where, holder.since, at, outcome)
+            return mine.with_history(entry), Acquired(mine, "taken over", previous=holder)
+        named = f"'{printable(record.holder_identity[:80])}'"
+        how = (
+            f"taken over from {named} after {dead}; {self.store.where} {foreign}: none of its objects were "
+            "swept (a holder kfchaos did not write is no run whose faults it may remove)"
+        )
+        outcome = f"taken over by run {self.run_id} after {dead}; {self.store.where} {foreign}"
+        entry = Ended(record.holder_identity, "", "", record.acquire_time, at, outcome)
+        return mine.with_history(entry), Acquired(mine, how)
+
+    def _acquired_how(self, record: LeaseRecord) -> str:
+        """How a free Lease was taken: "acquired", naming one that another wrote (kfchaos's from now on)."""
+        foreign = record.not_kfchaos()
+        return f"acquired; {self.store.where} {foreign} before" if foreign else "acquired"
+
+    def _expired(self, record: LeaseRecord, unchanged_for: float) -> str:
+        """Why the holder is dead ('' while it may live): its renewal unchanged for the record's own duration (at
+        most MAX_LEASE_DURATION) on this clock, or (a local kfchaos run on this host) its owner process gone."""
+        duration = honoured(record)
+        if unchanged_for >= duration:
+            capped = (
+                f": its leaseDurationSeconds {record.lease_duration} is over the {MAX_LEASE_DURATION}s kfchaos honours"
+                if record.lease_duration > MAX_LEASE_DURATION
+                else ""
+            )
+            return f"its lease expired (not renewed for {duration}s{capped})"
+        holder = record.holder_info()
+        ours = not record.foreign_holder()  # a planted host and pid are no kfchaos run's process
+        if ours and holder.host and holder.host == this_host() and holder.pid and not process_alive(holder.pid):
             return f"its process {holder.pid} on {holder.host} ended without releasing it"
         return ""
+
+    def _held_by(self, record: LeaseRecord, at: float) -> str:
+        """Who holds the target and since when, for a message: the run, or a holder kfchaos did not write named
+        as such (with why). A time ahead of this clock is said to be: a planted one shows where it came from."""
+        since = clock(record.acquire_time)
+        if record.acquire_time is not None and record.acquire_time > at + MAX_CLOCK_SKEW:
+            since += " (ahead of this host's clock)"
+        foreign = record.foreign_holder()
+        if foreign:
+            named = f"'{printable(record.holder_identity[:80])}'"
+            return f"{self.store.where} {foreign}: held by {named} since {since}"
+        return f"held by {record.holder_info().describe()} since {since}"
 
     def _waiting_line(self, record: LeaseRecord | None, wait: float) -> str:
         if record is None:
             return f"waiting for the target ({self.store.where})"
-        if record.held:
-            holder = record.holder_info()
-            line = f"target busy: held by {holder.describe()} since {clock(record.acquire_time)}"
-        else:
-            line = "target free, queued"
+        line = f"target busy: {self._held_by(record, self._now())}" if record.held else "target free, queued"
         queue = [w for w in self._live_waiters(record, self._now()) if w.run_id != self.run_id]
         if queue:
             line += f"; {len(queue)} other run(s) queued: " + ", ".join(w.run_id for w in queue[:5])
         return f"{line}; waiting up to {wait:g}s (spec.safety.wait_for_target)"
 
     def _give_up(self, record: LeaseRecord | None, waited: float) -> Busy:
-        holder = record.holder_info() if record is not None and record.held else None
-        busy = Busy(holder, record.acquire_time if record is not None and record.held else None, waited)
+        held = record if record is not None and record.held else None
+        if held is None:
+            busy = Busy(None, None, waited)
+        else:
+            busy = Busy(held.holder_info(), held.acquire_time, waited, self._held_by(held, self._now()))
         outcome = f"INCONCLUSIVE: gave up after waiting {waited:.0f}s; {busy.reason()}"
 
         def change(current: LeaseRecord | None) -> tuple[LeaseRecord | None, None]:
@@ -399,6 +468,17 @@ class TargetLease:
 
         result: str = self._mutate(change)
         return result
+
+
+def honoured(record: LeaseRecord) -> int:
+    """The record's leaseDurationSeconds as a waiter honours it: at least 1 s, at most MAX_LEASE_DURATION."""
+    return min(max(1, record.lease_duration), MAX_LEASE_DURATION)
+
+
+def _recent(seen: float | None, at: float, window: float) -> bool:
+    """Whether a time another process wrote (a waiter's `seen`) is within `window` before `at`, and not ahead of it
+    by more than MAX_CLOCK_SKEW: a time in the future would otherwise stay recent for as long as it is ahead."""
+    return seen is not None and -MAX_CLOCK_SKEW <= at - seen < window
 
 
 class Renewal:

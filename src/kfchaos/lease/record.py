@@ -12,7 +12,11 @@ leaseDurationSeconds, acquireTime, renewTime, leaseTransitions. What a person as
 - kfchaos.io/history: the last runs that held (or gave up on) the target, newest last, and how each ended.
 
 Everything read back is outside input (any user with `update` on leases can write it): the spec's fields are
-checked, annotations that do not parse are read as empty, and the lists are cut to their bounds.
+checked, annotations that do not parse are read as empty, and the lists are cut to their bounds. A Lease kfchaos
+wrote carries the label app.kubernetes.io/managed-by=kfchaos and names its holder in kfchaos.io/holder; one that
+does not (`not_kfchaos`, `foreign_holder`) is queued for and taken over by the same rules, named as such in every
+message, and its holder's objects are never swept (kfchaos.lease.queue; docs/reliability.md, "round 4, class 1").
+Labels and annotations that are not kfchaos's are written back as read: a PUT replaces the whole object.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kfchaos.errors import KfchaosError
+from kfchaos.netsafe import printable
+from kfchaos.types import check_label
 
 API_VERSION = "coordination.k8s.io/v1"
 KIND = "Lease"
@@ -37,6 +43,10 @@ ANNOTATION_HOLDER = "kfchaos.io/holder"
 ANNOTATION_WAITING = "kfchaos.io/waiting"
 ANNOTATION_HISTORY = "kfchaos.io/history"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kfchaos"
+LABEL_RUN_ID = "kfchaos.io/run-id"  # the label a run's chaos objects carry (kfchaos.faults.naming, a layer above)
+OURS = (ANNOTATION_TARGET, ANNOTATION_HOLDER, ANNOTATION_WAITING, ANNOTATION_HISTORY)
+MAX_KEPT = 64  # labels and annotations of others kept (and written back) from a Lease kfchaos did not write
 MAX_WAITING = 50  # queued runs kept in the record (annotations share 256 KiB: k8s.io/apimachinery ValidateAnnotations)
 MAX_HISTORY = 20  # ended runs kept
 MAX_TEXT = 500  # characters kept of any one text field read back
@@ -181,10 +191,37 @@ class LeaseRecord:
     waiting: list[RunInfo] = field(default_factory=list)
     history: list[Ended] = field(default_factory=list)
     resource_version: str = ""
+    labels: dict[str, str] = field(default_factory=lambda: {LABEL_MANAGED_BY: MANAGED_BY})
+    annotations: dict[str, str] = field(default_factory=dict)  # others' annotations, kept as read
 
     @property
     def held(self) -> bool:
         return bool(self.holder_identity)
+
+    def not_kfchaos(self) -> str:
+        """Why kfchaos did not write this Lease ('' when it did), to follow the Lease's name in a message: every
+        Lease kfchaos creates or takes carries its managed-by label (to_object), so one without it is another's."""
+        if self.labels.get(LABEL_MANAGED_BY) == MANAGED_BY:
+            return ""
+        return f"is not kfchaos's (it has no label {LABEL_MANAGED_BY}={MANAGED_BY})"
+
+    def foreign_holder(self) -> str:
+        """Why the holder is not a kfchaos run that took this Lease ('' when it is), to follow the Lease's name in
+        a message. kfchaos writes holderIdentity and kfchaos.io/holder together (queue.TargetLease._mine), and a
+        run id is a label value (kfchaos.faults.naming.check_run_id): a holder string alone, however much it looks
+        like a run id, is not a run whose chaos objects a takeover may sweep."""
+        if not self.held:
+            return ""
+        if why := self.not_kfchaos():
+            return why
+        identity = printable(self.holder_identity[:80])
+        if self.holder is None or self.holder.run_id != self.holder_identity:
+            return f"names a holder kfchaos did not write ({ANNOTATION_HOLDER} does not name '{identity}')"
+        try:
+            check_label(LABEL_RUN_ID, self.holder_identity)
+        except ValueError:
+            return f"names a holder that is no kfchaos run id ('{identity}' is not a Kubernetes label value)"
+        return ""
 
     def holder_info(self) -> RunInfo:
         """The holder as the annotation names it, or by its identity alone when the annotation says another."""
@@ -220,6 +257,7 @@ class LeaseRecord:
         if self.renew_time is not None:
             spec["renewTime"] = micro_time(self.renew_time)
         annotations = {
+            **self.annotations,
             ANNOTATION_TARGET: self.target,
             ANNOTATION_HOLDER: json.dumps(self.holder.to_dict() if self.holder else {}, sort_keys=True),
             ANNOTATION_WAITING: json.dumps([w.to_dict() for w in self.waiting[-MAX_WAITING:]], sort_keys=True),
@@ -228,7 +266,7 @@ class LeaseRecord:
         metadata: dict[str, Any] = {
             "name": self.name,
             "namespace": self.namespace,
-            "labels": {LABEL_MANAGED_BY: "kfchaos"},
+            "labels": dict(self.labels),
             "annotations": annotations,
         }
         if self.resource_version:
@@ -259,6 +297,8 @@ class LeaseRecord:
             waiting=_parsed_list(annotations.get(ANNOTATION_WAITING), RunInfo.from_dict)[-MAX_WAITING:],
             history=_parsed_list(annotations.get(ANNOTATION_HISTORY), Ended.from_dict)[-MAX_HISTORY:],
             resource_version=str(meta.get("resourceVersion") or ""),
+            labels=_strings(meta.get("labels")),
+            annotations={k: v for k, v in _strings(annotations).items() if k not in OURS},
         )
 
 
@@ -285,6 +325,14 @@ def _number(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _strings(data: object) -> dict[str, str]:
+    """A label or annotation map read back: its string entries, at most MAX_KEPT of them."""
+    if not isinstance(data, dict):
+        return {}
+    kept = [(k, v) for k, v in data.items() if isinstance(k, str) and isinstance(v, str)]
+    return dict(kept[:MAX_KEPT])
 
 
 def _json(text: object, default: Any) -> Any:
