@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from kfchaos.metrics import nodeoom
 from kfchaos.metrics.collect import PROMETHEUS_ENV, snapshot_for_experiment
 from kfchaos.metrics.oom import CrashLogReader
 from kfchaos.verdict.evaluate import evaluate
@@ -152,7 +153,14 @@ def history(t0: float, end: float) -> str:
             (f'{c},pod="van-1",id="/kubepods/v1"', steps(times, {0: 3})),
         ],
     )
-    families = (restarts, reasons, cadvisor, pod_info, node_oom)
+    # The kubelets' cgroup versions (as kube-prometheus-stack's kubelet job labels them with the node): n-quiet's
+    # is v1, n-hot's v2; the others' kubelets are not scraped.
+    cgroup = Family(
+        "kubelet_cgroup_version",
+        "gauge",
+        [(f'job="kubelet",node="{node}"', steps(times, {0: v})) for node, v in (("n-quiet", 1), ("n-hot", 2))],
+    )
+    families = (restarts, reasons, cadvisor, pod_info, node_oom, cgroup)
     lines = [*(line for family in families for line in family.lines()), "# EOF", ""]
     return "\n".join(lines)
 
@@ -232,6 +240,7 @@ def test_a_crash_for_another_cause_is_not_an_oom(cluster: Cluster, monkeypatch: 
     # gpu-0's node (n-quiet) killed nothing; another node (n-hot) did, at the same time: not this crash's cause.
     check = oom_check(cluster, monkeypatch, "gpu-0", read_log=lambda *a: "ValueError: bad sampling params\n")
     assert check.status is Status.PASS, check.reason
+    assert check.details["nodes"] == {"n-quiet": nodeoom.kill_shape(1)}
     assert check.details["oom_kills"] == 0
 
 
@@ -243,6 +252,9 @@ def test_a_crash_while_the_node_kernel_oom_killed_is_an_oom_kill(
     assert check.status is Status.FAIL, check.reason
     assert check.details["host_oom_kills_node"] == 1 and check.details["host_oom_kills"] == 1
     assert "1 a crash while its node's kernel OOM-killed" in check.reason
+    # The run records how a kill looks on the node it ran on: cgroup v2, the whole container.
+    assert check.details["nodes"]["n-hot"]["cgroup_version"] == 2, check.details["nodes"]
+    assert "memory.oom.group" in check.details["nodes"]["n-hot"]["oom_kill_takes"]
 
 
 def test_a_lost_oom_event_is_still_an_oom_kill(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,6 +268,7 @@ def test_a_crash_on_a_node_nobody_watches_cannot_pass(cluster: Cluster, monkeypa
     check = oom_check(cluster, monkeypatch, "blind-0", read_log=lambda *a: "ValueError: bad sampling params\n")
     assert check.status is Status.INCONCLUSIVE, check.reason
     assert check.details["crash_restarts_node_unknown"] == 1
+    assert check.details["nodes"]["n-blind"]["cgroup_version"] is None  # its kubelet is not scraped either
     assert "node_vmstat_oom_kill" in check.reason
 
 

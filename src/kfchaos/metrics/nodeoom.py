@@ -43,7 +43,14 @@ POD_INFO_METRIC = "kube_pod_info"
 # The kubelet's longest crash back-off (kubernetes pkg/kubelet/kubelet.go MaxContainerBackOff, 300 s): a crash can
 # first show as a restart this long after the kill, when no scrape caught the container down in between.
 MAX_BACK_OFF = 300.0
-PARTS = ("node_oom", "pod_nodes")  # the names of `queries`' parts
+# The kubelet's cgroup version gauge (kubernetes pkg/kubelet/metrics/metrics.go CgroupVersion, set at start in
+# pkg/kubelet/kubelet_linux.go; 1.31 and later): how a kill looks on that node. On cgroup v2 the kubelet sets
+# memory.oom.group on each container unless its configuration says singleProcessOOMKill: true
+# (pkg/kubelet/kuberuntime/kuberuntime_container_linux.go), so the kernel kills the whole container; on v1 it kills
+# one process, and a server whose worker it killed may live on or exit by itself (OOMKilled with exit 0). The kubelet
+# publishes singleProcessOOMKill only on /configz, behind nodes/proxy, a right kfchaos does not ask for.
+CGROUP_METRIC = "kubelet_cgroup_version"
+PARTS = ("node_oom", "pod_nodes", "cgroup_version")  # the names of `queries`' parts
 
 
 def queries(scope: Scope) -> dict[str, str]:
@@ -57,6 +64,9 @@ def queries(scope: Scope) -> dict[str, str]:
             f' or {NODE_OOM_METRIC}{{node!=""}}'
         ),
         "pod_nodes": f"max by (namespace, pod, uid, node) ({POD_INFO_METRIC}{{{in_scope}}})",
+        # kube-prometheus-stack's kubelet job labels its series with `node` (prometheus-operator
+        # pkg/prometheus/promcfg.go relabels an endpoint whose target is a Node to node=<its name>).
+        "cgroup_version": f'max by (node) ({CGROUP_METRIC}{{node!=""}})',
     }
 
 
@@ -67,6 +77,15 @@ class NodeOoms:
     rose: dict[str, list[list[float]]] = field(default_factory=dict)  # node -> [time, kills not yet explained]
     sampled: dict[str, np.ndarray] = field(default_factory=dict)  # node -> times with a finite sample
     pod_node: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (namespace, pod, uid) -> node
+    cgroup: dict[str, int] = field(default_factory=dict)  # node -> its kubelet's cgroup version, where scraped
+
+    def nodes(self) -> list[str]:
+        """The nodes the pods in scope ran on."""
+        return sorted(set(self.pod_node.values()))
+
+    def shapes(self) -> dict[str, dict[str, object]]:
+        """What each node of the pods in scope says about how an OOM kill looks there, for the run's record."""
+        return {node: kill_shape(self.cgroup.get(node)) for node in self.nodes()}
 
     def node_of(self, namespace: str, pod: str, uid: str) -> str | None:
         """The pod's node; by name alone where the series carry no uid."""
@@ -89,7 +108,26 @@ class NodeOoms:
         return explained
 
 
-def node_ooms(node_series: Iterable[RangeSeries], pod_series: Iterable[RangeSeries], since: float) -> NodeOoms:
+def kill_shape(cgroup_version: int | None) -> dict[str, object]:
+    """A node's cgroup version and what it means for an OOM kill (see CGROUP_METRIC)."""
+    if cgroup_version == 1:
+        single = "does not apply: on cgroup v1 the kernel kills one process"
+        shape = "one process: a worker's kill can leave the container running, or exiting by itself (OOMKilled, exit 0)"
+    elif cgroup_version == 2:
+        single = "not read (the kubelet's /configz, behind nodes/proxy)"
+        shape = "the whole container (memory.oom.group), unless the kubelet sets singleProcessOOMKill: true"
+    else:
+        single = "not read"
+        shape = f"unknown: {CGROUP_METRIC} (the kubelet's /metrics, Kubernetes 1.31 and later) not scraped"
+    return {"cgroup_version": cgroup_version, "single_process_oom_kill": single, "oom_kill_takes": shape}
+
+
+def node_ooms(
+    node_series: Iterable[RangeSeries],
+    pod_series: Iterable[RangeSeries],
+    since: float,
+    cgroup_series: Iterable[RangeSeries] = (),
+) -> NodeOoms:
     """The counters differenced per series (kfchaos.metrics.counters; a node-exporter pod replaced by its
     DaemonSet is a new series whose first sample is its level), then gathered per node."""
     found = NodeOoms()
@@ -102,6 +140,10 @@ def node_ooms(node_series: Iterable[RangeSeries], pod_series: Iterable[RangeSeri
         found.sampled[node] = np.union1d(found.sampled.get(node, np.empty(0)), finite)
     for rises in found.rose.values():
         rises.sort()
+    for series in cgroup_series:
+        finite = series.values[np.isfinite(series.values)]
+        if series.labels.get("node") and len(finite):
+            found.cgroup[series.labels["node"]] = int(finite[-1])
     for series in pod_series:
         labels = series.labels
         if labels.get("node"):

@@ -73,6 +73,7 @@ GPU_OOM = "gpu_oom_crashes"  # crashes whose previous container log shows CUDA o
 UNREAD = "crash_restarts_unread"  # crashes whose cause could not be read: could be either kind of OOM
 NODE_OOM = "oom_kills_node"  # crashes while their node's kernel OOM-killed (kfchaos.metrics.nodeoom)
 NODE_UNKNOWN = "crash_restarts_node_unknown"  # crashes on a node whose kernel OOM counter was not sampled
+NODE_CGROUP = "node_cgroup_version:"  # + a node of the pods in scope: its kubelet's cgroup version, 0 where unknown
 PENDING = "oom_terminated_containers"  # gauge: containers terminated by OOM, restart not yet counted
 OOM_SERIES = (HOST_OOM, CADVISOR_OOM, CRASHES, GPU_OOM, UNREAD, NODE_OOM, NODE_UNKNOWN)
 
@@ -430,7 +431,7 @@ def collect(
         down_series=found["terminated"] + found["waiting"],
         created=created,
     )
-    nodes = nodeoom.node_ooms(found["node_oom"], found["pod_nodes"], start)
+    nodes = nodeoom.node_ooms(found["node_oom"], found["pod_nodes"], start, found["cgroup_version"])
     node_killed, crashes = node_crashes(every, nodes, step)
     gpu, unread = gpu_crashes(crashes, read_log)
     node_unknown = [c for c in crashes if c not in gpu and c not in unread and not node_seen(c, nodes)]
@@ -452,6 +453,11 @@ def collect(
     node_note = f"{described}; crashes against {sent['node_oom']} on the node of {sent['pod_nodes']}"
     result.series[NODE_OOM] = count_of(NODE_OOM, node_killed, node_note)
     result.series[NODE_UNKNOWN] = count_of(NODE_UNKNOWN, node_unknown, node_note)
+    for node in nodes.nodes():  # recorded with the run: how a kill looks on the nodes it ran on
+        version = float(nodes.cgroup.get(node, 0))
+        result.series[NODE_CGROUP + node] = Series(
+            NODE_CGROUP + node, grid[-1:], np.array([version]), query=sent["cgroup_version"]
+        )
     return result
 
 
@@ -489,6 +495,7 @@ class OomCount:
     missing: str | None
     node: float = 0.0  # crashes while their node's kernel OOM-killed: a global OOM or a lost OOM event
     node_unknown: float = 0.0  # crashes on a node whose kernel OOM counter was not sampled
+    nodes: dict[str, dict[str, object]] | None = None  # per node of the pods in scope: how a kill looks there
 
     @property
     def host_kills(self) -> float:
@@ -525,4 +532,11 @@ def count(snapshot: MetricsSnapshot, start: float, end: float, grace: float) -> 
         missing = next((e for e in evidence if e), None) or "crash-restart evidence has too few points"
     # Snapshots kept from before the node rule have neither series: their crashes were judged without it.
     node, node_unknown = increase(NODE_OOM), increase(NODE_UNKNOWN)
-    return OomCount(host, increase(CADVISOR_OOM), gpu or 0.0, unread or 0.0, missing, node or 0.0, node_unknown or 0.0)
+    shapes = {
+        name.removeprefix(NODE_CGROUP): nodeoom.kill_shape(int(series.values[-1]) or None)
+        for name, series in snapshot.series.items()
+        if name.startswith(NODE_CGROUP) and len(series.values)
+    }
+    return OomCount(
+        host, increase(CADVISOR_OOM), gpu or 0.0, unread or 0.0, missing, node or 0.0, node_unknown or 0.0, shapes
+    )

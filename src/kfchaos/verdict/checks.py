@@ -242,6 +242,8 @@ def oom_check(counted: OomCount | None, missing: str | None, served: int, limit:
         "crash_restarts_unread": unread,
         "host_oom_kills_node": node,
         "crash_restarts_node_unknown": node_unknown,
+        # The nodes the target ran on: cgroup version and how an OOM kill looks there (kfchaos.metrics.nodeoom).
+        "nodes": counted.nodes or {},
     }
     by_node = f" ({node} a crash while its node's kernel OOM-killed)" if node else ""
     shown = f"{host} host-memory OOM kill(s){by_node} + {gpu} GPU OOM crash(es)"

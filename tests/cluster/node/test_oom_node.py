@@ -117,6 +117,11 @@ def test_the_kernel_oom_kills_the_server_in_its_cgroup_and_the_verdict_fails_nam
             timeout=60,
         )
         assert rose >= 1
+        # The run records how a kill looks on the node it ran on: this node is cgroup v1 (the kubelet's
+        # kubelet_cgroup_version), where the kernel kills one process (kfchaos.metrics.nodeoom.kill_shape).
+        oom = [c for stage in verdict["stages"] for c in stage["checks"] if c["name"] == "oom_kill_rate"]
+        nodes = {node: shape for c in oom for node, shape in c["details"]["nodes"].items()}
+        assert {shape["cgroup_version"] for shape in nodes.values()} == {1}, nodes
     finally:
         core.delete_namespace(NAMESPACE)
 
