@@ -29,6 +29,12 @@ pytestmark = pytest.mark.integration
 GIB = 1 << 30
 KILL_AT = 300.0  # seconds into the stage
 LIMIT = 8 * GIB
+# The end of vLLM's log when the kernel killed its engine process (vllm/v1/engine/core_client.py, exceptions.py).
+ENGINE_LOG = (
+    "INFO Avg prompt throughput: 900 tokens/s\n"
+    "WARNING [shutdown] MPClient: engine core exited unexpectedly; starting cleanup\n"
+    "ERROR vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above)\n"
+)
 
 
 def history(t0: float, end: float) -> str:
@@ -85,6 +91,10 @@ def history(t0: float, end: float) -> str:
                 ),
             ],
         ),
+        # The pod's node, its kernel's OOM kill counter (which counted this kill) and its kubelet's cgroup version.
+        Family("kube_pod_info", "gauge", [('namespace="serving",pod="vllm-0",uid="u",node="gpu-node-1"', always)]),
+        Family("node_vmstat_oom_kill", "unknown", [('node="gpu-node-1"', steps(times, {0: 4, kill - 5: 5}))]),
+        Family("kubelet_cgroup_version", "gauge", [('node="gpu-node-1"', steps(times, {0: 2}))]),
     ]
     return "\n".join([line for f in families for line in f.lines()] + ["# EOF", ""])
 
@@ -104,7 +114,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     backfill(tmp / "data", history(t0, end))
     with PrometheusServer(tmp / "data", scrape_interval="15s") as prometheus, KubeApiServer() as api:
         api.add_pod("serving", "vllm-0", {"app": "vllm"}, containers=["vllm"])
-        api.write_log("serving", "vllm-0", "vllm", "INFO Avg prompt throughput: 900 tokens/s\n")
+        api.write_log("serving", "vllm-0", "vllm", ENGINE_LOG)
         api.restart_container("serving", "vllm-0", "vllm", "OOMKilled", 137)
         yield Cluster(prometheus.url, api, t0)
 
@@ -135,8 +145,8 @@ def test_the_trigger_is_the_kill_in_the_runs_series(bundle: Bundle) -> None:
 
 def test_every_item_is_there_collected_or_with_why_not(bundle: Bundle) -> None:
     kinds = [i.kind for i in bundle.items]
-    assert kinds == ["last-state", "events", "previous-log", "memory", "cgroup-oom-events", "gpu-memory",
-                     "kv-cache", "nvidia-smi"]  # fmt: skip
+    assert kinds == ["last-state", "events", "previous-log", "memory", "cgroup-oom-events", "node-oom-kills",
+                     "gpu-memory", "kv-cache", "nvidia-smi"]  # fmt: skip
     for one in bundle.items:
         assert one.collected or one.why_not, one
         assert one.source, one
@@ -154,6 +164,14 @@ def test_the_cgroup_stage_shows_the_working_set_at_the_limit(bundle: Bundle) -> 
     cgroup = item(bundle, "cgroup-oom-events")
     assert cgroup.findings == {"cgroup_oom_events": False}  # type: ignore[attr-defined]
     assert "0 is not proof" in cgroup.shows  # type: ignore[attr-defined]
+    # The node's kernel counted the kill its cgroup series lost, and says what a kill takes there.
+    node = item(bundle, "node-oom-kills")
+    assert node.findings == {"node_oom_kills": True}, node  # type: ignore[attr-defined]
+    assert node.data["node"] == "gpu-node-1" and node.data["cgroup_version"] == 2  # type: ignore[attr-defined]
+    assert "memory.oom.group" in node.shows  # type: ignore[attr-defined]
+    log = item(bundle, "previous-log")
+    assert log.findings["engine_death_log"] is True  # type: ignore[attr-defined]
+    assert "2 vLLM engine-death line(s)" in log.shows  # type: ignore[attr-defined]
 
 
 def test_the_gpu_and_allocator_stages(bundle: Bundle) -> None:

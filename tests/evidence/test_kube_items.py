@@ -81,7 +81,7 @@ def test_previous_log_is_the_killed_containers_tail_redacted(server: KubeApiServ
     assert "loading weights again" not in item.data  # the current container's log is not the previous one
     assert "sk-live-abcdef123456" not in item.data
     assert "Authorization: <redacted>" in item.data
-    assert item.findings == {"cuda_oom_log": True}
+    assert item.findings == {"cuda_oom_log": True, "engine_death_log": False}
     assert any("previous=True" in p and "tailLines=50" in p for _, p in server.requests)
 
 

@@ -3,6 +3,7 @@ of one item is that item's `why_not`; nothing here raises into the run, and noth
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -15,12 +16,22 @@ from kfchaos.evidence.model import Bundle, Item
 from kfchaos.metrics import oom
 from kfchaos.metrics.catalog import Scope
 from kfchaos.metrics.source import MetricsSource
+from kfchaos.netsafe import printable
 from kfchaos.redact import redact
 
 NVIDIA_SMI = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv"]
 BEFORE_KILL, AFTER_KILL = 120.0, 30.0  # "around the kill": the build-up and the restart
 EVENTS_KEPT = 50
 MESSAGE_CHARS = 500
+# How vLLM's log says its engine died (vllm-project/vllm, as installed for 0.32): the engine process's own fatal error
+# (vllm/v1/engine/core.py "EngineCore encountered a fatal error."), the API server's monitor when the engine process
+# is gone without one, as after the kernel kills it (vllm/v1/engine/core_client.py "engine core exited unexpectedly"),
+# and what every request then raises (vllm/v1/engine/exceptions.py EngineDeadError).
+ENGINE_DEATH_LOG = re.compile(
+    r"EngineDeadError|EngineCore encountered (?:a fatal error|an issue)|engine core exited unexpectedly"
+    r"|Engine core process \S+ died unexpectedly"
+)
+ENGINE_LINES_KEPT = 10
 
 
 @dataclass(frozen=True)
@@ -129,7 +140,12 @@ def previous_log(kube: KubeReader, kill: Kill, options: Options) -> Item:
     body = redact("\n".join(lines))[: options.log_limit_bytes]
     cuda = bool(oom.GPU_OOM_LOG.search(body))
     shows = f"last {len(lines)} line(s)" + ("; shows CUDA out of memory" if cuda else "; no CUDA out-of-memory line")
-    return item.got(item.source, shows, body + ("\n" if body else ""), {"cuda_oom_log": cuda})
+    death = [line for line in body.splitlines() if ENGINE_DEATH_LOG.search(line)]
+    if death:
+        shown = "; ".join(printable(line.strip()[:200]) for line in death[:ENGINE_LINES_KEPT])
+        shows += f"; {len(death)} vLLM engine-death line(s): {shown}"
+    findings = {"cuda_oom_log": cuda, "engine_death_log": bool(death)}
+    return item.got(item.source, shows, body + ("\n" if body else ""), findings)
 
 
 def nvidia_smi(kube: KubeReader | None, namespace: str, pod: str, container: str, options: Options) -> Item:
@@ -231,6 +247,8 @@ def _plan(kill: Kill, around: tuple[float, float], step: float, kube: KubeReader
           lambda s: prom.memory(s, ns, pod, name, around, step, kill.time))  # fmt: skip
         p(Item("cgroup-oom-events", "cgroup OOM events (cAdvisor, memory.events oom_kill)", container),
           lambda s: prom.cgroup_oom_events(s, ns, pod, name, around, step))  # fmt: skip
+        p(Item("node-oom-kills", "The node kernel's OOM kills (node-exporter node_vmstat_oom_kill)", where),
+          lambda s: prom.node_oom_kills(s, ns, pod, around, step))  # fmt: skip
     if first_of_pod:
         p(Item("gpu-memory", "GPU framebuffer used and free (DCGM)", where),
           lambda s: prom.gpu_memory(s, ns, pod, around, step, kill.time))  # fmt: skip

@@ -35,7 +35,8 @@ WEAK_ABSENCE = {"cgroup_oom_events", "backoff_events"}
 class Item:
     """One piece of evidence. `collected` False always comes with `why_not`."""
 
-    kind: str  # last-state, events, previous-log, memory, cgroup-oom-events, gpu-memory, kv-cache, nvidia-smi
+    kind: str  # last-state, events, previous-log, memory, cgroup-oom-events, node-oom-kills, gpu-memory, kv-cache,
+    # nvidia-smi
     title: str
     target: str  # namespace/pod[/container]
     collected: bool = False

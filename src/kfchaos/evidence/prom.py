@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from kfchaos.evidence.model import Item
-from kfchaos.metrics import counters, oom
-from kfchaos.metrics.catalog import promql_string
+from kfchaos.metrics import counters, nodeoom, oom
+from kfchaos.metrics.catalog import Scope, promql_string
 from kfchaos.metrics.source import MetricsSource, RangeSeries
 
 MAX_POINTS = 240  # per series kept in the bundle (the plot needs no more; the file stays small)
@@ -130,6 +130,29 @@ def cgroup_oom_events(source: MetricsSource, namespace: str, pod: str, container
         shows += " (a killed container's series ends with its cgroup, google/cadvisor#3015: 0 is not proof of none)"
     data = {"events": [[t, n] for t, n in events], "series": len(series), "query": query}
     return item.got(f"Prometheus {source.url}: {query}", shows, data, {"cgroup_oom_events": count > 0})
+
+
+def node_oom_kills(source: MetricsSource, namespace: str, pod: str, window: tuple[float, float],
+                   step: float) -> Item:  # fmt: skip
+    """The kills the kernel of the pod's node counted around the kill (kfchaos.metrics.nodeoom): a global OOM or a
+    lost OOM event shows only here, and the node's cgroup version says what a kill takes there."""
+    title = "The node kernel's OOM kills (node-exporter node_vmstat_oom_kill)"
+    item = Item("node-oom-kills", title, f"{namespace}/{pod}")
+    queries = nodeoom.queries(Scope(namespace, (pod,)))
+    found = {part: source.range(query, *window, step) for part, query in queries.items()}
+    nodes = nodeoom.node_ooms(found["node_oom"], found["pod_nodes"], window[0], found["cgroup_version"])
+    where = f"Prometheus {source.url}: {queries['node_oom']}"
+    node = next(iter(nodes.nodes()), None)
+    if node is None:
+        return item.skipped(f"no {nodeoom.POD_INFO_METRIC}{{node}} for the pod (is kube-state-metrics scraped?)", where)
+    if node not in nodes.sampled:
+        return item.skipped(f"no {nodeoom.NODE_OOM_METRIC} for node {node} (is node-exporter scraped?)", where)
+    kills = [[t, n] for t, n in nodes.rose.get(node, [])]
+    count = sum(n for _, n in kills)
+    shape = nodeoom.kill_shape(nodes.cgroup.get(node))
+    shows = f"node {node}: {count:g} OOM kill(s) by its kernel; a kill there takes {shape['oom_kill_takes']}"
+    data = {"node": node, "kills": kills, **shape, "query": queries["node_oom"]}
+    return item.got(where, shows, data, {"node_oom_kills": count > 0})
 
 
 def gpu_memory(source: MetricsSource, namespace: str, pod: str, window: tuple[float, float], step: float,
