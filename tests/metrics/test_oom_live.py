@@ -86,6 +86,7 @@ def history(t0: float, end: float) -> str:
             (f'{c},pod="lost-0",uid="u-lost"', steps(times, {t0 + 300: 1})),
             (f'{c},pod="blind-0",uid="u-blind"', steps(times, {t0 + 300: 1})),
             (f'{c},pod="pair-0",uid="u-pair"', steps(times, {t0 + 300: 1, t0 + 360: 2})),
+            (f'{c},pod="keep-0",uid="u-keep"', steps(times, {})),
         ],
     )
     always = [(float(t), 1.0) for t in times]
@@ -123,6 +124,7 @@ def history(t0: float, end: float) -> str:
                 ("serving", "lost-0", "u-lost", "n-labelled"),
                 ("serving", "blind-0", "u-blind", "n-blind"),
                 ("serving", "pair-0", "u-pair", "n-pair"),
+                ("serving", "keep-0", "u-keep", "n-keep"),
                 ("monitoring", "node-exporter-q", "u-neq", "n-quiet"),
                 ("monitoring", "node-exporter-h", "u-neh", "n-hot"),
             )
@@ -140,6 +142,8 @@ def history(t0: float, end: float) -> str:
             (f'{exporter.format(2)},pod="node-exporter-h"', steps(times, {0: 2, t0 + 290: 3})),
             ('instance="n-labelled",job="node",node="n-labelled"', steps(times, {0: 7, t0 + 295: 8})),
             ('instance="n-pair",job="node",node="n-pair"', steps(times, {0: 1, t0 + 295: 2})),
+            # A worker killed while its server lives on (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH): no restart anywhere.
+            ('instance="n-keep",job="node",node="n-keep"', steps(times, {0: 3, t0 + 200: 4})),
         ],
     )
     cadvisor = Family(
@@ -277,3 +281,13 @@ def test_one_kernel_kill_explains_one_death(cluster: Cluster, monkeypatch: pytes
     check = oom_check(cluster, monkeypatch, "pair-0", read_log=lambda *a: "RuntimeError: not enough memory for kv\n")
     assert check.status is Status.FAIL, check.reason
     assert check.details["oom_kills"] == 1 and check.details["host_oom_kills_node"] == 0, check.details
+
+
+def test_a_node_kill_no_restart_explains_is_reported_not_judged(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The node is shared: its kernel's kill may be another pod's. Reported; the error rate judges a dead engine.
+    check = oom_check(cluster, monkeypatch, "keep-0")
+    assert check.status is Status.PASS, check.reason
+    assert check.details["node_oom_kills_unexplained"] == 1
+    assert "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH" in check.reason

@@ -73,6 +73,7 @@ GPU_OOM = "gpu_oom_crashes"  # crashes whose previous container log shows CUDA o
 UNREAD = "crash_restarts_unread"  # crashes whose cause could not be read: could be either kind of OOM
 NODE_OOM = "oom_kills_node"  # crashes while their node's kernel OOM-killed (kfchaos.metrics.nodeoom)
 NODE_UNKNOWN = "crash_restarts_node_unknown"  # crashes on a node whose kernel OOM counter was not sampled
+NODE_UNEXPLAINED = "oom_kills_node_unexplained"  # the target's nodes' kernel OOM kills no death of the target took
 NODE_CGROUP = "node_cgroup_version:"  # + a node of the pods in scope: its kubelet's cgroup version, 0 where unknown
 PENDING = "oom_terminated_containers"  # gauge: containers terminated by OOM, restart not yet counted
 OOM_SERIES = (HOST_OOM, CADVISOR_OOM, CRASHES, GPU_OOM, UNREAD, NODE_OOM, NODE_UNKNOWN)
@@ -453,6 +454,10 @@ def collect(
     node_note = f"{described}; crashes against {sent['node_oom']} on the node of {sent['pod_nodes']}"
     result.series[NODE_OOM] = count_of(NODE_OOM, node_killed, node_note)
     result.series[NODE_UNKNOWN] = count_of(NODE_UNKNOWN, node_unknown, node_note)
+    # Left over once every death took its kill: another pod's, or a worker killed while its server lives on
+    # (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH: no restart at all). Reported, never judged: the node is shared.
+    left = [(t, n) for node in nodes.nodes() for t, n in nodes.rose.get(node, []) if n > 0]
+    result.series[NODE_UNEXPLAINED] = cumulative(NODE_UNEXPLAINED, grid, left, f"{sent['node_oom']}, not taken")
     for node in nodes.nodes():  # recorded with the run: how a kill looks on the nodes it ran on
         version = float(nodes.cgroup.get(node, 0))
         result.series[NODE_CGROUP + node] = Series(
@@ -496,6 +501,7 @@ class OomCount:
     node: float = 0.0  # crashes while their node's kernel OOM-killed: a global OOM or a lost OOM event
     node_unknown: float = 0.0  # crashes on a node whose kernel OOM counter was not sampled
     nodes: dict[str, dict[str, object]] | None = None  # per node of the pods in scope: how a kill looks there
+    node_unexplained: float = 0.0  # the kernel's kills on those nodes that no death of the target took
 
     @property
     def host_kills(self) -> float:
@@ -537,6 +543,15 @@ def count(snapshot: MetricsSnapshot, start: float, end: float, grace: float) -> 
         for name, series in snapshot.series.items()
         if name.startswith(NODE_CGROUP) and len(series.values)
     }
+    unexplained = increase(NODE_UNEXPLAINED) or 0.0
     return OomCount(
-        host, increase(CADVISOR_OOM), gpu or 0.0, unread or 0.0, missing, node or 0.0, node_unknown or 0.0, shapes
+        host,
+        increase(CADVISOR_OOM),
+        gpu or 0.0,
+        unread or 0.0,
+        missing,
+        node or 0.0,
+        node_unknown or 0.0,
+        shapes,
+        unexplained,
     )

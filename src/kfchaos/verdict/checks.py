@@ -244,6 +244,7 @@ def oom_check(counted: OomCount | None, missing: str | None, served: int, limit:
         "crash_restarts_node_unknown": node_unknown,
         # The nodes the target ran on: cgroup version and how an OOM kill looks there (kfchaos.metrics.nodeoom).
         "nodes": counted.nodes or {},
+        "node_oom_kills_unexplained": round(counted.node_unexplained),
     }
     by_node = f" ({node} a crash while its node's kernel OOM-killed)" if node else ""
     shown = f"{host} host-memory OOM kill(s){by_node} + {gpu} GPU OOM crash(es)"
@@ -266,6 +267,12 @@ def oom_check(counted: OomCount | None, missing: str | None, served: int, limit:
             )
     else:
         status = Status.PASS
+    if counted.node_unexplained:
+        reason += (
+            f"; the kernel of the target's node(s) OOM-killed {round(counted.node_unexplained)} more time(s) with no "
+            "restart of the target: another pod, or an engine worker killed while its server lives on "
+            "(VLLM_KEEP_ALIVE_ON_ENGINE_DEATH: see the error rate)"
+        )
     return Check(name, status, reason, rate, limit, interval, served, "fraction", details=details)
 
 
