@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from kfchaos.lease import queue
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.cluster
 WHERE = f"Lease {TARGET_NAMESPACE}/{LEASE}"
 CAP = 6  # MAX_LEASE_DURATION for these tests: a planted duration over it is honoured this long
 NOT_OURS = f"{WHERE} is not kfchaos's (it has no label app.kubernetes.io/managed-by=kfchaos)"
+OTHER_TARGET = {"app.kubernetes.io/name": "other-model"}  # target B, beside the target (TARGET_LABELS) in its namespace
 
 
 @pytest.fixture
@@ -128,6 +130,49 @@ def test_a_holder_string_made_to_look_like_a_live_run_never_gets_that_runs_objec
     )
     assert len(run_objects(planted_on, live_run)) == 1
     release(taker)
+
+
+def at_another_target(cluster: RealCluster, name: str) -> str:
+    """An experiment aimed at target B: other pods (OTHER_TARGET, a Deployment made here) in the same namespace."""
+    apps = k8s.AppsV1Api(cluster.api_client())
+    container = {"name": "m", "image": "example.invalid/m:1"}
+    pod = {"metadata": {"labels": OTHER_TARGET}, "spec": {"containers": [container]}}
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "other-model"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": OTHER_TARGET}, "template": pod}}  # fmt: skip
+    try:
+        apps.create_namespaced_deployment(TARGET_NAMESPACE, body)
+    except k8s.ApiException as error:
+        if error.status != 409:
+            raise
+    data = yaml.safe_load(experiment_text(name))
+    data["spec"]["target"]["selector"] = {"labels": OTHER_TARGET}
+    return yaml.safe_dump(data)
+
+
+def test_kfchaoss_whole_record_copied_onto_the_lease_never_gets_a_runs_objects_at_another_target_swept(
+    planted_on: RealCluster,
+) -> None:
+    """A Lease planted with kfchaos's whole record (its label, and kfchaos.io/holder naming run X) reads as a dead
+    kfchaos holder, so it is taken over and X's objects are swept; but only those that reach this target. X alive
+    at target B keeps its PodChaos there, named as not swept; its PodChaos that selects this target is removed."""
+    live = f"run-live-{uuid.uuid4().hex[:6]}"
+    at_b = experiment_from_text(at_another_target(planted_on, "alive-at-b"))
+    at_a = experiment_from_text(experiment_text("once-at-a"))
+    there = seams.fault_backend(at_b, live).apply(at_b.spec.faults[0]).name
+    here = seams.fault_backend(at_a, live).apply(at_a.spec.faults[0]).name
+    assert sorted(run_objects(planted_on, live)) == sorted([there, here])
+    plant(planted_on, live, labels={"app.kubernetes.io/managed-by": "kfchaos"},
+          annotations={"kfchaos.io/holder": json.dumps({"run_id": live, "experiment": "alive-at-b"})})  # fmt: skip
+    taker = f"run-take-{uuid.uuid4().hex[:6]}"
+    try:
+        taken = take(taker)
+        assert taken["status"] == "held" and taken["how"] == "taken over" and taken["took_over"]["run_id"] == live
+        assert taken["took_over"]["swept"] == 1
+        assert taken["took_over"]["not_swept"] == [f"podchaos {TARGET_NAMESPACE}/{there}: selects another target"]
+        assert run_objects(planted_on, live) == [there]
+        release(taker)
+    finally:
+        seams.fault_backend(at_b, live).sweep(live)
 
 
 def test_a_lease_duration_of_a_billion_seconds_is_honoured_only_up_to_the_cap(planted_on: RealCluster) -> None:

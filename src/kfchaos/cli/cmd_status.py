@@ -8,10 +8,14 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kfchaos.cli import EXIT_PASS
 from kfchaos.cli.flags import require_url
+from kfchaos.netsafe import printable
+
+if TYPE_CHECKING:
+    from kfchaos.lease import LeaseRecord
 
 
 def register(subparsers: Any) -> None:
@@ -46,9 +50,8 @@ def run(args: argparse.Namespace) -> int:
         print("free: no run has used it yet")
         return EXIT_PASS
     if record.held:
-        holder = record.holder_info()
-        print(f"held by {holder.describe()} since {clock(record.acquire_time)}, last renewed {clock(record.renew_time)}"
-              f" (lease {record.lease_duration}s)")  # fmt: skip
+        times = f"since {clock(record.acquire_time)}, last renewed {clock(record.renew_time)}"
+        print(f"{_holder(record)} {times} (lease {record.lease_duration}s)")
     else:
         print("free")
     for waiter in record.waiting:
@@ -59,3 +62,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {ended.run_id}" + (f" of {ended.experiment}" if ended.experiment else "")
               + f": {clock(ended.started)} .. {clock(ended.ended)}: {ended.outcome}")  # fmt: skip
     return EXIT_PASS
+
+
+def _holder(record: LeaseRecord) -> str:
+    """Who holds the target: a run, or a holder kfchaos did not write, named as such (LeaseRecord.foreign_holder)
+    as a waiting run names it, never as a run: a Lease that merely names a run id is no run's turn."""
+    foreign = record.foreign_holder()
+    if foreign:
+        return f"the lease {foreign}: held by '{printable(record.holder_identity[:80])}'"
+    return f"held by {record.holder_info().describe()}"

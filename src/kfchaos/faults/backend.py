@@ -154,6 +154,15 @@ class InjectionReport:
 
 
 @dataclass(frozen=True)
+class TargetSweep:
+    """A takeover's sweep of the dead holder's objects (`sweep_at_target`): how many were deleted, and those left
+    because they cannot reach the target the lease guards ("plural namespace/name")."""
+
+    deleted: int
+    kept: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class PreflightReport:
     crds: list[str] = field(default_factory=list)
     matching_pods: dict[str, int] = field(default_factory=dict)  # object name -> running target pods

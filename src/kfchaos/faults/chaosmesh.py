@@ -39,6 +39,7 @@ from kfchaos.faults.backend import (
     RecoveryTimeout,
     StuckTerminating,
     TargetsGone,
+    TargetSweep,
 )
 from kfchaos.faults.catalog import GROUP, PLURALS
 from kfchaos.faults.chaosrecords import (
@@ -49,11 +50,12 @@ from kfchaos.faults.chaosrecords import (
     stale_reason,
     wrong_container,
 )
+from kfchaos.faults.foreign import described_pod, object_reaches
 from kfchaos.faults.gpu import EXEC_KIND
 from kfchaos.faults.kubeclient import KubeClient
 from kfchaos.faults.naming import LABEL_MANAGED_BY, LABEL_RUN_ID, MANAGED_BY, run_selector
 from kfchaos.faults.objectkinds import SWEPT_PLURALS, conditions, fault_handle, injection_time, kind_of, kind_of_plural
-from kfchaos.faults.render import render_fault
+from kfchaos.faults.render import pod_selector, render_fault
 from kfchaos.faults.retry import RetryPolicy
 from kfchaos.faults.safety import check_pod_share
 from kfchaos.faults.selectors import label_selector
@@ -435,6 +437,22 @@ class ChaosMeshBackend:
         with self.kube.deadline(timeout):
             return self._sweep(run_id, namespaces, older_than, timeout, selector)
 
+    def sweep_at_target(self, run_id: str, timeout: float = 60.0) -> TargetSweep:
+        """A takeover's sweep: run `run_id`'s objects in the bound experiment's namespaces (as `sweep`), but only
+        those that can reach the bound experiment's target, the one its lease guards; the others are left and
+        named. A Lease naming a run is evidence that the run held this target, never that its objects elsewhere
+        are dead: anyone who may update Leases can copy kfchaos's record onto one (docs/reliability.md, round 4,
+        class 1), and that run may be injecting at another target now."""
+        if self.experiment is None:
+            raise BackendError("a takeover's sweep needs an experiment run bound: its target says what to sweep")
+        target = self.experiment.spec.target
+        aimed = pod_selector(target.namespace, target.selector)
+        with self.kube.deadline(timeout):
+            running = self.kube.list_objects("pods", target.namespace, label_selector(aimed)) or []
+            reach = _Reach([described_pod(aimed), *running])
+            deleted = self._sweep(run_id, self.experiment_namespaces(), None, timeout, run_selector(run_id), reach)
+        return TargetSweep(deleted, sorted(reach.kept))
+
     def _sweep(
         self,
         run_id: str | None,
@@ -442,6 +460,7 @@ class ChaosMeshBackend:
         older_than: float | None,
         timeout: float,
         selector: str,
+        chosen: Callable[[str, dict[str, Any]], bool] = lambda plural, obj: True,
     ) -> int:
         # Ages by the server's clock, as creationTimestamp is: a local clock ahead of the server's would
         # otherwise make other runs' live faults look old and sweep them.
@@ -450,7 +469,7 @@ class ChaosMeshBackend:
         for namespace in namespaces or [None]:  # type: ignore[list-item]
             for plural in SWEPT_PLURALS:
                 for obj in self.kube.list_objects(plural, namespace, selector) or []:
-                    if cutoff is not None and _created(obj) > cutoff:
+                    if (cutoff is not None and _created(obj) > cutoff) or not chosen(plural, obj):
                         continue
                     meta = obj["metadata"]
                     if meta.get("deletionTimestamp"):
@@ -465,7 +484,7 @@ class ChaosMeshBackend:
                     for namespace in namespaces or [None]  # type: ignore[list-item]
                     for plural in SWEPT_PLURALS
                     for o in self.kube.list_objects(plural, namespace, selector) or []
-                    if cutoff is None or _created(o) <= cutoff
+                    if (cutoff is None or _created(o) <= cutoff) and chosen(plural, o)
                 ]
             except BackendError:
                 if self.kube.time_left() or not left:
@@ -485,6 +504,35 @@ class ChaosMeshBackend:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+class _Reach:
+    """Whether a swept object can reach one of the target's `pods` (kfchaos.faults.foreign.object_reaches, the rule
+    the foreign-interference watch uses); the objects that cannot are collected in `kept`."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+        self.kept: set[str] = set()
+
+    def __call__(self, plural: str, obj: dict[str, Any]) -> bool:
+        aimed = _allocator_aim(obj) if plural == "pods" else obj
+        if any(object_reaches(aimed, pod) for pod in self.pods):
+            return True
+        meta = obj.get("metadata") or {}
+        self.kept.add(f"{plural} {meta.get('namespace')}/{meta.get('name')}")
+        return False
+
+
+def _allocator_aim(pod: dict[str, Any]) -> dict[str, Any]:
+    """A GPU allocator pod as a chaos object aimed at the pods it lands beside: its pod-affinity term, which
+    kfchaos.faults.gpu.render_gpu_pod writes from the fault's selector and namespace."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAffinity") or {}
+    terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or [{}]
+    term = terms[0] if isinstance(terms[0], dict) else {}
+    labels = term.get("labelSelector") or {}
+    selector = {"namespaces": term.get("namespaces") or [], "labelSelectors": labels.get("matchLabels") or {},
+                "expressionSelectors": labels.get("matchExpressions") or []}  # fmt: skip
+    return {"metadata": pod.get("metadata") or {}, "spec": {"selector": selector if term else None}}
 
 
 def _terminating(plural: str, obj: dict[str, Any]) -> str:

@@ -110,6 +110,23 @@ def object_reaches(obj: dict[str, Any], pod: dict[str, Any]) -> bool:
     return reaches_own or selector_reaches(other.get("selector"), namespace, pod)
 
 
+def described_pod(selector: dict[str, Any]) -> dict[str, Any]:
+    """The pod a selector of one target describes (kfchaos.faults.render.pod_selector: one namespace, labels,
+    expressions): its labels, and a label for each expression that needs one (In: its first value; Exists: the key,
+    empty). A takeover's sweep (ChaosMeshBackend.sweep_at_target) counts it among the target's pods, so that an
+    object aimed at the target reaches it even while none of its pods runs. It has no name, node or phase: a
+    selector that lists pods, nodes or phases reaches it only through a running pod."""
+    labels = dict(selector.get("labelSelectors") or {})
+    for expression in selector.get("expressionSelectors") or []:
+        key, op, values = str(expression.get("key")), expression.get("operator"), expression.get("values") or []
+        if op == "In" and values:
+            labels.setdefault(key, str(values[0]))
+        elif op == "Exists":
+            labels.setdefault(key, "")
+    namespace = (selector.get("namespaces") or [""])[0]
+    return {"metadata": {"namespace": namespace, "name": "", "labels": labels}, "spec": {}, "status": {}}
+
+
 def _over(obj: dict[str, Any]) -> bool:
     """A fault that is over: recovered and meant to stay stopped (what kfchaos's own removal waits for)."""
     status = obj.get("status") or {}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kfchaos.errors import KfchaosError
+from kfchaos.faults.backend import TargetSweep
 from kfchaos.spec import Experiment, FaultBase
 from kfchaos.steps.stopping import replay_stopping
 
@@ -40,6 +41,7 @@ class FaultBackend(Protocol):
     def remove(self, handle: Any) -> Any: ...
     def wait_recovered(self, handle: Any) -> Any: ...
     def sweep(self, run_id: str) -> Any: ...
+    def sweep_at_target(self, run_id: str) -> TargetSweep: ...
 
 
 BACKEND_ENV = "KFCHAOS_FAULT_BACKEND"  # chaosmesh (default) or local (the embedded demo)

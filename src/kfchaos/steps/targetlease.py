@@ -21,7 +21,6 @@ from kfchaos.errors import KfchaosError
 from kfchaos.lease import Acquired, Busy, Renewal, TargetLease, clock
 from kfchaos.spec import Experiment
 from kfchaos.steps import seams
-from kfchaos.steps.results import describe
 
 # What the lease steps say (who holds the target, the wait, a takeover) starts with this, so that `kfchaos run
 # --local` can show it beside the task lines (kfchaos.demo.runner.localrun.follow_output): a run that waits says why.
@@ -51,21 +50,30 @@ def acquire(experiment: Experiment, run_id: str, target: str) -> dict[str, Any]:
 
 
 def _sweep_dead(experiment: Experiment, run_id: str, result: Acquired, lease: TargetLease) -> dict[str, Any]:
-    """Remove the dead holder's chaos objects (its run id labels them), before this run touches the target."""
+    """Remove the dead holder's chaos objects (its run id labels them) that reach this target, before this run
+    touches it. Only those: the Lease is evidence that the run held this target, not that it is dead everywhere. A
+    Lease that copies kfchaos's whole record can name a run alive at another target (anyone who may update Leases
+    can write one), and that run's objects there are left, named in "not_swept"."""
     dead = result.previous
     assert dead is not None
     taken: dict[str, Any] = {"run_id": dead.run_id, "experiment": dead.experiment, "where": dead.where,
                              "held_since": clock(dead.since)}  # fmt: skip
     try:
-        swept = seams.fault_backend(experiment, run_id).sweep(dead.run_id)
+        swept = seams.fault_backend(experiment, run_id).sweep_at_target(dead.run_id)
     except KfchaosError as exc:
         raise KfchaosError(
             f"took over the target from run {dead.run_id}, whose lease expired, but could not remove its chaos "
             f"objects ({exc}); nothing of this run was sent or injected. Run `kfchaos cleanup --run-id "
             f"{dead.run_id}` with an operator's credentials"
         ) from None
-    taken["swept"] = describe(swept)
-    _say(f"took over {lease.store.where} from run {dead.run_id}: its lease expired; removed its chaos objects: {swept}")
+    taken["swept"] = swept.deleted
+    said = f"took over {lease.store.where} from run {dead.run_id}: its lease expired; removed {swept.deleted} of its"
+    if swept.kept:
+        taken["not_swept"] = [f"{name}: selects another target" for name in swept.kept]
+        said += f" chaos objects, not swept (they select another target): {', '.join(swept.kept)}"
+    else:
+        said += " chaos objects"
+    _say(said)
     return taken
 
 

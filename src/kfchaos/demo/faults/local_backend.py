@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kfchaos.errors import KfchaosError
+from kfchaos.faults.backend import TargetSweep
 from kfchaos.faults.naming import check_run_id, object_name
 from kfchaos.faults.safety import check_fault, fault_duration
 from kfchaos.faultspec.kinds import check_known
@@ -179,6 +180,11 @@ class LocalFaultBackend:
         if status != 200:
             raise KfchaosError(f"sweep failed with {status}")
         return len(payload.get("deleted", []))
+
+    def sweep_at_target(self, run_id: str) -> TargetSweep:
+        """A takeover's sweep (kfchaos.faults.chaosmesh.ChaosMeshBackend.sweep_at_target): every fault of the run,
+        as the fault proxy stands in front of one server, the target whose lock was taken over."""
+        return TargetSweep(self.sweep(run_id))
 
 
 def _share(fault: FaultBase) -> float:
