@@ -435,7 +435,7 @@ def collect(
     nodes = nodeoom.node_ooms(found["node_oom"], found["pod_nodes"], start, found["cgroup_version"])
     node_killed, crashes = node_crashes(every, nodes, step)
     gpu, unread = gpu_crashes(crashes, read_log)
-    node_unknown = [c for c in crashes if c not in gpu and c not in unread and not node_seen(c, nodes)]
+    node_unknown = [c for c in crashes if c not in gpu and c not in unread and watched_node(c, nodes) is None]
     log_note = "previous container logs" if read_log else "no log reader: every crash unread"
     sampled = _on_grid(grid, found["sampled"])
     for low, high in unseen(found["restarts"], start, created):
@@ -466,11 +466,11 @@ def collect(
     return result
 
 
-def node_seen(crash: Restart, nodes: nodeoom.NodeOoms) -> bool:
-    """Whether the crash's node had its kernel OOM counter sampled around it."""
+def watched_node(crash: Restart, nodes: nodeoom.NodeOoms) -> str | None:
+    """The crash's node where its kernel OOM counter was sampled around the crash, else None."""
     namespace, pod, _, uid = crash.key
     node = nodes.node_of(namespace, pod, uid)
-    return node is not None and nodes.covers(node, crash.time)
+    return node if node is not None and nodes.covers(node, crash.time) else None
 
 
 def node_crashes(every: list[Restart], nodes: nodeoom.NodeOoms, step: float) -> tuple[list[Restart], list[Restart]]:
@@ -480,9 +480,8 @@ def node_crashes(every: list[Restart], nodes: nodeoom.NodeOoms, step: float) -> 
     killed: list[Restart] = []
     others: list[Restart] = []
     for death in sorted(every, key=lambda r: (not r.oom_killed, r.time)):
-        namespace, pod, _, uid = death.key
-        node = nodes.node_of(namespace, pod, uid)
-        explained = node is not None and node_seen(death, nodes) and nodes.explain(node, death.time, step, death.count)
+        node = watched_node(death, nodes)
+        explained = node is not None and nodes.explain(node, death.time, step, death.count)
         if death.oom_killed:
             continue
         (killed if explained else others).append(death)
@@ -500,7 +499,6 @@ class OomCount:
     missing: str | None
     node: float = 0.0  # crashes while their node's kernel OOM-killed: a global OOM or a lost OOM event
     node_unknown: float = 0.0  # crashes on a node whose kernel OOM counter was not sampled
-    nodes: dict[str, dict[str, object]] | None = None  # per node of the pods in scope: how a kill looks there
     node_unexplained: float = 0.0  # the kernel's kills on those nodes that no death of the target took
 
     @property
@@ -538,11 +536,6 @@ def count(snapshot: MetricsSnapshot, start: float, end: float, grace: float) -> 
         missing = next((e for e in evidence if e), None) or "crash-restart evidence has too few points"
     # Snapshots kept from before the node rule have neither series: their crashes were judged without it.
     node, node_unknown = increase(NODE_OOM), increase(NODE_UNKNOWN)
-    shapes = {
-        name.removeprefix(NODE_CGROUP): nodeoom.kill_shape(int(series.values[-1]) or None)
-        for name, series in snapshot.series.items()
-        if name.startswith(NODE_CGROUP) and len(series.values)
-    }
     unexplained = increase(NODE_UNEXPLAINED) or 0.0
     return OomCount(
         host,
@@ -552,6 +545,16 @@ def count(snapshot: MetricsSnapshot, start: float, end: float, grace: float) -> 
         missing,
         node or 0.0,
         node_unknown or 0.0,
-        shapes,
         unexplained,
     )
+
+
+def node_shapes(snapshot: MetricsSnapshot) -> dict[str, dict[str, object]]:
+    """Per node the target's pods ran on (the NODE_CGROUP series `collect` writes): its cgroup version and what an
+    OOM kill takes there, for the run's record. Read once per check, apart from `count`, which the abort rules call
+    once per window."""
+    return {
+        name.removeprefix(NODE_CGROUP): nodeoom.kill_shape(int(series.values[-1]) or None)
+        for name, series in snapshot.series.items()
+        if name.startswith(NODE_CGROUP) and len(series.values)
+    }

@@ -215,7 +215,14 @@ def rate_check(
     return Check(name, status, reason, count / total, limit, (low, high), total, "fraction", details=extra)
 
 
-def oom_check(counted: OomCount | None, missing: str | None, served: int, limit: float, confidence: float) -> Check:
+def oom_check(
+    counted: OomCount | None,
+    missing: str | None,
+    served: int,
+    limit: float,
+    confidence: float,
+    nodes: dict[str, dict[str, object]] | None = None,
+) -> Check:
     """OOM events per request served: host-memory OOM kills plus GPU OOM crashes (kfchaos.metrics.oom).
 
     Events are counted, not sampled: the observed rate decides, the Clopper-Pearson interval on
@@ -243,7 +250,7 @@ def oom_check(counted: OomCount | None, missing: str | None, served: int, limit:
         "host_oom_kills_node": node,
         "crash_restarts_node_unknown": node_unknown,
         # The nodes the target ran on: cgroup version and how an OOM kill looks there (kfchaos.metrics.nodeoom).
-        "nodes": counted.nodes or {},
+        "nodes": nodes or {},
         "node_oom_kills_unexplained": round(counted.node_unexplained),
     }
     by_node = f" ({node} a crash while its node's kernel OOM-killed)" if node else ""

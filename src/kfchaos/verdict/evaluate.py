@@ -56,7 +56,7 @@ def _oom(
     counted = oom.count(metrics, window[0], window[1], metrics.grace)
     if counted.host is None and counted.cadvisor is None:
         return oom_check(None, counted.missing, served, slo.oom_kill_rate_max, slo.confidence)
-    return oom_check(counted, None, served, slo.oom_kill_rate_max, slo.confidence)
+    return oom_check(counted, None, served, slo.oom_kill_rate_max, slo.confidence, oom.node_shapes(metrics))
 
 
 def stage_checks(
