@@ -136,3 +136,38 @@ def test_a_second_image_build_does_nothing(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("PATH", str(only_git))
     again = images.build(ROOT, Path("/bin/false"), bins)
     assert again == first and again.archive.is_file()
+
+
+def test_the_image_cache_keeps_the_most_recently_used_entries_of_each_kind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every change to the sources keys a new component layer and archive: unpruned, they filled CI's disk (mariadb's
+    install then failed with ENOSPC). A new entry prunes its own kind to KEEP_PER_KIND, the most recently used kept
+    (a cache hit counts as a use); other kinds and files that are no cache entry are left alone."""
+    from localcluster import images
+
+    monkeypatch.setenv("KFCHAOS_CACHE", str(tmp_path))
+    cache = images.cache_dir()
+    cache.mkdir(parents=True)
+    olds = [cache / f"component-{index:012x}.tar" for index in range(5)]
+    for age, entry in enumerate(olds):
+        entry.write_bytes(b"layer")
+        os.utime(entry, (1_000_000 - age * 100, 1_000_000 - age * 100))  # olds[0] is the newest
+    images._used(olds[4])  # the oldest, used again just now
+    archive = cache / "node-images-aaaaaaaaaaaa.tar"
+    archive.write_bytes(b"archive")
+    os.utime(archive, (1, 1))
+    wheels = cache / "wheels-bbbbbbbbbbbb"
+    wheels.mkdir()
+    (cache / "notes.txt").write_text("not an entry")
+    new = cache / "component-ffffffffffff.tar"
+    new.write_bytes(b"layer")
+
+    assert images._prune(new) == new
+
+    kept = sorted(entry.name for entry in cache.iterdir())
+    assert kept == sorted([new.name, olds[4].name, olds[0].name, archive.name, wheels.name, "notes.txt"]), (
+        "the new entry and the two most recently used other components stay; nothing of another kind goes"
+    )
+    with pytest.raises(images.ImageError, match="not a cache entry"):
+        images._prune(cache / "notes.txt")

@@ -6,8 +6,10 @@ from the working tree into a virtualenv (its dependencies as wheels from PyPI). 
 layout; `ctr images import` loads it into the node's containerd, whose pods use them with IfNotPresent.
 
 Every step is cached under ${KFCHAOS_CACHE:-~/.cache/kfchaos}/images, keyed by a hash of its inputs, so a second
-build does nothing. The names below are the one place image references are made; cluster-up writes the ones
-pipelines need into `<state>/env` (KFCHAOS_IMAGE, ...).
+build does nothing. The cache is bounded: each kind of entry keeps its KEEP_PER_KIND most recently used, since every
+change to the sources keys a new component layer (700 MB) and a new archive (400 MB), and unbounded they filled the
+disk. The names below are the one place image references are made; cluster-up writes the ones pipelines need into
+`<state>/env` (KFCHAOS_IMAGE, ...).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -74,6 +77,32 @@ def cache_root() -> Path:
 
 def cache_dir() -> Path:
     return cache_root() / "images"
+
+
+KEEP_PER_KIND = 3  # a working tree, a clean clone beside it and one more find theirs without a rebuild
+
+
+def _used(entry: Path) -> Path:
+    """Mark a cache entry as just used (its mtime), so that pruning keeps it; returns it."""
+    os.utime(entry)
+    return entry
+
+
+def _prune(kept: Path) -> Path:
+    """Remove the entries of `kept`'s kind (its name with another key: `<kind>-<12 hex digits><suffix>`) beyond the
+    KEEP_PER_KIND most recently used; `kept` itself is never removed. Returns `kept`."""
+    kind = re.fullmatch(r"(.+-)[0-9a-f]{12}(\.tar)?", kept.name)
+    if kind is None:
+        raise ImageError(f"{kept.name}: not a cache entry's name (<kind>-<key>[.tar])")
+    same_kind = re.compile(re.escape(kind.group(1)) + r"[0-9a-f]{12}" + re.escape(kind.group(2) or ""))
+    others = [entry for entry in kept.parent.iterdir() if same_kind.fullmatch(entry.name) and entry != kept]
+    others.sort(key=lambda entry: entry.stat().st_mtime, reverse=True)
+    for stale in others[KEEP_PER_KIND - 1 :]:
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -180,7 +209,7 @@ def debian_layer() -> Path:
     key = _digest(DEBIAN_SUITE, *DEBIAN_PACKAGES, DEBIAN_LAYER_VERSION)
     out = cache_dir() / f"debian-{DEBIAN_SUITE}-{key}.tar"
     if out.is_file():
-        return out
+        return _used(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".partial.tar")
     _run(
@@ -201,7 +230,7 @@ def debian_layer() -> Path:
         env={**os.environ, "SOURCE_DATE_EPOCH": "0"},
     )
     tmp.rename(out)
-    return out
+    return _prune(out)
 
 
 def wheelhouse(root: Path, pip: Path) -> Path:
@@ -210,7 +239,7 @@ def wheelhouse(root: Path, pip: Path) -> Path:
     key = _digest((root / "pyproject.toml").read_bytes())
     out = cache_dir() / f"wheels-{key}"
     if (out / ".complete").is_file():
-        return out
+        return _used(out)
     tmp = Path(tempfile.mkdtemp(prefix=".wheels-", dir=cache_dir()))
     try:
         _run([str(pip), "wheel", "--quiet", "--wheel-dir", str(tmp), str(root)])
@@ -222,7 +251,7 @@ def wheelhouse(root: Path, pip: Path) -> Path:
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return _prune(out)
 
 
 def component_layer(root: Path, pip: Path, debian: Path) -> tuple[Path, str]:
@@ -235,7 +264,7 @@ def component_layer(root: Path, pip: Path, debian: Path) -> tuple[Path, str]:
     out = cache_dir() / f"component-{key}.tar"
     tag = f"{version.replace('+', '-')}-{from_tree}"
     if out.is_file():
-        return out, tag
+        return _used(out), tag
     work = Path(tempfile.mkdtemp(prefix=".component-", dir=cache_dir()))
     try:
         rootfs = work / "rootfs"
@@ -289,7 +318,7 @@ def component_layer(root: Path, pip: Path, debian: Path) -> tuple[Path, str]:
         tmp.rename(out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return out, tag
+    return _prune(out), tag
 
 
 def _package_version(root: Path) -> str:
@@ -320,7 +349,7 @@ def _images(root: Path, pip: Path, bins: dict[str, Path]) -> list[_Image]:
     def files_layer(name: str, files: list[tuple[Path, str, int]]) -> Path:
         key = _digest(*(f"{target}:{mode}:{_file_digest(source)}" for source, target, mode in files))
         out = cache / f"{name}-{key}.tar"
-        return out if out.is_file() else _layer_of_files(out, files)
+        return _used(out) if out.is_file() else _prune(_layer_of_files(out, files))
 
     debian = debian_layer()
     component, component_tag = component_layer(root, pip, debian)
@@ -413,6 +442,7 @@ def build(root: Path, pip: Path, bins: dict[str, Path]) -> Images:
         archive=archive,
     )
     if archive.is_file():
+        _used(archive)
         return images
     work = Path(tempfile.mkdtemp(prefix=".oci-", dir=cache_dir()))
     try:
@@ -458,6 +488,7 @@ def build(root: Path, pip: Path, bins: dict[str, Path]) -> Images:
         tmp.rename(archive)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    _prune(archive)
     return images
 
 
