@@ -237,23 +237,31 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root, experiment
 
 
-def test_a_sharded_pipeline_is_accepted_by_upload_and_its_run_is_judged_by_argos_validation(
+def test_a_sharded_pipeline_runs_on_2_1_0_as_one_plain_task_per_shard(
     kfp_host: str, custom: k8s.CustomObjectsApi, sharded: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Issue 45: a sharded stage is unrolled at compile time (one task per shard, each shard's outputs inputs of the
+    merge's own), not a ParallelFor collected with dsl.Collected, whose run KFP 2.1.0's server refused in Argo's
+    validation ("sorting failed: invalid dependency for-loop-N", resource_manager.go CreateRun). The server takes
+    the run and its Workflow holds every shard task of every stage; the node runs one in
+    tests/cluster/node/test_pipeline_real.py."""
     root, experiment = sharded
     name = experiment.stem
     assert main(["upload", name, "--host", kfp_host, "--root", str(root)]) == 0, capsys.readouterr().err
     capsys.readouterr()
     run_name = f"kfp-sharded-{uuid.uuid4().hex[:8]}"
+    assert _release(kfp_host) < (2, 14, 0)
     code = _submit(kfp_host, experiment, root, run_name)
-    err = capsys.readouterr().err
-    # A sharded stage is a ParallelFor with dsl.Collected outputs inside the ExitHandler (kfchaos.steps.shards).
-    # The server compiles it and runs Argo's ValidateWorkflow (resource_manager.go CreateRun), which refuses the
-    # DAG before 2.17 (2.1.0 here): "sorting failed: invalid dependency for-loop-N". kfchaos must say the server
-    # refused the run (an input error, exit 3), not report its own bug.
-    assert _release(kfp_host) < (2, 17, 0)
-    assert code == 3, err
-    assert "refused the run" in err and "invalid dependency for-loop" in err, err
+    assert code == 0, capsys.readouterr().err
+    run_id = _run_id(_client(kfp_host), run_name)
+    try:
+        names = [task["name"] for task in _dag_tasks(_workflow(custom, run_id))]
+        stages = len(yaml.safe_load(experiment.read_text())["spec"]["traffic"]["stages"])
+        assert len({n for n in names if n.startswith("replay-shard") and not n.endswith("driver")}) == 4 * stages
+        assert not any("for-loop" in n for n in names), names
+    finally:
+        # Argo executes it on the real node: stop it, the Workflow was all this test reads.
+        _client(kfp_host).terminate_run(run_id)
 
 
 # --- schedule sync: ScheduledWorkflow objects ------------------------------------------------------------

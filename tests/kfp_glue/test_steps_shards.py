@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from kubernetes.client import CustomObjectsApi
 
 from kfchaos.demo.stack.demostack import DemoStack
+from kfchaos.doctor import kfpcheck
+from kfchaos.kfp.compile import compile_bytes
+from kfchaos.kfp.pipelines.chaos_experiment import PipelineDefaults, build_pipeline
 from kfchaos.steps import shards, stages
 from tests.faults.conftest import kubernetes_client
 from tests.support.kubeapi import KubeApiServer
@@ -81,15 +85,22 @@ def test_missing_or_repeated_shards_and_another_plan_are_named() -> None:
     assert shards.shard_problems([{**ok, "shard": 0}, {**ok, "shard": 1}], 2, begun, 0.05) == []
 
 
-def test_doctor_asks_for_a_backend_that_runs_a_parallel_for_inside_the_exit_handler() -> None:
-    from kfchaos.doctor import kfpcheck
+def test_a_sharded_pipeline_asks_no_more_of_the_backend_than_an_unsharded_one() -> None:
+    """The fan-out is unrolled at compile time (issue 45): no ParallelFor, no dsl.Collected, so doctor finds the
+    same backend requirements for 3 shards as for 1, and nothing in the IR that KFP 2.1.0 refuses."""
 
-    loop = {"dag": {"tasks": {"replay-shard": {"parameterIterator": {"items": {"raw": "[0, 1]"}}}}}}
-    sharded = [{"root": {"dag": {"tasks": {}}}, "components": {"comp-for-loop-4": loop}}]
-    assert kfpcheck.SHARDED in kfpcheck.requirements(sharded)
-    assert kfpcheck.missing((2, 15, 0), [kfpcheck.SHARDED]) == [kfpcheck.SHARDED]
-    assert kfpcheck.missing((2, 17, 0), [kfpcheck.SHARDED]) == []
-    assert kfpcheck.SHARDED not in kfpcheck.requirements([{"root": {"dag": {"tasks": {}}}}])
+    def compiled(shards: int) -> str:
+        defaults = PipelineDefaults(name="sharded", version="1.0.0", description="", stages=(10, 30), shards=shards)
+        return compile_bytes(build_pipeline(defaults)).decode()
+
+    one, three = compiled(1), compiled(3)
+    assert "parameterIterator" not in three and "isArtifactList" not in three
+    assert kfpcheck.requirements(yaml.safe_load_all(three)) == kfpcheck.requirements(yaml.safe_load_all(one))
+    tasks = next(yaml.safe_load_all(three))["components"]
+    assert "comp-merge-shards" in tasks and "comp-replay-shard" in tasks
+    merge_inputs = tasks["comp-merge-shards"]["inputDefinitions"]
+    assert sorted(merge_inputs["artifacts"]) == ["part_0", "part_1", "part_2"]
+    assert {"result_0", "result_1", "result_2"} <= set(merge_inputs["parameters"])
 
 
 def test_a_foreign_chaos_object_in_a_sharded_stage_makes_it_inconclusive_naming_it(

@@ -32,17 +32,6 @@ OPTIONAL_SECRET = Requirement(
     "optional Secret as env", (2, 15, 0), "drivers before 2.15 make the Secret required or refuse the field"
 )
 
-# A sharded stage (spec.traffic.shards > 1) is a ParallelFor with dsl.Collected outputs inside the ExitHandler
-# (kfchaos.steps.shards). dsl.Collected reached the backend in 2.14.0 (kubeflow/pipelines#11725); before 2.17.0
-# a ParallelFor's state did not propagate up to the ExitHandler's DAG, which stayed Running (#13321, #11979;
-# fixed by #13322, first in 2.17.0). #12390 (ParallelFor inside ExitHandler failing on 2.14.3) is still open in
-# the upstream snapshot read: 2.17.0 is the first version with every fix found, not a version seen to run it.
-SHARDED = Requirement(
-    "ParallelFor + dsl.Collected inside the ExitHandler (sharded stages)",
-    (2, 17, 0),
-    "dsl.Collected needs 2.14 (#11725); before 2.17 a ParallelFor's state never reached the ExitHandler (#13321)",
-)
-
 
 def _walk(node: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(node, dict):
@@ -68,8 +57,6 @@ def requirements(documents: Iterable[Any]) -> list[Requirement]:
         found.append(ONE_OF)
     if any("optional" in entry for entry in secrets_as_env(documents)):
         found.append(OPTIONAL_SECRET)
-    if "parameterIterator" in keys:
-        found.append(SHARDED)
     return found
 
 

@@ -18,6 +18,8 @@ import kfp
 import pytest
 import yaml
 
+from kfchaos.kfp.follow import ArtifactStore
+from kfchaos.kfp.objectstore import DEFAULT_PIPELINE_ROOT, ObjectStore
 from tests.cluster.node.conftest import (
     TARGET_NAMESPACE,
     NodeCluster,
@@ -36,10 +38,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.node]
 NAME = "node-e2e"
 
 
-def experiment(version: str, fault: dict[str, Any], prometheus: str) -> str:
+def experiment(version: str, fault: dict[str, Any], prometheus: str, *, shards: int = 1) -> str:
     """At 20 req/s, 40 s stages at 50 and 100 %: 400 and 800 requests, enough for every check to PASS with an
-    error rate limit of 1 % (kfchaos validate says so)."""
-    traffic = {
+    error rate limit of 1 % (kfchaos validate says so). `shards`: replay pods per stage (spec.traffic.shards)."""
+    traffic: dict[str, Any] = {
         "synthetic": {
             "rate": 20,
             "prompt_tokens": {"distribution": "lognormal", "mean": 300, "stddev": 100},
@@ -49,6 +51,8 @@ def experiment(version: str, fault: dict[str, Any], prometheus: str) -> str:
         "stage_duration": "40s",
         "warmup": "5s",
     }
+    if shards > 1:
+        traffic["shards"] = shards
     baseline = baseline_section(NAME, prometheus)
     slo = {"p99_drift_max": "100%", "p99_max": "5s", "error_rate_max": "1%"}
     return experiment_text(NAME, TARGET_NAMESPACE, [fault], traffic, slo, version=version, baseline=baseline)
@@ -74,10 +78,18 @@ def e2e_root(node_cluster: NodeCluster, llm_target: Target, tmp_path_factory: py
     return root
 
 
-def _run(node: NodeCluster, root: Path, version: str, fault: dict[str, Any]) -> Any:
+def _run(node: NodeCluster, root: Path, version: str, fault: dict[str, Any], *, shards: int = 1) -> Any:
     exp = root / "experiments" / f"{NAME}.yaml"
-    exp.write_text(experiment(version, fault, node.values["KFCHAOS_CLUSTER_PROMETHEUS"]))
+    exp.write_text(experiment(version, fault, node.values["KFCHAOS_CLUSTER_PROMETHEUS"], shards=shards))
     return run_compiled(node, root, NAME)
+
+
+def _audit(node: NodeCluster, done: Any) -> dict[str, Any]:
+    """The run's audit record, read from its object store as `kfchaos run --artifact-store` reads it."""
+    run_id = next(line.split()[-1] for line in done.stdout.splitlines() if line.startswith("submitted run "))
+    keys = node.values["KFCHAOS_ARTIFACT_ACCESS_KEY"], node.values["KFCHAOS_ARTIFACT_SECRET_KEY"]
+    store = ObjectStore(node.values["KFCHAOS_ARTIFACT_STORE"], *keys)
+    return ArtifactStore(store, node.values.get("KFCHAOS_PIPELINE_ROOT", DEFAULT_PIPELINE_ROOT), NAME).audit(run_id)
 
 
 def test_a_target_that_holds_under_a_real_cpu_stress_passes_with_exit_0(
@@ -156,3 +168,32 @@ def test_a_nightly_recurring_run_fires_through_the_scheduledworkflow_controller_
     last = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0, done.stdout[-3000:]
     assert last.startswith("PASS:") and run_id in last, last
+
+
+@pytest.mark.node_long
+def test_a_stage_sharded_over_two_real_pods_gets_the_unsharded_verdict_on_the_same_plan(
+    node_cluster: NodeCluster, e2e_root: Path
+) -> None:
+    """Issue 45: on KFP 2.1.0, each stage's replay fanned out over two shard pods (one task each, no ParallelFor, no
+    dsl.Collected) and merged; the verdict equals the unsharded run's of the same traffic, and each stage's plan
+    hash, which covers every request's identity and offset, is the unsharded plan's."""
+    unsharded = _run(node_cluster, e2e_root, "1.3.0", CPU_STRESS)
+    sharded = _run(node_cluster, e2e_root, "1.4.0", CPU_STRESS, shards=2)
+    for done in (unsharded, sharded):
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert done.stdout.strip().splitlines()[-1].startswith("PASS:"), done.stdout[-3000:]
+    # Two stages, two shard pods each, every one a real task of the run; one merge a stage.
+    shard_tasks = [line for line in sharded.stdout.splitlines() if line.startswith("task replay-shard")]
+    assert len(shard_tasks) == 4 and all(line.endswith(": SUCCEEDED") for line in shard_tasks), sharded.stdout
+    assert sharded.stdout.count("task merge-shards") == 2 and "task replay-stage" not in sharded.stdout
+    one, many = _audit(node_cluster, unsharded), _audit(node_cluster, sharded)
+    assert one["verdict"]["status"] == many["verdict"]["status"] == "PASS"
+    assert [p["plan_hash"] for p in many["replay_plans"]] == [p["plan_hash"] for p in one["replay_plans"]]
+    assert len(many["replay_plans"]) == 2 and all(p["plan_hash"] for p in many["replay_plans"])
+    stages = [step for step in many["steps"] if step["step"] == "stage"]
+    for step in stages:
+        sharding = step["detail"]["replay"]["sharding"]
+        assert [s["shard"] for s in sharding["per_shard"]] == [0, 1] and all(
+            s["sent_share"] for s in sharding["per_shard"]
+        ), sharding
+        assert not any("shard" in reason for reason in step["reasons"]), step["reasons"]

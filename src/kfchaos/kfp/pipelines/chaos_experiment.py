@@ -35,7 +35,7 @@ from kfp.dsl import PipelineTask, graph_component
 from kfchaos.kfp.components.baseline.component import baseline as baseline_op
 from kfchaos.kfp.components.cleanup.component import cleanup as cleanup_op
 from kfchaos.kfp.components.collect_metrics.component import collect_metrics as collect_op
-from kfchaos.kfp.components.merge_shards.component import merge_shards as merge_op
+from kfchaos.kfp.components.merge_shards.component import merge_shards_of
 from kfchaos.kfp.components.preflight.component import preflight as preflight_op
 from kfchaos.kfp.components.remove_faults.component import remove_faults as remove_op
 from kfchaos.kfp.components.replay_shard.component import replay_shard as shard_op
@@ -96,9 +96,11 @@ def _sharded_replay(
     run_id: Any,
     decision: Any,
 ) -> PipelineTask:
-    """start -> ParallelFor(shard pods) -> merge (kfchaos.steps.shards); the merge task stands where the single
-    replay task stood: same outputs. Inside the ExitHandler, which kubeflow/pipelines#12390 reports failing on
-    some backends (docs/pipelines.md, "Sharded stages": the backend versions this needs)."""
+    """start -> n shard tasks -> merge (kfchaos.steps.shards); the merge task stands where the single replay task
+    stood: same outputs. The fan-out is unrolled here, one task per shard, and each shard's outputs are inputs of
+    the merge's own (merge_shards_of): no ParallelFor and no dsl.Collected, which KFP's backend refuses before 2.14
+    (kubeflow/pipelines#11725) and runs inside an ExitHandler only from 2.17 (#13322). Plain tasks run on every
+    v2 backend, 2.1.0 included (docs/pipelines.md, "Sharded stages")."""
     auth_env = defaults.auth_env
     start = _no_cache(
         start_op(
@@ -110,8 +112,8 @@ def _sharded_replay(
             decision=decision,
         )
     )
-    # parallelism = shards: every shard must be running at the common start time, none may wait for a slot.
-    with dsl.ParallelFor(list(range(defaults.shards)), parallelism=defaults.shards, name=f"shards-{stage}") as shard:
+    parts = []
+    for shard in range(defaults.shards):
         part = _no_cache(
             shard_op(
                 experiment=experiment,
@@ -124,17 +126,17 @@ def _sharded_replay(
                 schedule=start.outputs["schedule"],
             )
         )
-        _with_target_secret(part, auth_env)
+        parts.append(_with_target_secret(part, auth_env))
     merge = _no_cache(
-        merge_op(
+        merge_shards_of(defaults.shards)(
             experiment=experiment,
             experiment_dir=experiment_dir,
             run_id=run_id,
             stage=stage,
             shards=defaults.shards,
             start=start.outputs["Output"],
-            results=dsl.Collected(part.outputs["Output"]),
-            parts=dsl.Collected(part.outputs["requests"]),
+            **{f"result_{index}": part.outputs["Output"] for index, part in enumerate(parts)},
+            **{f"part_{index}": part.outputs["requests"] for index, part in enumerate(parts)},
         )
     )
     return merge
