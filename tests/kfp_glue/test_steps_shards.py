@@ -96,6 +96,13 @@ def test_a_sharded_pipeline_asks_no_more_of_the_backend_than_an_unsharded_one() 
     one, three = compiled(1), compiled(3)
     assert "parameterIterator" not in three and "isArtifactList" not in three
     assert kfpcheck.requirements(yaml.safe_load_all(three)) == kfpcheck.requirements(yaml.safe_load_all(one))
+    assert kfpcheck.PARALLEL_FOR not in kfpcheck.requirements(yaml.safe_load_all(three))
+    # A ParallelFor (the tune sweep's loop) is still asked a backend of 2.17 (kubeflow/pipelines#13321).
+    loop = {"dag": {"tasks": {"chaos-experiment": {"parameterIterator": {"items": {"raw": "[0, 1]"}}}}}}
+    sweep = [{"root": {"dag": {"tasks": {}}}, "components": {"comp-for-loop-2": loop}}]
+    assert kfpcheck.PARALLEL_FOR in kfpcheck.requirements(sweep)
+    assert kfpcheck.missing((2, 15, 0), [kfpcheck.PARALLEL_FOR]) == [kfpcheck.PARALLEL_FOR]
+    assert kfpcheck.missing((2, 17, 0), [kfpcheck.PARALLEL_FOR]) == []
     tasks = next(yaml.safe_load_all(three))["components"]
     assert "comp-merge-shards" in tasks and "comp-replay-shard" in tasks
     merge_inputs = tasks["comp-merge-shards"]["inputDefinitions"]

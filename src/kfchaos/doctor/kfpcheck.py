@@ -31,6 +31,15 @@ ONE_OF = Requirement("dsl.OneOf outputs", (2, 4, 0), "KFP backends before 2.4 ca
 OPTIONAL_SECRET = Requirement(
     "optional Secret as env", (2, 15, 0), "drivers before 2.15 make the Secret required or refuse the field"
 )
+# A ParallelFor (`parameterIterator`): the tune sweep's loop over its configurations (kfchaos.kfp.pipelines.
+# tune_sweep; sharded stages are plain tasks, docs/pipelines.md). Before 2.17.0 a ParallelFor's state did not
+# propagate up to its parent DAG, which stayed Running (kubeflow/pipelines#13321, #11979; fixed by #13322, first in
+# 2.17.0). 2.17.0 is the first version with that fix, not a version seen to run the sweep.
+PARALLEL_FOR = Requirement(
+    "ParallelFor (the tune sweep)",
+    (2, 17, 0),
+    "before 2.17 a ParallelFor's state never reached its parent DAG, which stayed Running (#13321)",
+)
 
 
 def _walk(node: Any) -> Iterator[tuple[str, Any]]:
@@ -57,6 +66,8 @@ def requirements(documents: Iterable[Any]) -> list[Requirement]:
         found.append(ONE_OF)
     if any("optional" in entry for entry in secrets_as_env(documents)):
         found.append(OPTIONAL_SECRET)
+    if "parameterIterator" in keys:
+        found.append(PARALLEL_FOR)
     return found
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -32,7 +35,21 @@ class StepResult:
             raise KfchaosError(f"{what} is not a kfchaos step result: {exc}") from None
 
 
+# The history is a task parameter, and Argo hands a task's whole template, its parameters' values included, to the
+# executor's init container as one environment variable (ARGO_TEMPLATE), which Linux caps at 128 KiB
+# (MAX_ARG_STRLEN): past it the pod fails with "exec /usr/local/bin/argoexec: argument list too long"
+# (argoproj/argo-workflows#7586, #12190, #14250). KFP's driver puts the executor's input in the template twice (the
+# pod-spec-patch parameter and podSpecPatch), each time escaped, so the parameters of one task get about 40 KiB in
+# all. A 2-stage run's plain history was 30 KiB on the real node (10 KiB a stage): a 5-stage ramp's verdict task
+# could never start. So the history travels compressed (zlib, then base64, which JSON need not escape), 5-10 times
+# smaller; plain JSON is still read, as older runs wrote it.
+HISTORY_PACKED = "zlib+base64:"
+MAX_HISTORY_BYTES = 64 << 20  # unpacked: far above any run's history, and no bomb gets past it
+
+
 def load_history(text: str) -> list[StepResult]:
+    if text.startswith(HISTORY_PACKED):
+        text = _unpack(text[len(HISTORY_PACKED) :])
     try:
         items = json.loads(text or "[]")
     except ValueError as exc:
@@ -43,7 +60,22 @@ def load_history(text: str) -> list[StepResult]:
 
 
 def dump_history(results: list[StepResult]) -> str:
-    return json.dumps([asdict(r) for r in results], sort_keys=True)
+    plain = json.dumps([asdict(r) for r in results], sort_keys=True)
+    return HISTORY_PACKED + base64.b64encode(zlib.compress(plain.encode(), 9)).decode("ascii")
+
+
+def _unpack(packed: str) -> str:
+    try:
+        inflate = zlib.decompressobj()
+        data = inflate.decompress(base64.b64decode(packed, validate=True), MAX_HISTORY_BYTES)
+    except (binascii.Error, zlib.error) as exc:
+        raise KfchaosError(f"history is not packed as {HISTORY_PACKED!r} says: {exc}") from None
+    if inflate.unconsumed_tail or not inflate.eof:
+        raise KfchaosError(f"history unpacks to more than {MAX_HISTORY_BYTES} bytes, or is cut short")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KfchaosError(f"history is not UTF-8 text: {exc}") from None
 
 
 def describe(value: Any) -> Any:

@@ -174,6 +174,25 @@ def engine_root(node_cluster: NodeCluster, engine_target: Target, tmp_path_facto
     return root
 
 
+def _print_engine_peaks(node: NodeCluster) -> None:
+    """What the engine went through in the last minutes, as the cluster's Prometheus saw it: for the reader of a run
+    whose burst did not do what the case expects (how close the worker came to the limit, how many requests the
+    engine held at once)."""
+    prometheus = node.cluster.prometheus_url
+    for promql in (
+        f'max_over_time(container_memory_working_set_bytes{{namespace="{NAMESPACE}",container!="",container!="POD"}}[5m])',
+        f'max_over_time(container_memory_rss{{namespace="{NAMESPACE}",container!="",container!="POD"}}[5m])',
+        f'max_over_time(container_memory_max_usage_bytes{{namespace="{NAMESPACE}",container!="",container!="POD"}}[5m])',
+        "max_over_time(vllm:num_requests_running[5m])",
+        "max_over_time(vllm:num_requests_waiting[5m])",
+    ):
+        try:
+            found = [(r["metric"].get("pod"), r["value"][1]) for r in query(prometheus, promql)]
+        except OSError as error:
+            found = [("unreadable", str(error))]
+        print(f"{promql}: {found}")
+
+
 def _verdict_line(done: Any) -> str:
     return str(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else ""
 
@@ -209,6 +228,7 @@ def test_unsafe_settings_get_the_engine_oom_killed_and_the_compiled_pipeline_fai
     root = scratch_root(tmp_path, {f"{NAME}.yaml": text})
     assert not (root / "baselines" / f"{NAME}.yaml").exists()
     done = run_compiled(node_cluster, root, NAME)
+    _print_engine_peaks(node_cluster)
     # The kubelet's report of the container's end. On cgroup v1 the kernel killed the worker, not the container's
     # first process: containerd marks the container OOMKilled on the TaskOOM event, and the API server then exits by
     # itself (0), so the reason is OOMKilled with whatever exit followed (docs/verdict.md, "OOM kills").
