@@ -80,6 +80,17 @@ def test_default_duration_is_span_of_active_stages() -> None:
     assert [m["spec"]["duration"] for m in render_experiment(experiment, "r")] == ["23m30s", "48m30s"]
 
 
+def test_a_sharded_stage_adds_its_shard_start_lead_to_the_default_duration() -> None:
+    """Each sharded stage replays only `shard_start_lead` after its start task (kfchaos.steps.shards): on the real node
+    a CPU stress over two sharded stages, sized without it, ended 9.7 s into the second stage's replay. [60, 90] of
+    the test above with 4 shards and a 90 s lead: 23m30s + 2 x 90 s = 26m30s."""
+    base = experiment_with({**KILL, "stages": [60, 90]})
+    traffic = {"synthetic": {"rate": 10}, "stage_duration": "10m", "shards": 4, "shard_start_lead": "90s"}
+    sharded = experiment_with({**KILL, "stages": [60, 90]}, traffic=traffic)
+    assert render_experiment(base, "r")[0]["spec"]["duration"] == "23m30s"
+    assert render_experiment(sharded, "r")[0]["spec"]["duration"] == "26m30s"
+
+
 def test_default_duration_capped_by_safety() -> None:
     experiment = experiment_with(KILL, safety={"max_pod_percent": "100%", "max_fault_duration": "15m"})
     assert render_experiment(experiment, "r")[0]["spec"]["duration"] == "15m"

@@ -181,8 +181,11 @@ def fault_duration(experiment: Experiment, fault: FaultBase) -> float:
     Covering a stage takes its replay (stage_duration) plus the drain of requests still in flight (up to
     target.timeout); each later stage adds STAGE_GAP_ALLOWANCE for the tasks between, and the wait for injection
     before the first adds INJECT_ALLOWANCE. So stages [60, 90] of 10-minute stages with a 30 s timeout last
-    30 s + 2 x 630 s + 120 s = 23.5 minutes. Chaos Mesh stops the object at
-    creation + duration (DurationExceeded); the pipeline removes it after its last stage anyway.
+    30 s + 2 x 630 s + 120 s = 23.5 minutes. A sharded stage (traffic.shards > 1) replays only
+    traffic.shard_start_lead after its start task (kfchaos.steps.shards), so each stage adds that lead too: without
+    it, a CPU stress over two sharded 40 s stages on the real node ended 9.7 s into the second stage's replay, which
+    was then INCONCLUSIVE on fault_active. Chaos Mesh stops the object at creation + duration
+    (DurationExceeded); the pipeline removes it after its last stage anyway.
     """
     limit = experiment.spec.safety.max_fault_duration
     if fault.duration is not None:
@@ -190,7 +193,9 @@ def fault_duration(experiment: Experiment, fault: FaultBase) -> float:
     traffic = experiment.spec.traffic
     count = len(fault_stage_span(experiment, fault)) or len(traffic.stages)
     drain = experiment.spec.target.timeout
-    span = INJECT_ALLOWANCE + count * (traffic.stage_duration + drain) + (count - 1) * STAGE_GAP_ALLOWANCE
+    lead = traffic.shard_start_lead if traffic.shards > 1 else 0.0
+    per_stage = traffic.stage_duration + drain + lead
+    span = INJECT_ALLOWANCE + count * per_stage + (count - 1) * STAGE_GAP_ALLOWANCE
     return min(span, limit)
 
 

@@ -147,13 +147,17 @@ def test_the_engine_serves_as_a_pod_and_the_cluster_sees_it(node_cluster: NodeCl
 NAME = "vllm-node-engine"
 
 
-def experiment(version: str, prometheus: str, stage_duration: str | None = None) -> str:
+def experiment(version: str, prometheus: str, stage_duration: str | None = None, burst: int | None = None) -> str:
     """`kfchaos demo --engine vllm`'s experiment (its traffic, burst, SLOs and abort rules) against the pod's Service,
-    with a baseline captured from the cluster's Prometheus as the run's pods dial it."""
+    with a baseline captured from the cluster's Prometheus as the run's pods dial it. `burst`: the long-context
+    burst's number of prompts, when not the demo's."""
     document = yaml.safe_load(ENGINE_EXPERIMENT.read_text())
     document["metadata"].update(name=NAME, version=version, owner="kfchaos-tests")
     if stage_duration is not None:
         document["spec"]["traffic"]["stage_duration"] = stage_duration
+    if burst is not None:
+        (fault,) = [f for f in document["spec"]["faults"] if f["type"] == "long-context-burst"]
+        fault["params"]["requests"] = burst
     document["spec"]["target"].update(
         namespace=NAMESPACE,
         selector={"labels": {"app.kubernetes.io/name": "vllm"}},
@@ -224,7 +228,11 @@ def test_unsafe_settings_get_the_engine_oom_killed_and_the_compiled_pipeline_fai
     (before,) = _containers(core)
     print(f"the engine's container before the run: {before}")  # a restart here is not the burst's
     # 30 s, not the demo's 90: the burst comes at 5 s, and 360 requests still meet the experiment's min_samples (300).
-    text = experiment("1.0.1", node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"], stage_duration="30s")
+    # 48 prompts, not the demo's 32: the demo's burst is sized just over what kills the unsafe engine, and on this
+    # node one of two runs with 32 was not killed (the kill depends on how many prompts the engine takes into its one
+    # huge prefill step, and so on how fast the API server tokenized them). 48 x 4 000 tokens is ~1.1 GiB of
+    # activations over the worker's rest, where 32 were ~0.75 GiB against 0.55 GiB of room.
+    text = experiment("1.0.1", node_cluster.values["KFCHAOS_CLUSTER_PROMETHEUS"], stage_duration="30s", burst=48)
     root = scratch_root(tmp_path, {f"{NAME}.yaml": text})
     assert not (root / "baselines" / f"{NAME}.yaml").exists()
     done = run_compiled(node_cluster, root, NAME)
