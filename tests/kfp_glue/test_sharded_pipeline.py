@@ -92,6 +92,10 @@ def test_a_sharded_stage_compiles_to_plain_tasks_and_under_kfp_local_a_late_shar
     ran = [(s["step"], s["stage"], s["status"], s["reasons"]) for s in record["steps"]]
     first = stages[10]
     assert first["status"] == "INCONCLUSIVE", ran
-    late = [reason for reason in first["reasons"] if re.search(r"shard [01]/2 started .* shard_start_lead", reason)]
+    late = [
+        reason
+        for reason in first["reasons"]
+        if re.search(r"shard [01]/2 started .*raise traffic\.shard_start_lead", reason)
+    ]
     assert late, ran
     assert stages[30]["status"] == "SKIPPED", ran  # the gate stopped the ramp
